@@ -1,0 +1,71 @@
+# Splash build.  `make` builds build/splash; `make test` builds and runs every
+# test; `make test SAN=1` does the same under AddressSanitizer + UBSan in
+# build-san/.  Missing Debian dependencies are installed by tools/deps.sh.
+
+BUILD ?= build
+CC ?= gcc
+OPT ?= -O2
+ifeq ($(SAN),1)
+BUILD := build-san
+OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+PKGS := libpcre2-8 libutf8proc libcrypto libmicrohttpd libcurl
+CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g -pthread -Isrc $(OPT) $(EXTRA_CFLAGS)
+LDLIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+LDFLAGS := -pthread $(OPT)
+
+SRC := $(shell find src -name '*.c' ! -name main.c | sort)
+OBJ := $(SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+TESTS := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+CU_SRC := $(shell find src -name '*.cu' | sort)
+NVCC ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+
+.PHONY: all deps test bench cuda-check clean
+all: $(BUILD)/splash
+
+DEPS_STAMP := $(BUILD)/.deps-ok
+$(DEPS_STAMP): tools/deps.sh
+	@sh tools/deps.sh
+	@mkdir -p $(@D) && touch $@
+
+deps: $(DEPS_STAMP)
+
+$(BUILD)/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libsplash.a: $(OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/splash: $(BUILD)/src/main.o $(BUILD)/libsplash.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libsplash.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(BUILD)/libsplash.a $(LDLIBS) -lcmocka
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libsplash.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libsplash.a $(LDLIBS)
+
+test: $(BUILD)/splash $(TESTS)
+	@sh tests/run.sh $(BUILD)
+
+bench: $(BUILD)/splash $(BENCHES)
+
+# CUDA sources must at least compile for Hopper wherever nvcc exists (CI).
+cuda-check:
+	@if [ -z "$(CU_SRC)" ]; then echo "no CUDA sources"; \
+	elif [ -x "$(NVCC)" ]; then for f in $(CU_SRC); do \
+	  $(NVCC) -std=c++17 -arch=sm_90a -Isrc -c $$f -o /dev/null || exit 1; done; echo "CUDA sources compile for sm_90a"; \
+	else echo "nvcc not found: CUDA sources not checked"; fi
+
+clean:
+	rm -rf build build-san
+
+-include $(OBJ:.o=.d) $(BUILD)/src/main.d

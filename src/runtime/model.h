@@ -1,0 +1,136 @@
+/* model.h - the one entry point through which everything runs a model.
+ *
+ * `splash eval`, prefill, decoding (the speculative cycle, block size 1 when
+ * there is no draft) and verification are all clients of splash_model_forward:
+ * a ragged batch of lanes x rows.  The runtime (scheduler, KV pages, prefix
+ * cache) sees only this interface and the memory the model declares; it never
+ * names an architecture.
+ *
+ * Memory the model declares (splash_model_needs) and the runtime provides:
+ *   - KV pages: one pool of fixed-size pages; one page id covers all attention
+ *     layers of a lane for `page_tokens` consecutive positions.
+ *   - state slots: per-lane recurrent state (for Qwen3.5: the GDN conv and
+ *     delta-rule states of every GDN layer), fp32, the same layout on every
+ *     backend so snapshots move between them.
+ *
+ * Lifetimes: the model owns its weights (mapped from the package) and its
+ * scratch; the runtime owns the KV pool and the state slots (allocated through
+ * the model's backend with the sizes declared) and hands them over with
+ * splash_model_attach_memory().  A lane is the runtime's: it says which slot
+ * and which pages a sequence uses.
+ */
+#ifndef SPLASH_MODEL_H
+#define SPLASH_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct splash_model splash_model;
+typedef struct splash_package splash_package;
+
+/* KV storage formats (values + scales where quantised). */
+typedef enum splash_kv_format {
+    SPLASH_KV_F32,  /* reference: exact, 4 bytes per value */
+    SPLASH_KV_BF16,
+    SPLASH_KV_INT8, /* symmetric, one fp32 scale per (token, head) */
+} splash_kv_format;
+
+typedef struct splash_model_options {
+    const char *device;       /* "cpu" (default) or "cuda" */
+    int threads;              /* CPU threads; 0 = all cores */
+    int max_rows;             /* most rows in one forward call (scratch is sized for it) */
+    int max_lanes;            /* most lanes in one forward call */
+    splash_kv_format kv_format;
+    int n_taps;               /* target layers whose outputs the draft reads */
+    const int *tap_layers;
+} splash_model_options;
+
+/* What the model needs from the runtime. */
+typedef struct splash_model_needs {
+    int page_tokens;          /* tokens per KV page */
+    size_t page_bytes;        /* bytes of one KV page (all attention layers) */
+    size_t state_bytes;       /* bytes of one recurrent-state slot */
+    size_t weight_bytes;      /* weights resident for this model */
+    size_t scratch_bytes;     /* scratch for max_rows / max_lanes */
+    int vocab;                /* logits per row */
+    int hidden;               /* width of tap / embedding rows */
+    int max_positions;
+} splash_model_needs;
+
+/* Row flags. */
+enum {
+    SPLASH_ROW_LOGITS = 1u << 0, /* write this row's logits */
+    SPLASH_ROW_TAPS = 1u << 1,   /* write this row's tap hidden states */
+};
+
+typedef struct splash_row {
+    int32_t token;        /* token id; ignored when embed is set */
+    int32_t pos[3];       /* rotary position (t, h, w); text rows: all equal */
+    uint32_t flags;       /* SPLASH_ROW_* */
+    const float *embed;   /* embedding override [hidden] (images), or NULL */
+} splash_row;
+
+/* Lane modes. */
+enum {
+    /* Rows are committed as they run: KV written at n_past.., state advanced. */
+    SPLASH_LANE_PREFILL = 0,
+    /* Rows are candidates: KV written at n_past.., the state is NOT advanced;
+     * each row sees the state after the rows before it.  splash_model_commit
+     * then keeps the first n rows.  Every row's numbers are bit-identical to
+     * running the same tokens one PREFILL row at a time. */
+    SPLASH_LANE_VERIFY = 1,
+};
+
+typedef struct splash_lane {
+    int slot;              /* recurrent-state slot */
+    int n_past;            /* tokens already in this lane's KV and state */
+    int first_row, n_rows; /* this lane's rows: batch rows [first_row, first_row+n_rows) */
+    const int32_t *pages;  /* page table: page ids for KV positions [0, n_pages*page_tokens) */
+    int n_pages;
+    int mode;              /* SPLASH_LANE_* */
+} splash_lane;
+
+typedef struct splash_batch {
+    int n_lanes, n_rows;
+    const splash_lane *lanes; /* lanes' rows are contiguous and in lane order */
+    const splash_row *rows;
+    float *logits;            /* out [rows with LOGITS, vocab], in row order */
+    float *taps;              /* out [rows with TAPS, n_taps, hidden] */
+} splash_batch;
+
+/* Loads the model of a package onto a device. */
+int splash_model_load(splash_package *pkg, const splash_model_options *opt, splash_model **out,
+                      splash_error *err);
+void splash_model_free(splash_model *m);
+const splash_model_needs *splash_model_get_needs(const splash_model *m);
+
+/* Hands the runtime-owned memory to the model.  kv_pages: n_pages *
+ * page_bytes; states: n_slots * state_bytes (device memory of the model's
+ * backend). */
+int splash_model_attach_memory(splash_model *m, void *kv_pages, int n_pages, void *states, int n_slots,
+                               splash_error *err);
+/* Allocates memory of the model's backend (host memory on the CPU).  The
+ * runtime calls it for the pool, slots and snapshots; free with _free_memory. */
+void *splash_model_alloc_memory(splash_model *m, size_t bytes);
+void splash_model_free_memory(splash_model *m, void *p);
+
+/* Zeroes a slot's recurrent state (a new sequence). */
+int splash_model_reset_slot(splash_model *m, int slot);
+
+/* Runs one ragged batch.  Fails (without touching any state) on invalid input:
+ * token out of range, too many rows, a page table too short, etc. */
+int splash_model_forward(splash_model *m, const splash_batch *b, splash_error *err);
+
+/* After a VERIFY forward of a lane on `slot`: advance its state by the first
+ * n_accepted rows (0 <= n_accepted <= the lane's n_rows).  The runtime adds
+ * n_accepted to the lane's n_past; KV of the other rows is simply ignored. */
+int splash_model_commit(splash_model *m, int slot, int n_accepted, splash_error *err);
+
+/* Copies a slot's recurrent state to / from a snapshot buffer of state_bytes
+ * (allocated with splash_model_alloc_memory). */
+int splash_model_snapshot(splash_model *m, int slot, void *dst);
+int splash_model_restore(splash_model *m, int slot, const void *src);
+
+#endif
