@@ -24,6 +24,10 @@ Fixtures written under DIR (one folder each):
                    affine 4-bit group 64 (see MLX notes below); reference logits from the
                    dequantised weights.
 
+Token ids: dense fixtures use T random ids from SEED; the MoE fixtures use the one of
+1024 random candidate sequences whose smallest router top-k logit gap is largest (so no
+expert choice of the reference is a near-tie).
+
 Each folder: config.json, model.safetensors, ref.json, ref_logits.f32 (float32
 little-endian, row-major [T, vocab]: logits at every position of one full-prefill
 forward over ref.json's token_ids) and tensors.txt (name, dtype, shape of every tensor).
@@ -403,7 +407,7 @@ class RouterMargin:
 
 
 @torch.no_grad()
-def pick_moe_ids(model, device, n_cand=256, seed=None):
+def pick_moe_ids(model, device, n_cand=1024, seed=None):
     """Among n_cand random token sequences pick the one whose smallest router top-k logit
     gap (over all tokens and layers) is largest, so that the expert choice of the
     reference is not a near-tie."""
