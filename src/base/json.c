@@ -71,6 +71,7 @@ void json_free(json_value *v) {
     free(v->items);
     free(v->keys);
     free(v->key_lens);
+    free(v->index);
     free(v->str);
     free(v);
 }
@@ -122,18 +123,61 @@ static void grow(json_value *v, int with_keys) {
     }
 }
 
-static void obj_setn(json_value *obj, const char *key, size_t klen, json_value *val) {
-    for (size_t i = 0; i < obj->count; i++) {
-        if (obj->key_lens[i] == klen && !memcmp(obj->keys[i], key, klen)) {
-            json_free(obj->items[i]);
-            obj->items[i] = val;
-            return;
+/* FNV-1a over the key bytes. */
+static uint32_t key_hash(const char *key, size_t klen) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < klen; i++) h = (h ^ (unsigned char)key[i]) * 16777619u;
+    return h;
+}
+
+#define INDEX_FROM 16 /* objects with more keys than this get a hash index */
+
+static void index_insert(json_value *obj, size_t pos) {
+    size_t mask = obj->index_cap - 1;
+    size_t i = key_hash(obj->keys[pos], obj->key_lens[pos]) & mask;
+    while (obj->index[i]) i = (i + 1) & mask;
+    obj->index[i] = (uint32_t)(pos + 1);
+}
+
+static void index_rebuild(json_value *obj) {
+    size_t cap = 64;
+    while (cap < obj->count * 2 + 2) cap *= 2;
+    free(obj->index);
+    obj->index = xcalloc(cap, sizeof *obj->index);
+    obj->index_cap = cap;
+    for (size_t i = 0; i < obj->count; i++) index_insert(obj, i);
+}
+
+/* Position of key in obj, or -1. */
+static long obj_find(const json_value *obj, const char *key, size_t klen) {
+    if (obj->index_cap) {
+        size_t mask = obj->index_cap - 1;
+        for (size_t i = key_hash(key, klen) & mask; obj->index[i]; i = (i + 1) & mask) {
+            size_t pos = obj->index[i] - 1;
+            if (obj->key_lens[pos] == klen && !memcmp(obj->keys[pos], key, klen)) return (long)pos;
         }
+        return -1;
+    }
+    for (size_t i = 0; i < obj->count; i++)
+        if (obj->key_lens[i] == klen && !memcmp(obj->keys[i], key, klen)) return (long)i;
+    return -1;
+}
+
+static void obj_setn(json_value *obj, const char *key, size_t klen, json_value *val) {
+    long pos = obj_find(obj, key, klen);
+    if (pos >= 0) {
+        json_free(obj->items[pos]);
+        obj->items[pos] = val;
+        return;
     }
     grow(obj, 1);
     obj->keys[obj->count] = xstrndup(key, klen);
     obj->key_lens[obj->count] = klen;
     obj->items[obj->count++] = val;
+    if (obj->count > INDEX_FROM) {
+        if (obj->count * 2 + 2 > obj->index_cap) index_rebuild(obj);
+        else index_insert(obj, obj->count - 1);
+    }
 }
 
 void json_obj_set(json_value *obj, const char *key, json_value *val) { obj_setn(obj, key, strlen(key), val); }
@@ -159,10 +203,8 @@ json_value *json_clone(const json_value *v) {
 
 json_value *json_get(const json_value *obj, const char *key) {
     if (!obj || obj->type != JSON_OBJECT) return NULL;
-    size_t klen = strlen(key);
-    for (size_t i = 0; i < obj->count; i++)
-        if (obj->key_lens[i] == klen && !memcmp(obj->keys[i], key, klen)) return obj->items[i];
-    return NULL;
+    long pos = obj_find(obj, key, strlen(key));
+    return pos >= 0 ? obj->items[pos] : NULL;
 }
 
 json_value *json_at(const json_value *arr, size_t i) {

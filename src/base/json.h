@@ -40,6 +40,10 @@ struct json_value {
     json_value **items; /* array elements or object values */
     char **keys;        /* object keys (NUL-terminated UTF-8) */
     size_t *key_lens;
+    uint32_t *index;    /* objects with many keys: open-addressing hash of
+                           key -> position+1, so building and lookup stay
+                           linear (tokenizer.json has 150K-key objects) */
+    size_t index_cap;   /* power of two, or 0 while the object is small */
 };
 
 #define JSON_DEFAULT_MAX_DEPTH 128

@@ -96,6 +96,27 @@ static void test_getters(void **state) {
     json_free(v);
 }
 
+/* Large objects are indexed: building and lookup must stay linear, and
+ * duplicate keys must still resolve to the last value. */
+static void test_large_object(void **state) {
+    (void)state;
+    enum { N = 200000 };
+    strbuf sb;
+    sb_init(&sb);
+    sb_putc(&sb, '{');
+    for (int i = 0; i < N; i++) sb_printf(&sb, "%s\"k%d\":%d", i ? "," : "", i, i);
+    sb_puts(&sb, ",\"k7\":-7}");
+    json_value *v = json_parse(sb.data, sb.len, 8, NULL, 0);
+    sb_free(&sb);
+    assert_non_null(v);
+    assert_int_equal(v->count, N);
+    assert_int_equal(json_get_int(v, "k7", 0), -7);
+    assert_int_equal(json_get_int(v, "k199999", 0), 199999);
+    assert_null(json_get(v, "k200000"));
+    assert_string_equal(v->keys[N - 1], "k199999");
+    json_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_compact_keeps_lexemes_and_order),
@@ -104,6 +125,7 @@ int main(void) {
         cmocka_unit_test(test_duplicate_keys_last_wins),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_getters),
+        cmocka_unit_test(test_large_object),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
