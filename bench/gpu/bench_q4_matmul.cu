@@ -1,0 +1,463 @@
+/* bench_q4_matmul.cu - speed of the CUDA q4 product at the 27B's shapes,
+ * against the measured copy bandwidth of the card.
+ *
+ * Method (../shared/spec/performance.md): random weights made on the device in
+ * the tiled layout (the bytes are what matter), rotating among enough weight
+ * buffers that each pass reads at least 1 GiB (the H200's L2 is ~50-60 MB), x
+ * random.  Each figure is the median of 60 launches timed one by one with CUDA
+ * events, after 5 warm-up launches; a spin kernel in front lets the host queue
+ * all 60 so that host launch cost is not counted.  "graph" is the same
+ * launches captured in a CUDA graph, time per launch (the decode cycle runs as
+ * a graph).  Bytes counted: the tiled matrix, which is exactly the canonical
+ * q4 bytes (0.5625 B per weight) when rows % 16 == 0; x (4 B per column per x
+ * row, L2-resident) and y are not counted: 0.9% of q_proj's bytes at M = 16,
+ * 11% of k_proj's.
+ *
+ * Ceilings: device-to-device cudaMemcpy (read + write bytes over time) and a
+ * read-only streaming kernel.
+ *
+ * Usage: bench_q4_matmul [--sweep] [--csv FILE]
+ *   --sweep  also times every compiled config per (shape, M) (30 launches
+ *            each, output checked against the preset's), selects one ksplit
+ *            per shape and the fastest config per M class, prints that as
+ *            kPresets lines and reports the table for it; --csv writes all
+ *            timings there.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/q4_matmul.h"
+
+#define NRUN 60       /* timed launches per figure */
+#define NRUN_SWEEP 30 /* per config of the sweep */
+#define NWARM 5
+
+/* ---- helper kernels ---- */
+
+__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
+    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)(z ^ (z >> 31));
+}
+
+/* Fills `nbuf` tiled matrices of `bytes` each: random codes, finite bf16
+ * scales/biases. */
+__global__ void fill_weights(uint32_t *pool, size_t words_per_buf, size_t code_words, size_t nbuf, uint32_t seed) {
+    const size_t n = words_per_buf * nbuf;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = hash32(i, seed);
+        if (i % words_per_buf < code_words) {
+            pool[i] = h;
+        } else { /* two bf16 in (-0.05, 0.05) */
+            const float a = ((h & 0xFFFF) / 65536.f - 0.5f) * 0.1f, b = ((h >> 16) / 65536.f - 0.5f) * 0.1f;
+            pool[i] = (__float_as_uint(a) >> 16) | (__float_as_uint(b) & 0xFFFF0000u);
+        }
+    }
+}
+
+__global__ void fill_x(float *x, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] = (hash32(i, seed) >> 8) / 8388608.f - 1.f;
+}
+
+__global__ void spin(long long ns) {
+    long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+__global__ void empty_kernel(void) {}
+
+__global__ void read_stream(const uint4 *p, size_t n, uint32_t *sink) {
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint4 v;
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p + i));
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) *sink = acc;
+}
+
+/* ---- timing ---- */
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static cudaEvent_t ev[2 * NRUN];
+static cudaStream_t g_stream = 0; /* where launch functions enqueue (capture stream while timing a graph) */
+
+typedef int (*LaunchFn)(void *ctx, int i);
+
+/* Median of n launches, each between its own pair of events, in us. */
+static float time_launches_n(LaunchFn fn, void *ctx, float *spread, int n) {
+    for (int i = 0; i < NWARM; i++)
+        if (fn(ctx, i)) return -1;
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    spin<<<1, 1>>>(40000LL * n); /* 40 us a launch: the host queues everything behind it */
+    for (int i = 0; i < n; i++) {
+        SPLASH_CUDA_CHECK(cudaEventRecord(ev[2 * i]));
+        if (fn(ctx, NWARM + i)) return -1;
+        SPLASH_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1]));
+    }
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    float t[NRUN];
+    for (int i = 0; i < n; i++) {
+        SPLASH_CUDA_CHECK(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
+        t[i] *= 1000.f;
+    }
+    qsort(t, n, sizeof(float), cmp_float);
+    if (spread) *spread = t[n * 9 / 10] - t[n / 10];
+    return t[n / 2];
+}
+
+static float time_launches(LaunchFn fn, void *ctx, float *spread) { return time_launches_n(fn, ctx, spread, NRUN); }
+
+/* Per-launch time of `n` launches captured in one graph (median of 15 replays). */
+static float time_graph(LaunchFn fn, void *ctx, int n) {
+    cudaStream_t s;
+    SPLASH_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    SPLASH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    g_stream = s;
+    int bad = 0;
+    for (int i = 0; i < n; i++) bad |= fn(ctx, i);
+    g_stream = 0;
+    SPLASH_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    if (bad) return -1;
+    SPLASH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    float t[15];
+    for (int w = 0; w < 2; w++) SPLASH_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    for (int i = 0; i < 15; i++) {
+        SPLASH_CUDA_CHECK(cudaEventRecord(ev[0], s));
+        SPLASH_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        SPLASH_CUDA_CHECK(cudaEventRecord(ev[1], s));
+        SPLASH_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        SPLASH_CUDA_CHECK(cudaEventElapsedTime(&t[i], ev[0], ev[1]));
+        t[i] *= 1000.f / n;
+    }
+    qsort(t, 15, sizeof(float), cmp_float);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+    return t[7];
+}
+
+/* ---- the product under test ---- */
+
+typedef struct {
+    uint8_t *pool;
+    size_t buf_bytes;
+    int nbuf, rows, cols;
+    splash_q4_xprep *xp;
+    float *y;
+    const splash_q4_config *cfg; /* NULL: preset */
+} MatCtx;
+
+static int launch_mat(void *p, int i) {
+    MatCtx *c = (MatCtx *)p;
+    splash_q4_matrix m;
+    splash_q4_matrix_init(&m, c->pool + (size_t)(i % c->nbuf) * c->buf_bytes, c->rows, c->cols);
+    int rc = c->cfg ? splash_q4_matmul_cfg(&m, c->xp, c->y, c->cfg, (struct CUstream_st *)g_stream)
+                    : splash_q4_matmul(&m, c->xp, c->y, (struct CUstream_st *)g_stream);
+    return rc;
+}
+
+typedef struct {
+    splash_q4_xprep *xp;
+    const float *x;
+    int M, cols;
+} PrepCtx;
+
+static int launch_prep(void *p, int i) {
+    (void)i;
+    PrepCtx *c = (PrepCtx *)p;
+    return splash_q4_prep_x(c->xp, c->x, c->M, c->cols, c->cols, (struct CUstream_st *)g_stream);
+}
+
+static int launch_empty(void *p, int i) {
+    (void)p, (void)i;
+    empty_kernel<<<1, 32, 0, g_stream>>>();
+    return cudaGetLastError() != cudaSuccess;
+}
+
+typedef struct {
+    void *a, *b;
+    size_t bytes;
+} CopyCtx;
+
+static int launch_copy(void *p, int i) {
+    (void)i;
+    CopyCtx *c = (CopyCtx *)p;
+    return cudaMemcpyAsync(c->b, c->a, c->bytes, cudaMemcpyDeviceToDevice, g_stream) != cudaSuccess;
+}
+
+typedef struct {
+    const uint4 *p;
+    size_t n;
+    uint32_t *sink;
+    int blocks;
+} ReadCtx;
+
+static int launch_read(void *p, int i) {
+    (void)i;
+    ReadCtx *c = (ReadCtx *)p;
+    read_stream<<<c->blocks, 512, 0, g_stream>>>(c->p, c->n, c->sink);
+    return cudaGetLastError() != cudaSuccess;
+}
+
+/* ---- main ---- */
+
+typedef struct {
+    const char *name;
+    int rows, cols;
+} Shape;
+
+static const Shape kShapes[] = {
+    {"attn.q_proj", 12288, 5120}, {"attn.k/v_proj", 1024, 5120}, {"attn.o_proj", 5120, 6144},
+    {"gdn.in_proj_qkv", 10240, 5120}, {"gdn.in_proj_z", 6144, 5120}, {"gdn.out_proj", 5120, 6144},
+    {"ffn.gate/up", 17408, 5120}, {"ffn.down", 5120, 17408}, {"lm_head", 248320, 5120},
+};
+#define NSHAPES (int)(sizeof kShapes / sizeof kShapes[0])
+static const int kMs[] = {1, 2, 4, 8, 16};
+#define NMS 5
+
+typedef struct {
+    float us, spread, graph_us; /* the reported config */
+    float preset_us;            /* the preset compiled in, same method */
+    splash_q4_config cfg;
+    double bytes;
+} Row;
+
+/* The sweep: every compiled (r, u, stages) x warps x ksplit. */
+static const int kVariants[][3] = {{1, 4, 0}, {1, 8, 0}, {2, 2, 0}, {2, 4, 0}, {2, 8, 0}, {4, 2, 0},
+                                   {4, 4, 0}, {1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 2, 1}};
+#define NVAR (int)(sizeof kVariants / sizeof kVariants[0])
+static const int kSweepWarps[] = {2, 4, 8}, kSweepKs[] = {1, 2, 4, 8};
+#define NCAND (NVAR * 3 * 4)
+
+typedef struct {
+    splash_q4_config c;
+    float us[NMS]; /* < 0: not valid for the shape, or wrong output */
+} Cand;
+
+static splash_q4_config cand_config(int i) {
+    splash_q4_config c = {kVariants[i / 12][0], kVariants[i / 12][1], kVariants[i / 12][2], kSweepWarps[(i / 4) % 3],
+                          kSweepKs[i % 4]};
+    return c;
+}
+
+/* One ksplit for the shape (results must not depend on M), then per M class
+ * the fastest config: class 0 by the mean over M = 1, 2, 4, class 1 at M = 8,
+ * class 2 at M = 16; the ksplit minimising the sum of the three. */
+static int select_presets(const Cand *cand, int *ks_out, splash_q4_config out[3]) {
+    float best_score = 1e30f;
+    int found = 0;
+    for (int ki = 0; ki < 4; ki++) {
+        float b[3] = {1e30f, 1e30f, 1e30f};
+        int bi[3] = {-1, -1, -1};
+        for (int i = 0; i < NCAND; i++) {
+            const Cand *c = &cand[i];
+            if (c->c.ksplit != kSweepKs[ki]) continue;
+            if (c->us[0] > 0 && c->us[1] > 0 && c->us[2] > 0) {
+                const float v = (c->us[0] + c->us[1] + c->us[2]) / 3;
+                if (v < b[0]) b[0] = v, bi[0] = i;
+            }
+            if (c->us[3] > 0 && c->us[3] < b[1]) b[1] = c->us[3], bi[1] = i;
+            if (c->us[4] > 0 && c->us[4] < b[2]) b[2] = c->us[4], bi[2] = i;
+        }
+        if (bi[0] < 0 || bi[1] < 0 || bi[2] < 0) continue;
+        if (b[0] + b[1] + b[2] < best_score) {
+            best_score = b[0] + b[1] + b[2];
+            *ks_out = kSweepKs[ki];
+            for (int k = 0; k < 3; k++) out[k] = cand[bi[k]].c;
+            found = 1;
+        }
+    }
+    return found;
+}
+
+int main(int argc, char **argv) {
+    int sweep = 0;
+    const char *csv_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--sweep] [--csv FILE]\n", argv[0]);
+            return 2;
+        }
+    }
+    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+    if (csv) fprintf(csv, "shape,rows,cols,M,r,u,stages,warps,ksplit,us,spread_us,GBps,ok\n");
+
+    cudaDeviceProp prop;
+    SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB, %.0f GB memory\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9);
+    for (int i = 0; i < 2 * NRUN; i++) SPLASH_CUDA_CHECK(cudaEventCreate(&ev[i]));
+
+    /* Ceilings. */
+    const size_t cbytes = (size_t)1 << 30;
+    CopyCtx cc;
+    cc.bytes = cbytes;
+    SPLASH_CUDA_CHECK(cudaMalloc(&cc.a, cbytes));
+    SPLASH_CUDA_CHECK(cudaMalloc(&cc.b, cbytes));
+    fill_x<<<4096, 256>>>((float *)cc.a, cbytes / 4, 1);
+    fill_x<<<4096, 256>>>((float *)cc.b, cbytes / 4, 2);
+    float sp;
+    const float copy_us = time_launches(launch_copy, &cc, &sp);
+    const double copy_gbs = 2.0 * cbytes / (copy_us * 1e3);
+    ReadCtx rc = {(const uint4 *)cc.a, cbytes / 16, NULL, prop.multiProcessorCount * 4};
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&rc.sink, 4));
+    const float read_us = time_launches(launch_read, &rc, NULL);
+    const double read_gbs = cbytes / (read_us * 1e3);
+    const float empty_us = time_launches(launch_empty, NULL, NULL);
+    printf("copy (D2D 1 GiB, read+write): %.0f GB/s (%.1f us, p10-p90 %.1f us)\n", copy_gbs, copy_us, sp);
+    printf("read-only stream (1 GiB): %.0f GB/s; empty kernel between events: %.2f us\n", read_gbs, empty_us);
+    cudaFree(cc.a);
+    cudaFree(cc.b);
+
+    Row rows[NSHAPES][NMS];
+    memset(rows, 0, sizeof rows);
+    float prep_us[NMS];
+    static Cand cand[NCAND];
+    char preset_lines[NSHAPES][256];
+    memset(preset_lines, 0, sizeof preset_lines);
+
+    for (int si = 0; si < NSHAPES; si++) {
+        const Shape *sh = &kShapes[si];
+        if (si == 5) { /* out_proj has o_proj's shape: same figures */
+            memcpy(rows[si], rows[2], sizeof rows[si]);
+            continue;
+        }
+        const size_t bytes = (splash_q4_tiled_bytes(sh->rows, sh->cols) + 255) & ~(size_t)255;
+        int nbuf = (int)(((size_t)1 << 30) / bytes) + 1;
+        if (nbuf < 2) nbuf = 2;
+        MatCtx mc;
+        mc.buf_bytes = bytes, mc.nbuf = nbuf, mc.rows = sh->rows, mc.cols = sh->cols;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&mc.pool, bytes * nbuf));
+        fill_weights<<<4096, 256>>>((uint32_t *)mc.pool, bytes / 4, splash_q4_tiled_codes_bytes(sh->rows, sh->cols) / 4,
+                                    nbuf, 1234u + si);
+        float *x;
+        void *xmem;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * 16 * sh->cols));
+        fill_x<<<64, 256>>>(x, 16 * (size_t)sh->cols, 99u + si);
+        SPLASH_CUDA_CHECK(cudaMalloc(&xmem, splash_q4_xprep_bytes(sh->cols)));
+        splash_q4_xprep xp;
+        splash_q4_xprep_init(&xp, xmem, sh->cols);
+        mc.xp = &xp;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&mc.y, sizeof(float) * 16 * sh->rows));
+        float *yref = (float *)malloc(sizeof(float) * 16 * sh->rows), *ytry = (float *)malloc(sizeof(float) * 16 * sh->rows);
+        for (int i = 0; i < NCAND; i++) {
+            cand[i].c = cand_config(i);
+            for (int mi = 0; mi < NMS; mi++) cand[i].us[mi] = -1;
+        }
+        for (int mi = 0; mi < NMS; mi++) {
+            const int M = kMs[mi];
+            PrepCtx pc = {&xp, x, M, sh->cols};
+            const float pu = time_launches(launch_prep, &pc, NULL);
+            if (si == 0) prep_us[mi] = pu;
+            Row *rw = &rows[si][mi];
+            rw->bytes = (double)splash_q4_tiled_bytes(sh->rows, sh->cols);
+            splash_q4_config_pick(sh->rows, sh->cols, M, &rw->cfg);
+            mc.cfg = NULL;
+            rw->preset_us = rw->us = time_launches(launch_mat, &mc, &rw->spread);
+            /* the preset's output (buffer 0) is the reference for the sweep */
+            launch_mat(&mc, 0);
+            SPLASH_CUDA_CHECK(cudaMemcpy(yref, mc.y, sizeof(float) * M * sh->rows, cudaMemcpyDeviceToHost));
+            if (csv)
+                fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%.2f,%.2f,%.1f,preset\n", sh->name, sh->rows, sh->cols, M,
+                        rw->cfg.r, rw->cfg.u, rw->cfg.stages, rw->cfg.warps, rw->cfg.ksplit, rw->us, rw->spread,
+                        rw->bytes / (rw->us * 1e3));
+            if (!sweep) continue;
+            for (int ci = 0; ci < NCAND; ci++) {
+                splash_q4_config c = cand[ci].c;
+                if (splash_q4_config_check(&c, sh->rows, sh->cols)) continue;
+                mc.cfg = &c;
+                float spr;
+                const float us = time_launches_n(launch_mat, &mc, &spr, NRUN_SWEEP);
+                launch_mat(&mc, 0);
+                SPLASH_CUDA_CHECK(cudaMemcpy(ytry, mc.y, sizeof(float) * M * sh->rows, cudaMemcpyDeviceToHost));
+                double num = 0, den = 0;
+                for (size_t k = 0; k < (size_t)M * sh->rows; k++) {
+                    const double d = (double)ytry[k] - yref[k];
+                    num += d * d, den += (double)yref[k] * yref[k];
+                }
+                const int ok = us > 0 && sqrt(num / den) < 1e-5;
+                if (ok) cand[ci].us[mi] = us;
+                if (csv)
+                    fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%.2f,%.2f,%.1f,%s\n", sh->name, sh->rows, sh->cols, M, c.r,
+                            c.u, c.stages, c.warps, c.ksplit, us, spr, rw->bytes / (us * 1e3), ok ? "ok" : "BAD");
+            }
+            mc.cfg = NULL;
+        }
+        splash_q4_config sel[3];
+        int ks = 0;
+        const int have_sel = sweep && select_presets(cand, &ks, sel);
+        if (have_sel)
+            snprintf(preset_lines[si], sizeof preset_lines[si],
+                     "    {%d, %d, %d, {{%d, %d, %d, %d, 0}, {%d, %d, %d, %d, 0}, {%d, %d, %d, %d, 0}}}, /* %s */",
+                     sh->rows, sh->cols, ks, sel[0].r, sel[0].u, sel[0].stages, sel[0].warps, sel[1].r, sel[1].u,
+                     sel[1].stages, sel[1].warps, sel[2].r, sel[2].u, sel[2].stages, sel[2].warps, sh->name);
+        /* the reported figures: the selected config (or the preset), full method */
+        for (int mi = 0; mi < NMS; mi++) {
+            const int M = kMs[mi];
+            Row *rw = &rows[si][mi];
+            PrepCtx pc = {&xp, x, M, sh->cols};
+            launch_prep(&pc, 0);
+            splash_q4_config c = rw->cfg;
+            if (have_sel) {
+                c = sel[M <= 4 ? 0 : M <= 8 ? 1 : 2];
+                c.ksplit = ks;
+                rw->cfg = c;
+                mc.cfg = &c;
+                rw->us = time_launches(launch_mat, &mc, &rw->spread);
+            }
+            rw->graph_us = time_graph(launch_mat, &mc, nbuf < 20 ? nbuf : 20);
+            mc.cfg = NULL;
+        }
+        free(yref);
+        free(ytry);
+        cudaFree(mc.pool);
+        cudaFree(x);
+        cudaFree(xmem);
+        cudaFree(mc.y);
+    }
+    if (csv) fclose(csv);
+
+    printf("\nprep_x (x -> scaled fp16 hi/lo + group sums, 5120 cols): ");
+    for (int mi = 0; mi < NMS; mi++) printf("M=%d %.2f us  ", kMs[mi], prep_us[mi]);
+    printf("\n");
+    if (sweep) {
+        printf("\npresets selected by the sweep (for kPresets in q4_matmul.cu):\n");
+        for (int si = 0; si < NSHAPES; si++)
+            if (preset_lines[si][0]) printf("%s\n", preset_lines[si]);
+    }
+    printf("\nq4 product, %s; copy ceiling %.0f GB/s, read-only %.0f GB/s\n",
+           sweep ? "configs selected by the sweep" : "preset configs", copy_gbs, read_gbs);
+    printf("| shape | rows x cols | M | config (r u s w k) | time us (events, median) | p10-p90 us | us in a graph | "
+           "GB/s weights | of copy bw | vs M=1 | compiled preset us |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int si = 0; si < NSHAPES; si++)
+        for (int mi = 0; mi < NMS; mi++) {
+            const Row *rw = &rows[si][mi];
+            const double gbs = rw->bytes / (rw->us * 1e3);
+            printf("| %s | %dx%d | %d | %d %d %d %d %d | %.2f | %.2f | %.2f | %.0f | %.1f%% | %.2fx | %.2f |\n",
+                   kShapes[si].name, kShapes[si].rows, kShapes[si].cols, kMs[mi], rw->cfg.r, rw->cfg.u, rw->cfg.stages,
+                   rw->cfg.warps, rw->cfg.ksplit, rw->us, rw->spread, rw->graph_us, gbs, 100.0 * gbs / copy_gbs,
+                   rw->us / rows[si][0].us, rw->preset_us);
+        }
+    return 0;
+}

@@ -1,0 +1,635 @@
+/* q4_matmul.cu - q4 matrix-vector and small-M (1..16 rows) products for decode
+ * and verify, on the tiled layout described in q4_matmul.h.
+ *
+ * Why it is shaped so.  Decode and verify are bound by the weight bytes read
+ * (0.5625 B per weight), so everything serves one goal: keep enough 16-byte
+ * loads of codes in flight to saturate HBM while the arithmetic hides under
+ * them, for 1 row of x as for 16.
+ *
+ * - Tensor cores (mma.sync m16n8k16, fp16 in, fp32 accumulate) do the dot
+ *   products, because at M = 16 plain fp32 FMAs would need ~2x the FP32 rate
+ *   of the chip to keep up with HBM.  The A operand is 16 weight rows x 16
+ *   columns of *exact* codes q (0..15 made fp16 by the magic-number trick: one
+ *   LOP3 and one f16x2 add/fma per two codes, done once per (tile, group) and
+ *   shared by every product that uses them).  The B operand is x split into
+ *   fp16 hi and lo parts after scaling each x row by a power of two (so the
+ *   largest |x| sits just under 2^14): ~22 bits of x, fp32-grade results.
+ * - The group affine is applied per (row, x row, group) in fp32 on the
+ *   accumulator: y += scale * sum_g(q x) + bias * sum_g(x), with sum_g(x)
+ *   precomputed once per activation (splash_q4_prep_x); the power of two is
+ *   taken out when y is stored.
+ * - M <= 4: hi and lo are two B columns of one product (one mma per 16x16).
+ *   M <= 8 / 16: hi and lo are two products, one or two n-tiles of 8 x rows.
+ *   Either way hi and lo are added outside the tensor core in the same order,
+ *   so a row's result does not depend on M.
+ * - A warp owns R row tiles (16 rows each) and a slice of the groups, U groups
+ *   per step.  Weights stream straight into registers, L1 bypassed: all R*U
+ *   16-byte loads of a step are issued before any is used (stages = 0), or
+ *   the next step's loads are issued before this step is computed (stages = 1,
+ *   two register buffers).  A per-lane cp.async ring in shared memory was
+ *   tried and measured 2-3x slower (NOTES.md).  x (small, L1-resident) is read
+ *   per group and reused R times; the warps of a block share the column slice,
+ *   hence x in L1.
+ * - Column split: a cluster of `ksplit` blocks (grid.x) covers the same rows,
+ *   each a contiguous slice of the groups; partial sums meet in distributed
+ *   shared memory and each block adds up 1/ksplit of the rows in rank order
+ *   (deterministic, no atomics, no workspace).
+ *
+ * C++ used: templates (the tile shape per instantiation), nothing from the
+ * STL.  Shapes enter as kernel arguments; the per-shape choice of
+ * instantiation is the preset table at the bottom (measured, see NOTES.md).
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/q4_matmul.h"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int kTileBytes = 512; /* codes of one (row tile, group) */
+constexpr int kSbBytes = 64;    /* scales + biases of one (row tile, group) */
+constexpr int kMaxWarps = 8;
+constexpr int kMaxKsplit = 8;
+
+struct Params {
+    const uint8_t *codes;   /* [tiles][groups][512] */
+    const uint8_t *sb;      /* [tiles][groups][64] */
+    const uint16_t *xhi;    /* fp16 [16][cols], x * 2^k */
+    const uint16_t *xlo;    /* fp16 [16][cols] */
+    const float *gsum;      /* [groups][16], of x * 2^k */
+    const float *inv_scale; /* [16] 2^-k */
+    float *y;               /* [M][rows] */
+    int rows, tiles, groups, cols, M, ksplit;
+};
+
+/* ---- small device helpers ------------------------------------------------ */
+
+/* Weight stream: read once, so keep it out of L1 (x lives there). */
+__device__ __forceinline__ uint4 ld_stream16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint2 ld_stream8(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+/* One 32-bit word of codes (nibbles at bits 4s and 16+4s, s = 0..3) -> four
+ * f16x2 registers of exact q: a[s] = (q at bit 4s, q at bit 16+4s). */
+__device__ __forceinline__ void dequant_word(uint32_t w, uint32_t (&a)[4]) {
+    const uint32_t w8 = w >> 8;
+    uint32_t t0, t1, t2, t3;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t0) : "r"(w), "n"(0x000F000F), "n"(0x64006400));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t1) : "r"(w), "n"(0x00F000F0), "n"(0x64006400));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t2) : "r"(w8), "n"(0x000F000F), "n"(0x64006400));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t3) : "r"(w8), "n"(0x00F000F0), "n"(0x64006400));
+    /* 1024 + q  -> q;   1024 + 16q -> (1024 + 16q) / 16 - 64 = q */
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(a[0]) : "r"(t0), "r"(0x64006400));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(a[1]) : "r"(t1), "r"(0x2C002C00), "r"(0xD400D400));
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(a[2]) : "r"(t2), "r"(0x64006400));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(a[3]) : "r"(t3), "r"(0x2C002C00), "r"(0xD400D400));
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xFFFF0000u); }
+
+/* The A operand of one (row tile, group): lane (g, t) holds in c.x/c.y row
+ * g's columns 16t..16t+15 of the group and in c.z/c.w row g+8's, in the nibble
+ * order the repack chose: step j (columns 16t+4j..+3) takes a[j>>1][2(j&1)]
+ * and [2(j&1)+1] from row g's word and the same from row g+8's. */
+struct ATile {
+    uint32_t a[4][4]; /* [word x, y, z, w][s] */
+};
+__device__ __forceinline__ void dequant_tile(ATile &A, uint4 c) {
+    dequant_word(c.x, A.a[0]);
+    dequant_word(c.y, A.a[1]);
+    dequant_word(c.z, A.a[2]);
+    dequant_word(c.w, A.a[3]);
+}
+/* d += A * B over the group's 4 k-steps; b[2j], b[2j+1] = x columns 16t+4j.. */
+__device__ __forceinline__ void tile_products(float (&d)[4], const ATile &A, const uint32_t (&b)[8]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int w = j >> 1, s = 2 * (j & 1);
+        mma16816(d, A.a[w][s], A.a[2 + w][s], A.a[w][s + 1], A.a[2 + w][s + 1], b[2 * j], b[2 * j + 1]);
+    }
+}
+
+__device__ __forceinline__ void load_x16(uint32_t (&b)[8], const uint16_t *p) {
+    const uint4 v0 = __ldg(reinterpret_cast<const uint4 *>(p));
+    const uint4 v1 = __ldg(reinterpret_cast<const uint4 *>(p) + 1);
+    b[0] = v0.x, b[1] = v0.y, b[2] = v0.z, b[3] = v0.w;
+    b[4] = v1.x, b[5] = v1.y, b[6] = v1.z, b[7] = v1.w;
+}
+
+/* ---- the kernel ------------------------------------------------------------ */
+
+/* MODE 0: M <= 4, B column n = 2m + (lo?1:0).  MODE 1: M <= 8*NT, B column n
+ * = m - 8*nt, hi and lo as separate products.  acc[r][nt][c] follows the mma
+ * C layout: c = 0,1 row g (x rows 2t, 2t+1 of the n-tile), c = 2,3 row g+8;
+ * in MODE 0 only c = 0 (row g) and c = 2 (row g+8) are used, x row t.
+ * Rows of x beyond M up to the mode's 4 / 8 / 16 are zeros (prep writes them),
+ * so every lane loads its x unconditionally. */
+template <int MODE, int NT>
+struct XFrag {
+    uint32_t h[NT][8], l[NT][8]; /* MODE 0 uses h[0] only (hi or lo by lane) */
+    float sx0[NT], sx1[NT];      /* group sums of the lane's x rows */
+};
+
+template <int MODE, int NT>
+__device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const uint16_t *xa,
+                                             const uint16_t *xb, int G, int t) {
+    if (MODE == 0) {
+        load_x16(x.h[0], xa + G * 64);
+        x.sx0[0] = __ldg(p.gsum + G * 16 + t);
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            load_x16(x.h[nt], xa + (size_t)nt * 8 * p.cols + G * 64);
+            load_x16(x.l[nt], xb + (size_t)nt * 8 * p.cols + G * 64);
+            const float2 s = __ldg(reinterpret_cast<const float2 *>(p.gsum + G * 16 + 8 * nt + 2 * t));
+            x.sx0[nt] = s.x, x.sx1[nt] = s.y;
+        }
+    }
+}
+
+template <int MODE, int NT>
+__device__ __forceinline__ void group_tile(float (&acc)[NT][4], const XFrag<MODE, NT> &x, uint4 c, uint2 sb) {
+    ATile A;
+    dequant_tile(A, c);
+    const float s0 = bf16_lo(sb.x), s1 = bf16_hi(sb.x), b0 = bf16_lo(sb.y), b1 = bf16_hi(sb.y);
+    if (MODE == 0) {
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        tile_products(d, A, x.h[0]);
+        acc[0][0] = fmaf(b0, x.sx0[0], fmaf(s0, d[0] + d[1], acc[0][0])); /* hi + lo */
+        acc[0][2] = fmaf(b1, x.sx0[0], fmaf(s1, d[2] + d[3], acc[0][2]));
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            float dh[4] = {0.f, 0.f, 0.f, 0.f}, dl[4] = {0.f, 0.f, 0.f, 0.f};
+            tile_products(dh, A, x.h[nt]);
+            tile_products(dl, A, x.l[nt]);
+            float *a = acc[nt];
+            a[0] = fmaf(b0, x.sx0[nt], fmaf(s0, dh[0] + dl[0], a[0]));
+            a[1] = fmaf(b0, x.sx1[nt], fmaf(s0, dh[1] + dl[1], a[1]));
+            a[2] = fmaf(b1, x.sx0[nt], fmaf(s1, dh[2] + dl[2], a[2]));
+            a[3] = fmaf(b1, x.sx1[nt], fmaf(s1, dh[3] + dl[3], a[3]));
+        }
+    }
+}
+
+/* The weights of UU groups starting at G for the warp's R tiles, straight into
+ * registers (zeros for tiles past the end). */
+template <int R, int UU>
+__device__ __forceinline__ void load_step(const Params &p, uint4 (&cw)[R][UU], uint2 (&sbw)[R][UU], int tile0, int G,
+                                          int lane) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const bool ok = tile0 + r < p.tiles;
+#pragma unroll
+        for (int u = 0; u < UU; u++) {
+            const size_t idx = (size_t)(tile0 + r) * (size_t)p.groups + (size_t)(G + u);
+            if (ok) {
+                cw[r][u] = ld_stream16(p.codes + idx * kTileBytes + lane * 16);
+                sbw[r][u] = ld_stream8(p.sb + idx * kSbBytes + (lane >> 2) * 8);
+            } else {
+                cw[r][u] = make_uint4(0, 0, 0, 0);
+                sbw[r][u] = make_uint2(0, 0);
+            }
+        }
+    }
+}
+
+template <int MODE, int NT, int R, int UU>
+__device__ __forceinline__ void compute_step(const Params &p, float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
+                                             const uint2 (&sbw)[R][UU], int tile0, int G, int lane,
+                                             const uint16_t *xa, const uint16_t *xb) {
+#pragma unroll
+    for (int u = 0; u < UU; u++) {
+        XFrag<MODE, NT> x;
+        load_group_x<MODE, NT>(x, p, xa, xb, G + u, lane & 3);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x, cw[r][u], sbw[r][u]);
+    }
+}
+
+/* Shared memory of a block: the partial sums [rows of the block][16] when
+ * ksplit > 1. */
+__host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size_t)warps * r * 16 * 16 * 4; }
+
+template <int MODE, int NT, int R, int U, int S>
+__global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params p) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int rank = blockIdx.x; /* column slice = rank in the cluster */
+    const int tile0 = (blockIdx.y * nwarps + warp) * R;
+    const int G0 = (int)((long long)rank * p.groups / p.ksplit);
+    const int G1 = (int)((long long)(rank + 1) * p.groups / p.ksplit);
+
+    /* this lane's x rows: MODE 0 one row of hi or lo; MODE 1 rows g (+8) */
+    const uint16_t *xa, *xb;
+    if (MODE == 0) {
+        xa = ((g & 1) ? p.xlo : p.xhi) + (size_t)(g >> 1) * p.cols + 16 * t;
+        xb = xa;
+    } else {
+        xa = p.xhi + (size_t)g * p.cols + 16 * t;
+        xb = p.xlo + (size_t)g * p.cols + 16 * t;
+    }
+
+    float acc[R][NT][4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[r][nt][c] = 0.f;
+
+    const int nsteps = (G1 - G0) / U;
+    if constexpr (S == 0) {
+        /* load a step, use it */
+        for (int step = 0; step < nsteps; step++) {
+            uint4 cw[R][U];
+            uint2 sbw[R][U];
+            load_step<R, U>(p, cw, sbw, tile0, G0 + step * U, lane);
+            compute_step<MODE, NT, R, U>(p, acc, cw, sbw, tile0, G0 + step * U, lane, xa, xb);
+        }
+    } else {
+        /* two register buffers: the next step's loads are in flight while
+         * this one is computed */
+        uint4 ca[R][U], cb[R][U];
+        uint2 sa[R][U], sb[R][U];
+        if (nsteps > 0) load_step<R, U>(p, ca, sa, tile0, G0, lane);
+        for (int step = 0; step < nsteps; step += 2) {
+            if (step + 1 < nsteps) load_step<R, U>(p, cb, sb, tile0, G0 + (step + 1) * U, lane);
+            compute_step<MODE, NT, R, U>(p, acc, ca, sa, tile0, G0 + step * U, lane, xa, xb);
+            if (step + 1 < nsteps) {
+                if (step + 2 < nsteps) load_step<R, U>(p, ca, sa, tile0, G0 + (step + 2) * U, lane);
+                compute_step<MODE, NT, R, U>(p, acc, cb, sb, tile0, G0 + (step + 1) * U, lane, xa, xb);
+            }
+        }
+    }
+    for (int G = G0 + nsteps * U; G < G1; G++) { /* the groups left over */
+        uint4 cw[R][1];
+        uint2 sbw[R][1];
+        load_step<R, 1>(p, cw, sbw, tile0, G, lane);
+        compute_step<MODE, NT, R, 1>(p, acc, cw, sbw, tile0, G, lane, xa, xb);
+    }
+
+    /* Where this lane's sums go: (row within the block, x row m). */
+#define Q4_EACH_RESULT(BODY)                                                                                   \
+    _Pragma("unroll") for (int r = 0; r < R; r++) {                                                            \
+        _Pragma("unroll") for (int nt = 0; nt < NT; nt++) {                                                    \
+            _Pragma("unroll") for (int c = 0; c < 4; c++) {                                                    \
+                if (MODE == 0 && (c & 1)) continue;                                                            \
+                const int m = MODE == 0 ? t : 8 * nt + 2 * t + (c & 1);                                        \
+                const int lrow = (warp * R + r) * 16 + g + 8 * (c >> 1);                                       \
+                const float v = acc[r][nt][c];                                                                 \
+                BODY                                                                                           \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
+    const int rb = nwarps * R * 16; /* rows per block */
+    if (p.ksplit == 1) {
+        Q4_EACH_RESULT({
+            const int row = blockIdx.y * rb + lrow;
+            if (m < p.M && row < p.rows) p.y[(size_t)m * p.rows + row] = v * __ldg(p.inv_scale + m);
+        })
+        return;
+    }
+    float *part = reinterpret_cast<float *>(smem);
+    Q4_EACH_RESULT({
+        if (m < p.M) part[lrow * 16 + m] = v;
+    })
+#undef Q4_EACH_RESULT
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int per = rb / p.ksplit; /* rows this block adds up */
+    const int r0 = (int)cluster.block_rank() * per;
+    for (int i = threadIdx.x; i < per * p.M; i += blockDim.x) {
+        const int m = i / per, lrow = r0 + i % per;
+        float s = 0.f;
+        for (int q = 0; q < p.ksplit; q++) s += cluster.map_shared_rank(part, q)[lrow * 16 + m];
+        const int row = blockIdx.y * rb + lrow;
+        if (row < p.rows) p.y[(size_t)m * p.rows + row] = s * __ldg(p.inv_scale + m);
+    }
+    cluster.sync(); /* keep this block's partials alive until every rank has read them */
+}
+
+/* x -> scaled fp16 hi, lo, fp32 group sums and 2^-k.  Block m (of 16) handles
+ * x row m: rows < M real, rows in [M, Mp) zeros (read by the kernel's padded
+ * B columns), every row's group sums (0 beyond M). */
+__global__ void q4_prep_kernel(const float *x, int M, int Mp, int cols, int ldx, uint16_t *hi, uint16_t *lo,
+                               float *gsum, float *inv_scale) {
+    __shared__ float red[32];
+    const int m = blockIdx.x, groups = cols / 64;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const float *xr = x + (size_t)m * ldx;
+    float scale = 1.f, inv = 1.f;
+    if (m < M) {
+        float mx = 0.f;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) mx = fmaxf(mx, fabsf(xr[c]));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+        if (lane == 0) red[warp] = mx;
+        __syncthreads();
+        mx = 0.f;
+        for (int i = 0; i < nwarps; i++) mx = fmaxf(mx, red[i]);
+        if (mx > 0.f && mx < 3.0e38f) {
+            int e;
+            frexpf(mx, &e); /* mx = f * 2^e, f in [0.5, 1): mx * 2^(14-e) in [2^13, 2^14) */
+            const int k = max(-100, min(100, 14 - e));
+            scale = ldexpf(1.f, k), inv = ldexpf(1.f, -k);
+        }
+    }
+    for (int G = warp; G < groups; G += nwarps) {
+        const size_t c = (size_t)G * 64 + 2 * lane;
+        float s = 0.f;
+        if (m < Mp) {
+            __half2 h = __floats2half2_rn(0.f, 0.f), l = h;
+            if (m < M) {
+                const float v0 = xr[c] * scale, v1 = xr[c + 1] * scale;
+                h = __floats2half2_rn(v0, v1);
+                l = __floats2half2_rn(v0 - __low2float(h), v1 - __high2float(h));
+                s = v0 + v1;
+            }
+            *reinterpret_cast<__half2 *>(hi + (size_t)m * cols + c) = h;
+            *reinterpret_cast<__half2 *>(lo + (size_t)m * cols + c) = l;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
+        if (lane == 0) gsum[G * 16 + m] = s;
+    }
+    if (threadIdx.x == 0) inv_scale[m] = inv;
+}
+
+/* ---- instantiations and dispatch -------------------------------------------- */
+
+typedef int (*LaunchFn)(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t s);
+
+template <int MODE, int NT, int R, int U, int S>
+int launch(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t stream) {
+    auto fn = q4_matmul_kernel<MODE, NT, R, U, S>;
+    const size_t smem = ksplit > 1 ? part_bytes(warps, R) : 0;
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3((unsigned)ksplit, (unsigned)rowgroups, 1);
+    lc.blockDim = dim3((unsigned)(warps * 32), 1, 1);
+    lc.dynamicSmemBytes = smem;
+    lc.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)ksplit;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.attrs = attr;
+    lc.numAttrs = ksplit > 1 ? 1 : 0;
+    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&lc, fn, p));
+    return SPLASH_OK;
+}
+
+/* The compiled (r, u, stages) per mode. */
+struct Variant {
+    int r, u, s;
+};
+constexpr Variant kVariants[] = {
+    {1, 4, 0}, {1, 8, 0}, {2, 2, 0}, {2, 4, 0}, {2, 8, 0}, {4, 2, 0}, {4, 4, 0},
+    {1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 2, 1},
+};
+constexpr int kNumVariants = sizeof kVariants / sizeof kVariants[0];
+
+template <int MODE, int NT>
+LaunchFn pick_launch(int r, int u, int s) {
+#define Q4_V(R_, U_, S_) \
+    if (r == R_ && u == U_ && s == S_) return launch<MODE, NT, R_, U_, S_>;
+    Q4_V(1, 4, 0) Q4_V(1, 8, 0) Q4_V(2, 2, 0) Q4_V(2, 4, 0) Q4_V(2, 8, 0) Q4_V(4, 2, 0) Q4_V(4, 4, 0)
+    Q4_V(1, 2, 1) Q4_V(1, 4, 1) Q4_V(2, 2, 1) Q4_V(2, 4, 1) Q4_V(4, 2, 1)
+#undef Q4_V
+    return nullptr;
+}
+
+LaunchFn launch_for(int M, int r, int u, int s) {
+    if (M <= 4) return pick_launch<0, 1>(r, u, s);
+    if (M <= 8) return pick_launch<1, 1>(r, u, s);
+    return pick_launch<1, 2>(r, u, s);
+}
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 0; }
+
+/* Measured presets (NOTES.md, 2026-11-30, H200, 132 SMs): selected by
+ * bench_q4_matmul --sweep, one ksplit per shape so that results do not depend
+ * on M; r/u/stages/warps per M class (<=4, <=8, <=16).  Other GPUs: re-run the
+ * sweep and key a table by SM count. */
+struct Preset {
+    int rows, cols;
+    int ksplit;
+    splash_q4_config c[3]; /* M <= 4, M <= 8, M <= 16 (ksplit filled in below) */
+};
+const Preset kPresets[] = {
+    {12288, 5120, 4, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},  /* attn.q_proj */
+    {1024, 5120, 8, {{1, 8, 0, 2, 0}, {1, 8, 0, 2, 0}, {1, 8, 0, 2, 0}}},   /* attn.k/v_proj */
+    {5120, 6144, 8, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},   /* attn.o_proj, gdn.out_proj */
+    {10240, 5120, 4, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},  /* gdn.in_proj_qkv */
+    {6144, 5120, 8, {{1, 2, 1, 4, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},   /* gdn.in_proj_z */
+    {17408, 5120, 2, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},  /* ffn.gate/up */
+    {5120, 17408, 8, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},  /* ffn.down */
+    {248320, 5120, 1, {{2, 2, 0, 4, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}}, /* lm_head */
+    {0, 0, 0, {}},                                                          /* terminator */
+};
+
+int mclass(int M) { return M <= 4 ? 0 : M <= 8 ? 1 : 2; }
+
+} /* namespace */
+
+/* ---- C API ---------------------------------------------------------------------- */
+
+extern "C" size_t splash_q4_tiled_codes_bytes(int rows, int cols) {
+    if (!shape_ok(rows, cols)) return 0;
+    return (size_t)((rows + 15) / 16) * (size_t)(cols / 64) * kTileBytes;
+}
+
+extern "C" size_t splash_q4_tiled_bytes(int rows, int cols) {
+    if (!shape_ok(rows, cols)) return 0;
+    return (size_t)((rows + 15) / 16) * (size_t)(cols / 64) * (kTileBytes + kSbBytes);
+}
+
+extern "C" int splash_q4_repack_host(const uint8_t *canonical, int rows, int cols, uint8_t *tiled,
+                                     size_t tiled_bytes) {
+    if (!canonical || !tiled || !shape_ok(rows, cols)) return SPLASH_E_INVALID;
+    if (tiled_bytes < splash_q4_tiled_bytes(rows, cols)) return SPLASH_E_RANGE;
+    const int groups = cols / 64, tiles = (rows + 15) / 16;
+    /* Canonical parts, as splash_matrix_layout() places them. */
+    const size_t codes_bytes = (size_t)rows * (size_t)(cols / 2);
+    const size_t sb_part = (size_t)rows * (size_t)groups * 2;
+    const uint8_t *codes = canonical;
+    const uint8_t *scales = canonical + align_up(codes_bytes, 64);
+    const uint8_t *biases = scales + align_up(sb_part, 64);
+    uint8_t *out_codes = tiled, *out_sb = tiled + splash_q4_tiled_codes_bytes(rows, cols);
+    for (int T = 0; T < tiles; T++) {
+        for (int G = 0; G < groups; G++) {
+            const size_t idx = (size_t)T * groups + G;
+            uint8_t *oc = out_codes + idx * kTileBytes;
+            uint8_t *os = out_sb + idx * kSbBytes;
+            for (int lane = 0; lane < 32; lane++) {
+                const int g = lane >> 2, t = lane & 3;
+                for (int h = 0; h < 2; h++) {
+                    const int row = T * 16 + g + 8 * h;
+                    for (int wi = 0; wi < 2; wi++) {
+                        uint32_t word = 0;
+                        if (row < rows) {
+                            /* columns 64G + 16t + 8wi + 0..7 = 4 canonical bytes */
+                            const uint8_t *src = codes + (size_t)row * (cols / 2) + (size_t)(64 * G + 16 * t + 8 * wi) / 2;
+                            for (int s = 0; s < 4; s++) {
+                                word |= (uint32_t)(src[s] & 15u) << (4 * s);
+                                word |= (uint32_t)(src[s] >> 4) << (16 + 4 * s);
+                            }
+                        }
+                        uint8_t *dst = oc + lane * 16 + (2 * h + wi) * 4;
+                        dst[0] = (uint8_t)word, dst[1] = (uint8_t)(word >> 8);
+                        dst[2] = (uint8_t)(word >> 16), dst[3] = (uint8_t)(word >> 24);
+                    }
+                }
+            }
+            for (int g = 0; g < 8; g++) {
+                uint8_t *dst = os + g * 8;
+                const int r0 = T * 16 + g, r1 = r0 + 8;
+                const uint8_t z[2] = {0, 0};
+                const uint8_t *s0 = r0 < rows ? scales + ((size_t)r0 * groups + G) * 2 : z;
+                const uint8_t *s1 = r1 < rows ? scales + ((size_t)r1 * groups + G) * 2 : z;
+                const uint8_t *b0 = r0 < rows ? biases + ((size_t)r0 * groups + G) * 2 : z;
+                const uint8_t *b1 = r1 < rows ? biases + ((size_t)r1 * groups + G) * 2 : z;
+                memcpy(dst + 0, s0, 2), memcpy(dst + 2, s1, 2), memcpy(dst + 4, b0, 2), memcpy(dst + 6, b1, 2);
+            }
+        }
+    }
+    return SPLASH_OK;
+}
+
+extern "C" int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled, int rows, int cols) {
+    if (!m || !dev_tiled || !shape_ok(rows, cols)) return SPLASH_E_INVALID;
+    m->rows = rows, m->cols = cols;
+    m->tiles = (rows + 15) / 16, m->groups = cols / 64;
+    m->codes = (const uint8_t *)dev_tiled;
+    m->sb = m->codes + splash_q4_tiled_codes_bytes(rows, cols);
+    return SPLASH_OK;
+}
+
+extern "C" size_t splash_q4_xprep_bytes(int cap_cols) {
+    if (cap_cols <= 0 || cap_cols % 64) return 0;
+    const size_t x = align_up((size_t)SPLASH_Q4_MAX_M * cap_cols * 2, 256);
+    return 2 * x + align_up((size_t)(cap_cols / 64) * 16 * 4, 256) + 256;
+}
+
+extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols) {
+    if (!xp || !dev_mem || cap_cols <= 0 || cap_cols % 64 || ((uintptr_t)dev_mem & 255)) return SPLASH_E_INVALID;
+    const size_t x = align_up((size_t)SPLASH_Q4_MAX_M * cap_cols * 2, 256);
+    uint8_t *b = (uint8_t *)dev_mem;
+    xp->hi = (uint16_t *)b;
+    xp->lo = (uint16_t *)(b + x);
+    xp->gsum = (float *)(b + 2 * x);
+    xp->inv_scale = (float *)(b + 2 * x + align_up((size_t)(cap_cols / 64) * 16 * 4, 256));
+    xp->M = 0, xp->cols = 0, xp->cap_cols = cap_cols;
+    return SPLASH_OK;
+}
+
+extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx,
+                                struct CUstream_st *stream) {
+    if (!xp || !x || M < 1 || M > SPLASH_Q4_MAX_M || cols <= 0 || cols % 64 || cols > xp->cap_cols || ldx < cols)
+        return SPLASH_E_INVALID;
+    const int Mp = M <= 4 ? 4 : M <= 8 ? 8 : 16; /* x rows the kernel's B columns read */
+    q4_prep_kernel<<<SPLASH_Q4_MAX_M, 256, 0, (cudaStream_t)stream>>>(x, M, Mp, cols, ldx, xp->hi, xp->lo, xp->gsum,
+                                                                     xp->inv_scale);
+    SPLASH_CUDA_LAUNCHED();
+    xp->M = M, xp->cols = cols;
+    return SPLASH_OK;
+}
+
+static bool variant_compiled(int r, int u, int s) {
+    for (int i = 0; i < kNumVariants; i++)
+        if (kVariants[i].r == r && kVariants[i].u == u && kVariants[i].s == s) return true;
+    return false;
+}
+
+extern "C" int splash_q4_config_check(const splash_q4_config *cfg, int rows, int cols) {
+    if (!cfg || !shape_ok(rows, cols)) return SPLASH_E_INVALID;
+    if (!variant_compiled(cfg->r, cfg->u, cfg->stages)) return SPLASH_E_UNSUPPORTED;
+    if (cfg->warps < 1 || cfg->warps > kMaxWarps) return SPLASH_E_UNSUPPORTED;
+    const int k = cfg->ksplit;
+    if (!(k == 1 || k == 2 || k == 4 || k == 8) || k > kMaxKsplit || k > cols / 64) return SPLASH_E_UNSUPPORTED;
+    const long long tiles = (rows + 15) / 16, per_block = (long long)cfg->warps * cfg->r;
+    if ((tiles + per_block - 1) / per_block > 65535) return SPLASH_E_UNSUPPORTED;
+    return SPLASH_OK;
+}
+
+extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config *cfg) {
+    if (!cfg || !shape_ok(rows, cols) || M < 1 || M > SPLASH_Q4_MAX_M) return SPLASH_E_INVALID;
+    const int mc = mclass(M);
+    for (const Preset *p = kPresets; p->rows; p++) {
+        if (p->rows == rows && p->cols == cols) {
+            *cfg = p->c[mc];
+            cfg->ksplit = p->ksplit;
+            return SPLASH_OK;
+        }
+    }
+    /* Generic rule (what most presets are): 2 warps of 2 tiles, 4 groups a step
+     * at M <= 4, 2 above; ksplit from the shape alone (so that results do not
+     * depend on M): enough blocks for two per SM on an H200. */
+    const int tiles = (rows + 15) / 16, groups = cols / 64;
+    cfg->r = 2;
+    cfg->u = mc == 0 ? 4 : 2;
+    cfg->stages = 0;
+    cfg->warps = 2;
+    int k = 1;
+    while (k < kMaxKsplit && 2 * k <= groups && (long long)((tiles + 3) / 4) * k < 264) k *= 2;
+    cfg->ksplit = k;
+    return SPLASH_OK;
+}
+
+extern "C" int splash_q4_matmul_cfg(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
+                                    const splash_q4_config *cfg, struct CUstream_st *stream) {
+    if (!w || !xp || !y || !cfg) return SPLASH_E_INVALID;
+    if (xp->cols != w->cols || xp->M < 1 || xp->M > SPLASH_Q4_MAX_M) return SPLASH_E_MISMATCH;
+    int rc = splash_q4_config_check(cfg, w->rows, w->cols);
+    if (rc) return rc;
+    LaunchFn fn = launch_for(xp->M, cfg->r, cfg->u, cfg->stages);
+    if (!fn) return SPLASH_E_UNSUPPORTED;
+    Params p;
+    p.codes = w->codes, p.sb = w->sb;
+    p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.inv_scale = xp->inv_scale;
+    p.y = y;
+    p.rows = w->rows, p.tiles = w->tiles, p.groups = w->groups, p.cols = w->cols;
+    p.M = xp->M, p.ksplit = cfg->ksplit;
+    const int per_block = cfg->warps * cfg->r;
+    return fn(p, cfg->warps, cfg->ksplit, (w->tiles + per_block - 1) / per_block, (cudaStream_t)stream);
+}
+
+extern "C" int splash_q4_matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
+                                struct CUstream_st *stream) {
+    if (!w || !xp) return SPLASH_E_INVALID;
+    splash_q4_config cfg;
+    int rc = splash_q4_config_pick(w->rows, w->cols, xp->M, &cfg);
+    if (rc) return rc;
+    return splash_q4_matmul_cfg(w, xp, y, &cfg, stream);
+}

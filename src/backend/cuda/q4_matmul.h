@@ -1,0 +1,110 @@
+/* q4_matmul.h - q4 matrix-vector and small-M matrix products on the GPU
+ * (decode: M = 1; verify: M = 2..16 rows), C-callable.
+ *
+ *   y[m][r] = sum_c w[r][c] * x[m][c],   w[r][c] = scale * q + bias  (tensor.h)
+ *
+ * Three steps, three owners of memory (all device memory belongs to the caller):
+ *
+ * 1. Load time: splash_q4_repack_host() turns the package's canonical q4 blob
+ *    (tensor.h: codes [rows][cols/2], scales, biases) into the tiled layout the
+ *    kernel streams, which is exactly as many bytes (plus zero rows up to a
+ *    multiple of 16).  Upload it, then splash_q4_matrix_init() describes it.
+ *      codes [tiles][groups][32 lanes][16 B]: the 16 rows x 64 columns of one
+ *            (row tile, group) are 512 contiguous bytes, each lane's 16 bytes
+ *            already in the order the tensor-core A fragment wants;
+ *      sb    [tiles][groups][8][4] bf16: for lane row g the scales of rows g
+ *            and g+8, then their biases (one 8-byte load per lane and group).
+ * 2. Per activation: splash_q4_prep_x() scales each row of x (fp32 [M][cols])
+ *    by a power of two 2^k (max |x| just under 2^14), splits it into fp16 hi +
+ *    lo parts (x - hi - lo within ~2^-22 of the row's max) and sums each group
+ *    in fp32.  One prepared activation serves every matrix that reads it
+ *    (q/k/v, gate/up).
+ * 3. splash_q4_matmul(): one launch, y fp32 [M][rows].
+ *
+ * Accuracy: fp32-grade (rel. L2 ~1e-6 against fp64), not bf16-grade: the
+ * tensor cores multiply exact 4-bit codes by the hi and lo parts of x and
+ * accumulate in fp32.
+ * Determinism: for a given matrix shape the result for row m depends only on
+ * x[m], not on M or on the other rows (the split of the column range is a
+ * function of the shape alone; hi and lo products are summed outside the
+ * tensor core, in the same order for every M).
+ *
+ * Errors: SPLASH_E_INVALID for bad shapes or arguments, SPLASH_E_UNSUPPORTED
+ * for a config that is not compiled in, SPLASH_E_IO when the CUDA runtime
+ * refuses (message on stderr, see cuda_check.h).
+ */
+#ifndef SPLASH_CUDA_Q4_MATMUL_H
+#define SPLASH_CUDA_Q4_MATMUL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st; /* cudaStream_t without the CUDA headers; NULL = default stream */
+
+#define SPLASH_Q4_MAX_M 16 /* rows of x per call (decode 1, verify up to 16) */
+#define SPLASH_Q4_TILE_ROWS 16
+#define SPLASH_Q4_GROUP 64
+
+/* A tiled q4 matrix in device memory (see above).  Does not own the memory. */
+typedef struct splash_q4_matrix {
+    int rows, cols;       /* logical [rows, cols]: rows = outputs, cols = inputs */
+    int tiles, groups;    /* ceil(rows / 16), cols / 64 */
+    const uint8_t *codes; /* [tiles][groups][512 B] */
+    const uint8_t *sb;    /* [tiles][groups][64 B] */
+} splash_q4_matrix;
+
+/* Bytes of the tiled form (codes part, then sb part, each a multiple of 64). */
+size_t splash_q4_tiled_bytes(int rows, int cols);
+size_t splash_q4_tiled_codes_bytes(int rows, int cols);
+
+/* Host repack: canonical blob (splash_matrix_layout(SPLASH_Q4, rows, cols))
+ * -> tiled blob of splash_q4_tiled_bytes() bytes.  cols % 64 == 0. */
+int splash_q4_repack_host(const uint8_t *canonical, int rows, int cols, uint8_t *tiled, size_t tiled_bytes);
+
+/* Describes a tiled blob already on the device. */
+int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled, int rows, int cols);
+
+/* A prepared activation: up to 16 rows of up to `cap_cols` columns. */
+typedef struct splash_q4_xprep {
+    uint16_t *hi, *lo; /* fp16 [16][cols] of x[m] * 2^k[m]; rows M..3/7/15 zero */
+    float *gsum;       /* [cols/64][16] fp32 sum of x[m] * 2^k[m] over each group, 0 for m >= M */
+    float *inv_scale;  /* [16] 2^-k[m] */
+    int M, cols, cap_cols;
+} splash_q4_xprep;
+
+size_t splash_q4_xprep_bytes(int cap_cols);
+/* Carves the three arrays out of dev_mem (splash_q4_xprep_bytes(cap_cols), 256-aligned). */
+int splash_q4_xprep_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols);
+/* x: device fp32 [M][cols], row stride ldx floats.  Sets xp->M, xp->cols. */
+int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx, struct CUstream_st *stream);
+
+/* How one launch is cut up.  Arithmetic order depends on ksplit only. */
+typedef struct splash_q4_config {
+    int r;      /* row tiles (16 rows) per warp: 1, 2, 4 */
+    int u;      /* groups per step per warp: 2, 4, 8 */
+    int stages; /* 0: a step's loads, then its arithmetic; 1: next step's loads in flight meanwhile */
+    int warps;  /* warps per block, 1..8, each on its own row tiles */
+    int ksplit; /* blocks per cluster splitting the columns: 1, 2, 4, 8 */
+} splash_q4_config;
+
+/* The shipped preset for this shape and M (measured on the H200; a generic
+ * rule for other shapes).  Always succeeds for valid shapes. */
+int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config *cfg);
+/* 0 if cfg is compiled in and valid for this shape, else SPLASH_E_UNSUPPORTED. */
+int splash_q4_config_check(const splash_q4_config *cfg, int rows, int cols);
+
+/* y: device fp32 [M][rows] (row stride rows), M = xp->M, xp->cols == w->cols.
+ * Nothing is allocated; y is written, never read. */
+int splash_q4_matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y, struct CUstream_st *stream);
+int splash_q4_matmul_cfg(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
+                         const splash_q4_config *cfg, struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

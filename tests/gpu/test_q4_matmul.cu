@@ -1,0 +1,374 @@
+/* test_q4_matmul.cu - the CUDA q4 matrix-vector / small-M product against an
+ * fp64 CPU reference.  Runs on the GPU machine (tools/gpu_q4_matmul.sh).
+ *
+ * For each shape: random float weights are quantised here on the host into the
+ * package's canonical q4 layout (tensor.h), repacked with the library's host
+ * repack, uploaded; x is random fp32.  The reference dequantises the stored
+ * codes/scales/biases and sums in double.  Checked per (shape, M):
+ *   - relative L2 error over the checked rows <= kTol (x rows of different
+ *     scales, one all-positive, so the per-row power-of-two scaling and the
+ *     bias term are exercised);
+ *   - every output element written (y is poisoned with NaN first) and finite;
+ *   - row 0 of x gives bitwise the same outputs whatever M is (the library
+ *     promises results independent of M for a fixed shape).
+ * Small odd shapes run every compiled config (r, u, warps, ksplit) and check
+ * that configs with the same ksplit agree bitwise.  The largest shapes compare a
+ * sample of rows (first and last tiles plus a stride) to keep the fp64
+ * reference to seconds; the GPU still computes, and we still check, all rows.
+ * Prints PASS/FAIL lines and ends with "N passed, N failed".
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/q4_matmul.h"
+
+static const double kTol = 2e-5; /* relative L2; fp32-grade results land near 1e-6 */
+
+static int n_pass, n_fail;
+
+static void result(bool ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    if (ok) n_pass++;
+    else n_fail++;
+}
+
+/* ---- random numbers (splitmix64) ---- */
+static uint64_t rng_state;
+static inline uint64_t rng_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline float rng_uniform(float lo, float hi) { /* [lo, hi) */
+    return lo + (hi - lo) * (float)((rng_u64() >> 40) * (1.0 / 16777216.0));
+}
+
+static uint16_t f32_to_bf16(float f) { /* round to nearest even, finite inputs */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* A canonical q4 matrix on the host (tensor.h layout). */
+typedef struct {
+    int rows, cols;
+    uint8_t *blob;
+    size_t bytes;
+    const uint8_t *codes;
+    const uint16_t *scales, *biases;
+} HostQ4;
+
+static void host_q4_make(HostQ4 *w, int rows, int cols, uint64_t seed) {
+    const int groups = cols / 64;
+    const size_t codes = (size_t)rows * cols / 2, sb = (size_t)rows * groups * 2;
+    w->rows = rows, w->cols = cols;
+    w->bytes = align64(codes) + 2 * align64(sb);
+    w->blob = (uint8_t *)calloc(1, w->bytes);
+    if (!w->blob) {
+        fprintf(stderr, "out of host memory\n");
+        exit(1);
+    }
+    uint8_t *c = w->blob;
+    uint16_t *s = (uint16_t *)(w->blob + align64(codes));
+    uint16_t *b = (uint16_t *)(w->blob + align64(codes) + align64(sb));
+    rng_state = seed;
+    float v[64];
+    for (int r = 0; r < rows; r++) {
+        const float row_scale = rng_uniform(0.25f, 2.0f);
+        for (int G = 0; G < groups; G++) {
+            /* an off-centre range per group, so biases are not just -8*scale */
+            const float centre = rng_uniform(-0.5f, 0.5f) * row_scale;
+            float lo = 1e30f, hi = -1e30f;
+            for (int i = 0; i < 64; i++) {
+                v[i] = centre + rng_uniform(-1.f, 1.f) * row_scale;
+                lo = fminf(lo, v[i]), hi = fmaxf(hi, v[i]);
+            }
+            const uint16_t sbits = f32_to_bf16((hi - lo) / 15.f), bbits = f32_to_bf16(lo);
+            const float sf = bf16_to_f32(sbits), bf = bf16_to_f32(bbits);
+            s[(size_t)r * groups + G] = sbits;
+            b[(size_t)r * groups + G] = bbits;
+            for (int i = 0; i < 64; i += 2) {
+                int q0 = (int)lrintf((v[i] - bf) / sf), q1 = (int)lrintf((v[i + 1] - bf) / sf);
+                q0 = q0 < 0 ? 0 : q0 > 15 ? 15 : q0;
+                q1 = q1 < 0 ? 0 : q1 > 15 ? 15 : q1;
+                c[(size_t)r * (cols / 2) + (size_t)G * 32 + i / 2] = (uint8_t)(q0 | (q1 << 4));
+            }
+        }
+    }
+    w->codes = c, w->scales = s, w->biases = b;
+}
+
+/* Dequantised row r in double: w = scale * q + bias with the stored values. */
+static void host_q4_row(const HostQ4 *w, int r, double *out) {
+    const int groups = w->cols / 64;
+    for (int c = 0; c < w->cols; c++) {
+        const uint8_t byte = w->codes[(size_t)r * (w->cols / 2) + c / 2];
+        const int q = (c & 1) ? byte >> 4 : byte & 15;
+        const double sc = bf16_to_f32(w->scales[(size_t)r * groups + c / 64]);
+        const double bi = bf16_to_f32(w->biases[(size_t)r * groups + c / 64]);
+        out[c] = sc * q + bi;
+    }
+}
+
+/* Rows the fp64 reference checks: all of a small matrix; else the first and
+ * last 64 rows and ~2000 strided ones. */
+static int pick_rows(int rows, int *out) {
+    if (rows <= 4096) {
+        for (int r = 0; r < rows; r++) out[r] = r;
+        return rows;
+    }
+    int n = 0;
+    for (int r = 0; r < 64; r++) out[n++] = r;
+    const int stride = rows / 2000;
+    for (int r = 64 + 7; r < rows - 64; r += stride) out[n++] = r;
+    for (int r = rows - 64; r < rows; r++) out[n++] = r;
+    return n;
+}
+
+typedef struct {
+    HostQ4 h;
+    splash_q4_matrix dm;
+    void *dev;
+    float *x_host; /* [16][cols] */
+    float *x_dev;
+    void *xp_mem;
+    splash_q4_xprep xp;
+    float *y_dev;
+    float *y_host; /* [16][rows] */
+    int *check_rows, n_check;
+    double *ref; /* [16][n_check] */
+} Case;
+
+static void case_setup(Case *k, int rows, int cols, uint64_t seed) {
+    memset(k, 0, sizeof *k);
+    host_q4_make(&k->h, rows, cols, seed);
+    const size_t tb = splash_q4_tiled_bytes(rows, cols);
+    uint8_t *tiled = (uint8_t *)malloc(tb);
+    if (!tiled || splash_q4_repack_host(k->h.blob, rows, cols, tiled, tb) != 0) {
+        fprintf(stderr, "repack failed for %dx%d\n", rows, cols);
+        exit(1);
+    }
+    SPLASH_CUDA_CHECK(cudaMalloc(&k->dev, tb));
+    SPLASH_CUDA_CHECK(cudaMemcpy(k->dev, tiled, tb, cudaMemcpyHostToDevice));
+    free(tiled);
+    if (splash_q4_matrix_init(&k->dm, k->dev, rows, cols) != 0) exit(1);
+
+    /* x: 16 rows, a third of them with a larger spread, one row of constant sign */
+    k->x_host = (float *)malloc(sizeof(float) * 16 * cols);
+    for (int m = 0; m < 16; m++)
+        for (int c = 0; c < cols; c++) {
+            float v = rng_uniform(-1.f, 1.f) * (m % 3 == 2 ? 8.f : 1.f);
+            k->x_host[(size_t)m * cols + c] = m == 5 ? fabsf(v) + 0.1f : v;
+        }
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&k->x_dev, sizeof(float) * 16 * cols));
+    SPLASH_CUDA_CHECK(cudaMemcpy(k->x_dev, k->x_host, sizeof(float) * 16 * cols, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMalloc(&k->xp_mem, splash_q4_xprep_bytes(cols)));
+    if (splash_q4_xprep_init(&k->xp, k->xp_mem, cols) != 0) exit(1);
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&k->y_dev, sizeof(float) * 16 * rows));
+    k->y_host = (float *)malloc(sizeof(float) * 16 * rows);
+
+    k->check_rows = (int *)malloc(sizeof(int) * (rows < 4200 ? rows : 4200));
+    k->n_check = pick_rows(rows, k->check_rows);
+    k->ref = (double *)malloc(sizeof(double) * 16 * k->n_check);
+    double *wrow = (double *)malloc(sizeof(double) * cols);
+    for (int i = 0; i < k->n_check; i++) {
+        host_q4_row(&k->h, k->check_rows[i], wrow);
+        for (int m = 0; m < 16; m++) {
+            const float *x = k->x_host + (size_t)m * cols;
+            double s = 0;
+            for (int c = 0; c < cols; c++) s += wrow[c] * (double)x[c];
+            k->ref[(size_t)m * k->n_check + i] = s;
+        }
+    }
+    free(wrow);
+}
+
+static void case_free(Case *k) {
+    free(k->h.blob);
+    cudaFree(k->dev);
+    free(k->x_host);
+    cudaFree(k->x_dev);
+    cudaFree(k->xp_mem);
+    cudaFree(k->y_dev);
+    free(k->y_host);
+    free(k->check_rows);
+    free(k->ref);
+}
+
+/* Runs one product (cfg NULL = preset) into k->y_host; returns rel. L2 error
+ * over the checked rows, or -1 if an element was unwritten / not finite. */
+static double run_one(Case *k, int M, const splash_q4_config *cfg, int *rc_out) {
+    const int rows = k->h.rows;
+    SPLASH_CUDA_CHECK(cudaMemset(k->y_dev, 0xFF, sizeof(float) * 16 * rows)); /* NaN */
+    int rc = splash_q4_prep_x(&k->xp, k->x_dev, M, k->h.cols, k->h.cols, NULL);
+    if (!rc) rc = cfg ? splash_q4_matmul_cfg(&k->dm, &k->xp, k->y_dev, cfg, NULL) : splash_q4_matmul(&k->dm, &k->xp, k->y_dev, NULL);
+    *rc_out = rc;
+    if (rc) return -1;
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    SPLASH_CUDA_CHECK(cudaMemcpy(k->y_host, k->y_dev, sizeof(float) * 16 * rows, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < (size_t)M * rows; i++)
+        if (!isfinite(k->y_host[i])) return -1;
+    double num = 0, den = 0;
+    for (int m = 0; m < M; m++)
+        for (int i = 0; i < k->n_check; i++) {
+            const double ref = k->ref[(size_t)m * k->n_check + i];
+            const double d = (double)k->y_host[(size_t)m * rows + k->check_rows[i]] - ref;
+            num += d * d, den += ref * ref;
+        }
+    return sqrt(num / den);
+}
+
+static void cfg_str(const splash_q4_config *c, char *buf, size_t n) {
+    snprintf(buf, n, "r%d u%d s%d w%d k%d", c->r, c->u, c->stages, c->warps, c->ksplit);
+}
+
+/* Preset path for M = 1, 2, 4, 8, 16 (plus odd M on small shapes) and the
+ * bitwise M-independence of row 0. */
+static void test_shape(const char *name, int rows, int cols, uint64_t seed, int odd_m) {
+    Case k;
+    case_setup(&k, rows, cols, seed);
+    float *y0 = (float *)malloc(sizeof(float) * rows);
+    const int ms_main[] = {1, 2, 4, 8, 16}, ms_odd[] = {1, 2, 3, 4, 5, 8, 11, 16};
+    const int *ms = odd_m ? ms_odd : ms_main;
+    const int nm = odd_m ? 8 : 5;
+    for (int i = 0; i < nm; i++) {
+        const int M = ms[i];
+        splash_q4_config cfg;
+        splash_q4_config_pick(rows, cols, M, &cfg);
+        char cs[64];
+        cfg_str(&cfg, cs, sizeof cs);
+        int rc;
+        const double err = run_one(&k, M, NULL, &rc);
+        result(rc == 0 && err >= 0 && err <= kTol, "%-10s %6dx%-6d M=%-2d [%s] rel_l2=%.3g (rc %d)", name, rows,
+               cols, M, cs, err, rc);
+        if (rc == 0 && err >= 0) {
+            if (i == 0) memcpy(y0, k.y_host, sizeof(float) * rows);
+            else
+                result(memcmp(y0, k.y_host, sizeof(float) * rows) == 0, "%-10s %6dx%-6d M=%-2d row 0 bitwise equal to M=1",
+                       name, rows, cols, M);
+        }
+    }
+    free(y0);
+    case_free(&k);
+}
+
+/* Every compiled config on a small shape, each M class; configs sharing a
+ * ksplit must agree bitwise. */
+static void test_all_configs(const char *name, int rows, int cols, uint64_t seed) {
+    Case k;
+    case_setup(&k, rows, cols, seed);
+    /* (r, u, stages) as compiled in q4_matmul.cu; one that is not is reported */
+    static const int rus[][3] = {{1, 4, 0}, {1, 8, 0}, {2, 2, 0}, {2, 4, 0}, {2, 8, 0}, {4, 2, 0}, {4, 4, 0},
+                                 {1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 2, 1}};
+    static const int nrus = sizeof rus / sizeof rus[0];
+    static const int warps[] = {1, 3, 8}, ks[] = {1, 2, 4, 8}, ms[] = {3, 7, 13};
+    float *base = (float *)malloc(sizeof(float) * 16 * rows);
+    for (int mi = 0; mi < 3; mi++) {
+        const int M = ms[mi];
+        int worst_ok = 1, n = 0, nbit = 0, bit_ok = 1;
+        double worst = 0;
+        char worst_cfg[64] = "";
+        for (int ki = 0; ki < 4; ki++) {
+            int have_base = 0;
+            for (int ri = 0; ri < nrus; ri++)
+                for (int wi = 0; wi < 3; wi++) {
+                    splash_q4_config c = {rus[ri][0], rus[ri][1], rus[ri][2], warps[wi], ks[ki]};
+                    const int ck = splash_q4_config_check(&c, rows, cols);
+                    if (ck == SPLASH_E_UNSUPPORTED && ks[ki] == 1 && warps[wi] == 1) {
+                        result(false, "config r%d u%d s%d not compiled in", c.r, c.u, c.stages);
+                        continue;
+                    }
+                    if (ck != 0) continue;
+                    int rc;
+                    const double err = run_one(&k, M, &c, &rc);
+                    n++;
+                    if (rc || err < 0 || err > kTol) {
+                        worst_ok = 0;
+                        cfg_str(&c, worst_cfg, sizeof worst_cfg);
+                        worst = err;
+                        continue;
+                    }
+                    if (err > worst && worst_ok) {
+                        worst = err;
+                        cfg_str(&c, worst_cfg, sizeof worst_cfg);
+                    }
+                    if (!have_base) {
+                        memcpy(base, k.y_host, sizeof(float) * M * rows);
+                        have_base = 1;
+                    } else {
+                        nbit++;
+                        if (memcmp(base, k.y_host, sizeof(float) * M * rows) != 0) bit_ok = 0;
+                    }
+                }
+        }
+        result(worst_ok && n > 0, "%-10s %6dx%-6d M=%-2d all %d configs, worst rel_l2=%.3g [%s]", name, rows, cols, M,
+               n, worst, worst_cfg);
+        result(bit_ok, "%-10s %6dx%-6d M=%-2d %d configs bitwise equal to their ksplit's first", name, rows, cols, M,
+               nbit);
+    }
+    free(base);
+    case_free(&k);
+}
+
+static void test_errors(void) {
+    splash_q4_config c = {3, 4, 0, 8, 1};
+    result(splash_q4_config_check(&c, 64, 128) == SPLASH_E_UNSUPPORTED, "config r=3 refused");
+    splash_q4_config c2 = {1, 4, 0, 8, 16};
+    result(splash_q4_config_check(&c2, 64, 2048) == SPLASH_E_UNSUPPORTED, "ksplit 16 refused");
+    result(splash_q4_tiled_bytes(64, 100) == 0, "cols not a multiple of 64 refused");
+    uint8_t b[64];
+    result(splash_q4_repack_host(b, 64, 100, b, sizeof b) == SPLASH_E_INVALID, "repack of a bad shape refused");
+    splash_q4_xprep xp;
+    void *mem;
+    SPLASH_CUDA_CHECK(cudaMalloc(&mem, splash_q4_xprep_bytes(128)));
+    splash_q4_xprep_init(&xp, mem, 128);
+    float *x;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * 17 * 128));
+    result(splash_q4_prep_x(&xp, x, 17, 128, 128, NULL) == SPLASH_E_INVALID, "M=17 refused");
+    result(splash_q4_prep_x(&xp, x, 1, 192, 192, NULL) == SPLASH_E_INVALID, "cols beyond capacity refused");
+    cudaFree(x);
+    cudaFree(mem);
+}
+
+int main(void) {
+    cudaDeviceProp prop;
+    SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    test_errors();
+    test_all_configs("odd", 128, 192, 11);
+    test_all_configs("ragged", 40, 320, 12);
+    test_all_configs("small", 256, 1024, 13);
+    test_shape("odd", 128, 192, 21, 1);
+    test_shape("ragged", 40, 320, 22, 1);
+    test_shape("q_proj", 12288, 5120, 31, 0);
+    test_shape("k/v_proj", 1024, 5120, 32, 1);
+    test_shape("o/out_proj", 5120, 6144, 33, 0);
+    test_shape("in_qkv", 10240, 5120, 34, 0);
+    test_shape("in_z", 6144, 5120, 35, 0);
+    test_shape("gate/up", 17408, 5120, 36, 0);
+    test_shape("down", 5120, 17408, 37, 0);
+    test_shape("lm_head", 248320, 5120, 38, 0);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
