@@ -1,0 +1,195 @@
+/* cpu.h - the CPU backend's kernels: the operations a model's forward pass is
+ * made of, on fp32 activations and weights that stay in their package encoding
+ * (f32, bf16, f16, q8, q4) and are dequantised on the fly.
+ *
+ * Two rules shape every kernel here:
+ *
+ *  1. Batch invariance.  A row's result depends only on that row's inputs:
+ *     every reduction runs in one fixed order whatever the number of rows in
+ *     the call, the thread count or the schedule.  Work is split across
+ *     threads by output (rows of a matrix, heads, channels), never inside a
+ *     reduction.  So a sequence's logits are bit-identical alone or beside
+ *     others.
+ *  2. Two code paths, one arithmetic.  Hot kernels have an AVX2+FMA path
+ *     (compiled with __attribute__((target)), chosen at run time) and a
+ *     portable scalar path.  The scalar path performs the same operations in
+ *     the same order (fmaf where the vector path fuses, 32 accumulation lanes
+ *     where the vector path keeps 4 registers of 8), so both give the same
+ *     numbers; tests compare them.
+ *
+ * The fixed reductions:
+ *   dot of plain rows:   column c accumulates into lane c % 32 (fmaf), lanes
+ *                        reduced (l + l+8) + (l+16 + l+24), then 8 -> 1 as
+ *                        ((0+4)+(2+6)) + ((1+5)+(3+7)).
+ *   dot of q4/q8 rows:   per group g of 64 columns, p_g[l] (8 lanes) =
+ *                        sum over the group's 8 column blocks, even blocks and
+ *                        odd blocks in two fmaf chains then added; acc[l] =
+ *                        fmaf(scale_g, p_g[l], acc[l]); bsum = fmaf(bias_g,
+ *                        xsum_g, bsum) with xsum_g the group's sum of x
+ *                        (8 lanes then 8 -> 1); result = hsum8(acc) + bsum.
+ *                        (w = scale*q + bias, so sum w x = scale * sum q x +
+ *                        bias * sum x: half the multiplies of dequantising.)
+ *   int8/int16 activations (opt-in, cpu_set_act; matmul_act.c): x quantised
+ *                        per group to xq = round(x * Q/amax), Q = 127 or 32767;
+ *                        per group 8 lanes of exact integer partial sums I[l] of
+ *                        q xq, acc[l] = fmaf(scale_g * amax_g/Q, I[l], acc[l]);
+ *                        the bias term uses the exact fp32 xsum as above.
+ *
+ * A cpu_ctx holds the worker pool and the scratch the kernels need; it is
+ * sized once (max rows, widest matrix) so nothing allocates during a forward.
+ */
+#ifndef SPLASH_CPU_H
+#define SPLASH_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/threads.h"
+#include "package/tensor.h"
+
+/* ---- context and SIMD selection ------------------------------------------ */
+
+typedef struct cpu_ctx {
+    splash_pool *pool;
+    int n_threads;
+    int max_m;          /* most input rows of one matmul */
+    int max_cols;       /* widest matrix input dimension */
+    float *xsum;        /* [max_m][max_cols/64] group sums of the input rows */
+    /* Activations of q4/q8 products (CPU_ACT_*).  F32 is the reference;
+     * I16 and I8 quantise each input row per group of 64 and use integer dot
+     * products (AVX2 madd / maddubs), about 2x and 2.5x the speed on a
+     * compute-bound core.  SPLASH_CPU_ACT=int16|int8 chooses at init. */
+    int act;
+    void *xq;           /* [max_m][max_cols] quantised inputs (int8 or int16) */
+    float *xd;          /* [max_m][max_cols/64] their scales */
+} cpu_ctx;
+
+/* Creates the pool (threads <= 0: all cores) and the scratch.  Returns 0 or
+ * SPLASH_E_NOMEM.  cpu_ctx_scratch_bytes: what that scratch takes. */
+int cpu_ctx_init(cpu_ctx *c, int threads, int max_m, int max_cols);
+void cpu_ctx_free(cpu_ctx *c);
+size_t cpu_ctx_scratch_bytes(const cpu_ctx *c);
+
+/* 1 when the AVX2+FMA+F16C paths run.  Detected once; SPLASH_CPU_SIMD=0 in the
+ * environment forces the scalar paths.  cpu_simd_set() overrides it (tests
+ * run both paths); pass -1 to return to detection. */
+int cpu_simd(void);
+void cpu_simd_set(int on);
+
+/* Runs fn(ctx, i, worker) for i in [0, n) on the context's pool. */
+void cpu_parallel(cpu_ctx *c, size_t n, splash_task_fn fn, void *ctx);
+
+/* ---- matrices (matmul.c) ------------------------------------------------- */
+
+/* y[i][o] = sum_c W[o][c] * x[i][c] for i < m, o < rows(W).  W is a 2-D
+ * tensor (or one slice of a stack) of any dtype; x rows are ldx floats apart,
+ * y rows ldy.  Parallel over output rows; each weight row is read once per
+ * call, whatever m. */
+void cpu_matmul(cpu_ctx *c, const splash_tensor *w, int m, const float *x, size_t ldx, float *y,
+                size_t ldy);
+/* Row r of W as fp32 (q: scale * q + bias). */
+void cpu_dequant_row(const splash_tensor *w, int64_t r, float *out);
+/* Activations for q4/q8 products (see cpu_ctx). */
+enum { CPU_ACT_F32 = 0, CPU_ACT_I16 = 1, CPU_ACT_I8 = 2 };
+void cpu_set_act(cpu_ctx *c, int act);
+/* The fixed-order fp32 dot product described above. */
+float cpu_dot(const float *a, const float *b, int n);
+
+/* ---- elementwise and norms (vec.c, norm.c, act.c) ------------------------ */
+
+/* y[i] = fmaf(a, x[i], y[i]) */
+void cpu_axpy(float a, const float *x, float *y, int n);
+/* y[i] += x[i] */
+void cpu_add(const float *x, float *y, int n);
+
+/* y = x * rsqrt(mean(x^2) + eps) * f   (f = the stored factor, 1+w for the
+ * zero-centred norms).  y may alias x. */
+void cpu_rmsnorm(const float *x, const float *f, int n, float eps, float *y);
+/* Gated RMSNorm of GDN: y = (w * (x * rsqrt(mean(x^2)+eps))) * silu(z). */
+void cpu_rmsnorm_gated(const float *x, const float *w, const float *z, int n, float eps, float *y);
+/* x *= rsqrt(sum(x^2) + eps) */
+void cpu_l2norm(float *x, int n, float eps);
+
+float cpu_sigmoid(float x);
+float cpu_silu(float x);
+float cpu_softplus(float x); /* torch: x > 20 ? x : log1p(exp(x)) */
+/* out[i] = silu(g[i]) * u[i] */
+void cpu_silu_mul(const float *g, const float *u, int n, float *out);
+/* In-place softmax in fp32 (max subtracted). */
+void cpu_softmax(float *x, int n);
+
+/* ---- rotary (rope.c) ----------------------------------------------------- */
+
+/* Rotates the first rot_dim dims of each of n_heads vectors (head_dim apart)
+ * by position pos, NEOX pairing (i, i + rot_dim/2), inv_freq[i] =
+ * theta^(-2i/rot_dim) computed in fp32 as transformers does. */
+void cpu_rope(float *x, int n_heads, int head_dim, int rot_dim, double theta, int32_t pos);
+
+/* ---- attention over paged KV (attention.c) ------------------------------- */
+
+/* Where K and V of one attention layer live in a page.  A page holds, for
+ * each attention layer in order, K then V, each [kv_heads][page_tokens]
+ * [head_dim] values (f32 now; bf16/int8 slot in as other value widths, int8
+ * with a [kv_heads][page_tokens] fp32 scale array after the values). */
+typedef struct cpu_kv_layout {
+    int format;          /* SPLASH_KV_* */
+    int page_tokens, kv_heads, head_dim, n_layers;
+    size_t k_bytes;      /* one layer's K block (values + scales) */
+    size_t layer_bytes;  /* one layer's K + V */
+    size_t page_bytes;   /* all layers */
+} cpu_kv_layout;
+
+/* Fills l for f32 pages; returns 0, or SPLASH_E_UNSUPPORTED for a format the
+ * CPU backend does not implement yet. */
+int cpu_kv_layout_init(cpu_kv_layout *l, int format, int n_layers, int kv_heads, int head_dim,
+                       int page_tokens);
+
+/* One lane's view for attention. */
+typedef struct cpu_attn_lane {
+    const int32_t *pages;
+    int n_past;            /* KV positions before the lane's first row */
+    int first_row, n_rows; /* rows of the q/out arrays */
+} cpu_attn_lane;
+
+/* Writes k, v ([rows][kv_heads*head_dim]) of layer `layer` into the lanes'
+ * pages at positions n_past + r. */
+void cpu_kv_write(cpu_ctx *c, const cpu_kv_layout *l, uint8_t *pool, int layer, const cpu_attn_lane *lanes,
+                  int n_lanes, const float *k, size_t ldk, const float *v, size_t ldv);
+/* out[row][h*hd..] = softmax(q_h . K^T * scale) V over positions
+ * [0, n_past + r] of the lane, kv head h / (n_heads / kv_heads).  scores: per
+ * worker scratch of scores_stride floats (>= the longest context). */
+void cpu_attention(cpu_ctx *c, const cpu_kv_layout *l, const uint8_t *pool, int layer,
+                   const cpu_attn_lane *lanes, int n_lanes, int n_heads, const float *q, size_t ldq,
+                   float *out, size_t ldo, float scale, float *scores, size_t scores_stride);
+
+/* ---- Gated DeltaNet (gdn_conv.c, gdn_recurrent.c, gdn_chunked.c) --------- */
+
+/* Causal depthwise conv + SiLU over n rows for channels [c0, c1):
+ * y[t][c] = silu(sum_k wT[k][c] * in(t - K + 1 + k)[c]), in(j < 0) =
+ * state[K - 1 + j][c] (state [K-1][C], oldest first).  wT is the conv weight
+ * transposed to [K][C].  When update, the state becomes the last K-1 inputs.
+ * x rows ldx apart, y rows ldy apart (y must not alias x). */
+void cpu_gdn_conv(const float *wT, int C, int K, float *state, int update, const float *x, size_t ldx,
+                  int n, float *y, size_t ldy, int c0, int c1);
+/* The conv state after appending n input rows, channels [c0, c1) (what a
+ * PREFILL does and what commit replays). */
+void cpu_gdn_conv_advance(float *state, int C, int K, const float *x, size_t ldx, int n, int c0, int c1);
+
+/* One token of the gated delta rule on one value head's state S [dk][dv]:
+ * S *= exp(g); m = S^T k; delta = beta (v - m); S += k (x) delta;
+ * o = S^T q (skipped when q is NULL: commit replays without output). */
+void cpu_gdn_step(float *S, int dk, int dv, const float *q, const float *k, const float *v, float g,
+                  float beta, float *o);
+/* n tokens of one head by the chunked algorithm (chunk 64, UT transform), as
+ * transformers' torch_chunk_gated_delta_rule.  q, k rows ldqk apart; v, o
+ * rows ldv apart; g and beta ldgb apart.  S is updated in place.  scratch:
+ * cpu_gdn_chunk_scratch(dk, dv) floats. */
+size_t cpu_gdn_chunk_scratch(int dk, int dv);
+void cpu_gdn_chunked(float *S, int dk, int dv, int n, const float *q, const float *k, size_t ldqk,
+                     const float *v, size_t ldv, const float *g, const float *beta, size_t ldgb, float *o,
+                     size_t ldo, float *scratch);
+
+#define CPU_GDN_CHUNK 64
+#define CPU_GDN_MAX_DV 2048 /* widest value head cpu_gdn_step takes */
+
+#endif

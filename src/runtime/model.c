@@ -1,0 +1,76 @@
+/* model.c - splash_model_*: the one place that maps a package's architecture
+ * to its implementation.  Everything else in the runtime calls model.h and
+ * never names an architecture; adding one is a line in `architectures`. */
+#include "runtime/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/qwen35/qwen35.h"
+#include "package/package.h"
+#include "runtime/model_ops.h"
+
+struct splash_model {
+    const splash_model_ops *ops;
+    void *impl;
+};
+
+static const struct {
+    const char *name;
+    const splash_model_ops *ops;
+} architectures[] = {
+    {"qwen3_5", &qwen35_ops},
+    {"qwen3_5_moe", &qwen35_ops},
+};
+
+int splash_model_load(splash_package *pkg, const splash_model_options *opt, splash_model **out, splash_error *err) {
+    *out = NULL;
+    const char *arch = splash_package_architecture(pkg);
+    const splash_model_ops *ops = NULL;
+    for (size_t i = 0; arch && i < sizeof architectures / sizeof architectures[0]; i++)
+        if (!strcmp(arch, architectures[i].name)) ops = architectures[i].ops;
+    if (!ops)
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: architecture \"%s\" is not one Splash runs (qwen3_5, qwen3_5_moe)",
+                           splash_package_dir(pkg), arch ? arch : "(none)");
+    splash_model *m = calloc(1, sizeof *m);
+    if (!m) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    m->ops = ops;
+    int rc = ops->load(pkg, opt, &m->impl, err);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+void splash_model_free(splash_model *m) {
+    if (!m) return;
+    m->ops->free(m->impl);
+    free(m);
+}
+
+const splash_model_needs *splash_model_get_needs(const splash_model *m) { return m->ops->needs(m->impl); }
+
+int splash_model_attach_memory(splash_model *m, void *kv_pages, int n_pages, void *states, int n_slots,
+                               splash_error *err) {
+    return m->ops->attach_memory(m->impl, kv_pages, n_pages, states, n_slots, err);
+}
+
+void *splash_model_alloc_memory(splash_model *m, size_t bytes) { return m->ops->alloc_memory(m->impl, bytes); }
+
+void splash_model_free_memory(splash_model *m, void *p) { m->ops->free_memory(m->impl, p); }
+
+int splash_model_reset_slot(splash_model *m, int slot) { return m->ops->reset_slot(m->impl, slot); }
+
+int splash_model_forward(splash_model *m, const splash_batch *b, splash_error *err) {
+    return m->ops->forward(m->impl, b, err);
+}
+
+int splash_model_commit(splash_model *m, int slot, int n_accepted, splash_error *err) {
+    return m->ops->commit(m->impl, slot, n_accepted, err);
+}
+
+int splash_model_snapshot(splash_model *m, int slot, void *dst) { return m->ops->snapshot(m->impl, slot, dst); }
+
+int splash_model_restore(splash_model *m, int slot, const void *src) { return m->ops->restore(m->impl, slot, src); }
