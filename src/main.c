@@ -13,10 +13,12 @@ typedef struct command {
 static const command commands[] = {
     {"pack", splash_cmd_pack, "turn a Hugging Face checkpoint into a Splash package"},
     {"verify", splash_cmd_verify, "re-hash every file of a package against its manifest"},
+    {"pull", splash_cmd_pull, "download and verify a model into the cache, print its directory"},
     {"eval", splash_cmd_eval, "run a token sequence through a model, print perplexity, dump logits"},
     {"tokenize", splash_cmd_tokenize, "text on stdin to token ids"},
     {"detokenize", splash_cmd_detokenize, "token ids on stdin to text"},
     {"apply-template", splash_cmd_apply_template, "render a chat request (JSON on stdin) to the prompt"},
+    {"serve", splash_cmd_serve, "the OpenAI-compatible HTTP server"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,641 @@
+/* engine.c - the engine thread and its first scheduler (see engine.h).
+ *
+ * One loop: admit queued gens into free lanes while the pool has their pages,
+ * drop cancelled lanes, build one ragged batch (a prefill chunk for lanes
+ * still reading their prompt, one VERIFY row for decoding lanes), run it,
+ * commit the decode rows, sample every lane that produced logits and turn the
+ * token into text.  All model calls happen on this thread.
+ */
+#include "runtime/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "package/package.h"
+#include "runtime/model.h"
+#include "text/tokenizer.h"
+
+double splash_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- gens ----------------------------------------------------------------------- */
+
+splash_gen *splash_gen_new(void) {
+    splash_gen *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    sb_init(&g->text);
+    g->refs = 1;
+    g->max_tokens = 1;
+    splash_sampling_params_default(&g->sp);
+    return g;
+}
+
+void splash_gen_release(splash_gen *g) {
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    int left = --g->refs;
+    pthread_mutex_unlock(&g->mu);
+    if (left) return;
+    free(g->prompt);
+    free(g->script);
+    for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    free(g->toks);
+    free(g->lps);
+    sb_free(&g->text);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+struct splash_engine;
+static void engine_wake(struct splash_engine *e);
+
+void splash_gen_cancel(splash_gen *g) {
+    pthread_mutex_lock(&g->mu);
+    g->cancel = 1;
+    struct splash_engine *e = g->state != SPLASH_GEN_DONE ? (struct splash_engine *)g->engine : NULL;
+    pthread_mutex_unlock(&g->mu);
+    if (e) engine_wake(e);
+}
+
+int splash_gen_wait(splash_gen *g, int timeout_ms, strbuf *out, splash_gen_take *t) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&g->mu);
+    while (!g->text.len && g->state != SPLASH_GEN_DONE)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &dl)) break;
+    int got = g->text.len > 0 || g->state == SPLASH_GEN_DONE;
+    if (g->text.len) {
+        sb_append(out, g->text.data, g->text.len);
+        sb_clear(&g->text);
+    }
+    memset(t, 0, sizeof *t);
+    t->state = g->state;
+    t->n_tokens = g->n_tokens;
+    t->n_recorded = g->n_recorded;
+    t->finish = g->state == SPLASH_GEN_DONE ? g->finish : SPLASH_FINISH_NONE;
+    memcpy(t->error, g->error, sizeof t->error);
+    if (g->t_first > 0) t->prefill_ms = 1e3 * (g->t_first - g->t_start);
+    if (g->t_end > 0 && g->t_first > 0) t->decode_ms = 1e3 * (g->t_end - g->t_first);
+    pthread_mutex_unlock(&g->mu);
+    return got;
+}
+
+int splash_gen_records(splash_gen *g, int from, int max, splash_gen_token *toks, splash_logprobs *lps) {
+    pthread_mutex_lock(&g->mu);
+    int n = from >= 0 && from < g->n_recorded ? g->n_recorded - from : 0;
+    if (n > max) n = max;
+    if (n > 0 && toks) memcpy(toks, g->toks + from, sizeof *toks * (size_t)n);
+    if (n > 0 && lps && g->lps) memcpy(lps, g->lps + from, sizeof *lps * (size_t)n);
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}
+
+/* ---- the engine ----------------------------------------------------------------- */
+
+typedef struct lane {
+    splash_gen *g;        /* NULL: free */
+    int slot;
+    int32_t *pages;       /* [pages_per_lane] */
+    int n_pages;
+    int n_past;           /* tokens in the KV and state */
+    int n_out;            /* tokens generated */
+    int32_t next;         /* sampled, not yet fed */
+    int logit_row;        /* this step: index into logits, or -1 */
+    int in_batch, decoding;
+    splash_token_history hist;
+    splash_detok_stream ds;
+    strbuf held;          /* decoded text that may still start a stop string */
+    uint32_t text_total;  /* bytes the detokenizer produced so far */
+} lane;
+
+struct splash_engine {
+    splash_package *pkg;
+    splash_model *model;
+    splash_tokenizer *tok;
+    splash_sampler *sampler;
+    const splash_model_needs *needs;
+    int vocab, max_context, max_lanes, max_queue, chunk, pages_per_lane;
+    void *kv, *states;
+    int n_pages, n_free_pages;
+    int32_t *free_pages;
+    lane *lanes;
+    int32_t stop_ids[8];
+    int n_stop_ids;
+    splash_row *rows;
+    splash_lane *blanes;
+    float *logits;
+
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stopping;
+    splash_gen *qhead, *qtail;
+    int n_queued, n_active;
+    uint64_t requests_done, prompt_tokens, completion_tokens;
+    double prefill_seconds, decode_seconds;
+};
+
+static void engine_wake(struct splash_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int pages_for(const splash_engine *e, const splash_gen *g) {
+    int pt = e->needs->page_tokens;
+    return (g->n_prompt + g->max_tokens + pt - 1) / pt;
+}
+
+static void gen_push_text(splash_gen *g, const char *s, size_t n) {
+    if (!n) return;
+    pthread_mutex_lock(&g->mu);
+    sb_append(&g->text, s, n);
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gen_finish(splash_gen *g, splash_finish f, const char *error) {
+    pthread_mutex_lock(&g->mu);
+    if (g->state != SPLASH_GEN_DONE) {
+        g->finish = f;
+        if (error) snprintf(g->error, sizeof g->error, "%s", error);
+        g->state = SPLASH_GEN_DONE;
+        g->t_end = splash_now();
+        if (g->t_first == 0) g->t_first = g->t_end;
+        if (g->t_start == 0) g->t_start = g->t_end;
+    }
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Ends a lane's gen and gives its slot and pages back. */
+static void lane_end(splash_engine *e, lane *l, splash_finish f, const char *error) {
+    splash_gen *g = l->g;
+    if (f == SPLASH_FINISH_STOP || f == SPLASH_FINISH_LENGTH) { /* what was held back is text after all */
+        splash_detok_stream_flush(&l->ds, &l->held);
+        gen_push_text(g, l->held.data, l->held.len);
+    }
+    sb_clear(&l->held);
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < l->n_pages; i++) e->free_pages[e->n_free_pages++] = l->pages[i];
+    e->n_active--;
+    e->requests_done++;
+    e->prompt_tokens += (uint64_t)g->n_prompt;
+    e->completion_tokens += (uint64_t)l->n_out;
+    pthread_mutex_unlock(&e->mu);
+    gen_finish(g, f, error);
+    l->n_pages = 0;
+    l->g = NULL;
+    splash_gen_release(g);
+}
+
+static int lane_cancelled(lane *l) {
+    pthread_mutex_lock(&l->g->mu);
+    int c = l->g->cancel;
+    pthread_mutex_unlock(&l->g->mu);
+    return c;
+}
+
+/* Longest suffix of s that is a proper prefix of a stop string. */
+static size_t stop_holdback(const splash_gen *g, const char *s, size_t n) {
+    size_t best = 0;
+    for (int i = 0; i < g->n_stop; i++) {
+        size_t sl = strlen(g->stop[i]);
+        for (size_t k = sl - 1 < n ? sl - 1 : n; k > best; k--)
+            if (!memcmp(s + n - k, g->stop[i], k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Appends a token record (and its logprobs) to the gen; SPLASH_E_NOMEM. */
+static int gen_record(splash_gen *g, int32_t tok, uint32_t text_end, const splash_logprobs *lp) {
+    int rc = 0;
+    pthread_mutex_lock(&g->mu);
+    if (g->n_recorded == g->cap_recorded) {
+        int cap = g->cap_recorded ? 2 * g->cap_recorded : 64;
+        splash_gen_token *t = realloc(g->toks, sizeof *t * (size_t)cap);
+        if (t) g->toks = t;
+        splash_logprobs *p = lp ? realloc(g->lps, sizeof *p * (size_t)cap) : NULL;
+        if (p) g->lps = p;
+        if (t && (p || !lp)) g->cap_recorded = cap;
+        else rc = SPLASH_E_NOMEM;
+    }
+    if (!rc) {
+        g->toks[g->n_recorded] = (splash_gen_token){tok, text_end};
+        if (lp && g->lps) g->lps[g->n_recorded] = *lp;
+        g->n_recorded++;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+/* A new token of the lane: stop tokens, text, stop strings, max_tokens.
+ * lp: its logprobs when the request asked for them.  Returns 1 when the lane
+ * ended. */
+static int lane_token(splash_engine *e, lane *l, int32_t tok, const splash_logprobs *lp) {
+    splash_gen *g = l->g;
+    l->n_out++;
+    pthread_mutex_lock(&g->mu);
+    g->n_tokens = l->n_out;
+    if (l->n_out == 1) g->t_first = splash_now();
+    pthread_mutex_unlock(&g->mu);
+    for (int i = 0; i < e->n_stop_ids; i++)
+        if (tok == e->stop_ids[i]) {
+            lane_end(e, l, SPLASH_FINISH_STOP, NULL);
+            return 1;
+        }
+    splash_history_add(&l->hist, &tok, 1, 0);
+    splash_error err = {0};
+    size_t before = l->held.len;
+    if (splash_detok_stream_feed(&l->ds, tok, &l->held, &err)) {
+        lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+        return 1;
+    }
+    l->text_total += (uint32_t)(l->held.len - before);
+    if (gen_record(g, tok, l->text_total, lp)) {
+        lane_end(e, l, SPLASH_FINISH_ERROR, "out of memory for the token records");
+        return 1;
+    }
+    if (l->held.len > before && g->n_stop) {
+        /* earliest stop string that now appears (it can start in held-back text) */
+        size_t cut = (size_t)-1;
+        for (int i = 0; i < g->n_stop; i++) {
+            const char *p = memmem(l->held.data, l->held.len, g->stop[i], strlen(g->stop[i]));
+            if (p && (size_t)(p - l->held.data) < cut) cut = (size_t)(p - l->held.data);
+        }
+        if (cut != (size_t)-1) {
+            gen_push_text(g, l->held.data, cut);
+            sb_clear(&l->held);
+            splash_detok_stream_init(&l->ds, e->tok, SPLASH_DECODE_SKIP_SPECIAL);
+            lane_end(e, l, SPLASH_FINISH_STOP, NULL);
+            return 1;
+        }
+    }
+    size_t keep = stop_holdback(g, l->held.data, l->held.len);
+    if (l->held.len > keep) {
+        gen_push_text(g, l->held.data, l->held.len - keep);
+        memmove(l->held.data, l->held.data + l->held.len - keep, keep);
+        l->held.len = keep;
+    }
+    if (l->n_out >= g->max_tokens) {
+        lane_end(e, l, SPLASH_FINISH_LENGTH, NULL);
+        return 1;
+    }
+    l->next = tok;
+    l->decoding = 1;
+    return 0;
+}
+
+static void lane_begin(splash_engine *e, lane *l, splash_gen *g) {
+    l->g = g;
+    l->n_pages = pages_for(e, g);
+    for (int i = 0; i < l->n_pages; i++) l->pages[i] = e->free_pages[--e->n_free_pages];
+    l->n_past = 0;
+    l->n_out = 0;
+    l->text_total = 0;
+    l->decoding = 0;
+    splash_history_clear(&l->hist);
+    splash_history_add(&l->hist, g->prompt, g->n_prompt, 1);
+    splash_detok_stream_init(&l->ds, e->tok, SPLASH_DECODE_SKIP_SPECIAL);
+    sb_clear(&l->held);
+    splash_model_reset_slot(e->model, l->slot);
+    e->n_active++;
+    pthread_mutex_lock(&g->mu);
+    g->state = SPLASH_GEN_PREFILL;
+    g->t_start = splash_now();
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Under e->mu: moves queued gens into free lanes while their pages fit; ends
+ * cancelled queued gens. */
+static void admit(splash_engine *e) {
+    while (e->qhead) {
+        splash_gen *g = e->qhead;
+        pthread_mutex_lock(&g->mu);
+        int cancelled = g->cancel;
+        pthread_mutex_unlock(&g->mu);
+        lane *free_lane = NULL;
+        for (int i = 0; i < e->max_lanes && !free_lane; i++)
+            if (!e->lanes[i].g) free_lane = &e->lanes[i];
+        if (!cancelled && (!free_lane || pages_for(e, g) > e->n_free_pages)) return;
+        e->qhead = g->next;
+        if (!e->qhead) e->qtail = NULL;
+        e->n_queued--;
+        if (cancelled) {
+            gen_finish(g, SPLASH_FINISH_CANCELLED, NULL);
+            splash_gen_release(g);
+            continue;
+        }
+        lane_begin(e, free_lane, g);
+    }
+}
+
+static void step(splash_engine *e) {
+    int n_rows = 0, n_lanes = 0, n_logits = 0, budget = e->chunk;
+    double t0 = splash_now();
+    int any_prefill = 0;
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        l->in_batch = 0;
+        l->logit_row = -1;
+        if (!l->g) continue;
+        if (lane_cancelled(l)) {
+            lane_end(e, l, SPLASH_FINISH_CANCELLED, NULL);
+            continue;
+        }
+        splash_lane *bl = &e->blanes[n_lanes];
+        bl->slot = l->slot;
+        bl->n_past = l->n_past;
+        bl->first_row = n_rows;
+        bl->pages = l->pages;
+        bl->n_pages = l->n_pages;
+        if (l->decoding) {
+            bl->mode = SPLASH_LANE_VERIFY;
+            bl->n_rows = 1;
+            e->rows[n_rows++] = (splash_row){l->next, {l->n_past, l->n_past, l->n_past}, SPLASH_ROW_LOGITS, NULL};
+            l->logit_row = n_logits++;
+        } else {
+            int n = l->g->n_prompt - l->n_past;
+            if (n > budget) n = budget;
+            if (n <= 0) continue;
+            budget -= n;
+            any_prefill = 1;
+            bl->mode = SPLASH_LANE_PREFILL;
+            bl->n_rows = n;
+            for (int r = 0; r < n; r++) {
+                int p = l->n_past + r;
+                int last = p == l->g->n_prompt - 1;
+                e->rows[n_rows++] = (splash_row){l->g->prompt[p], {p, p, p}, last ? SPLASH_ROW_LOGITS : 0, NULL};
+                if (last) l->logit_row = n_logits++;
+            }
+        }
+        l->in_batch = 1;
+        n_lanes++;
+    }
+    if (!n_lanes) return;
+    splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, NULL};
+    splash_error err = {0};
+    int rc = splash_model_forward(e->model, &b, &err);
+    for (int i = 0, k = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        if (!l->in_batch) continue;
+        const splash_lane *bl = &e->blanes[k++];
+        if (rc) {
+            lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+            continue;
+        }
+        if (bl->mode == SPLASH_LANE_VERIFY && (rc = splash_model_commit(e->model, l->slot, 1, &err))) {
+            lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+            rc = 0;
+            continue;
+        }
+        l->n_past += bl->n_rows;
+        if (l->logit_row < 0) continue;
+        splash_gen *g = l->g;
+        const float *row = e->logits + (size_t)l->logit_row * e->vocab;
+        int32_t tok;
+        if (g->script) {
+            tok = l->n_out < g->n_script ? g->script[l->n_out] : (e->n_stop_ids ? e->stop_ids[0] : 0);
+        } else if (splash_sample(e->sampler, &g->sp, row, &l->hist, NULL, 0, NULL, (uint64_t)(g->n_prompt + l->n_out),
+                                 &tok, &err)) {
+            lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+            continue;
+        }
+        splash_logprobs lp;
+        if (g->sp.logprobs && splash_sampler_logprobs(e->sampler, row, tok, g->sp.top_logprobs, &lp, &err)) {
+            lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+            continue;
+        }
+        lane_token(e, l, tok, g->sp.logprobs ? &lp : NULL);
+    }
+    double dt = splash_now() - t0;
+    pthread_mutex_lock(&e->mu);
+    if (any_prefill) e->prefill_seconds += dt;
+    else e->decode_seconds += dt;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *engine_main(void *arg) {
+    splash_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        admit(e);
+        while (!e->stopping && !e->n_active) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            admit(e);
+        }
+        int stopping = e->stopping;
+        pthread_mutex_unlock(&e->mu);
+        if (stopping) break;
+        step(e);
+    }
+    return NULL;
+}
+
+/* ---- start / stop ---------------------------------------------------------------- */
+
+int splash_engine_start(const splash_engine_options *opt, splash_engine **out, splash_error *err) {
+    *out = NULL;
+    splash_engine *e = calloc(1, sizeof *e);
+    if (!e) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    int rc;
+    e->max_lanes = opt->max_lanes > 0 ? opt->max_lanes : 4;
+    e->max_queue = opt->max_queue > 0 ? opt->max_queue : 64;
+    e->chunk = opt->prefill_chunk > 0 ? opt->prefill_chunk : 256;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if ((rc = splash_package_open(opt->model_dir, &e->pkg, err))) goto fail;
+    const char *tj = splash_package_file(e->pkg, "tokenizer/tokenizer.json");
+    if (!tj) {
+        rc = splash_fail(err, SPLASH_E_NOTFOUND, "%s: the package has no tokenizer/tokenizer.json", opt->model_dir);
+        goto fail;
+    }
+    if ((rc = splash_tokenizer_load(tj, &e->tok, err))) goto fail;
+    splash_model_options mo = {.threads = opt->threads, .max_rows = e->chunk + e->max_lanes,
+                               .max_lanes = e->max_lanes, .kv_format = SPLASH_KV_F32};
+    if ((rc = splash_model_load(e->pkg, &mo, &e->model, err))) goto fail;
+    e->needs = splash_model_get_needs(e->model);
+    e->vocab = e->needs->vocab;
+    e->max_context = e->needs->max_positions > 0 ? e->needs->max_positions : 4096;
+    if (e->max_context > 262144) e->max_context = 262144;
+    if (opt->max_context > 0 && opt->max_context < e->max_context) e->max_context = opt->max_context;
+    e->pages_per_lane = (e->max_context + e->needs->page_tokens - 1) / e->needs->page_tokens;
+    e->n_pages = e->pages_per_lane * e->max_lanes;
+    e->kv = splash_model_alloc_memory(e->model, e->needs->page_bytes * (size_t)e->n_pages + 1);
+    e->states = splash_model_alloc_memory(e->model, e->needs->state_bytes * (size_t)e->max_lanes + 1);
+    e->free_pages = malloc(sizeof(int32_t) * (size_t)e->n_pages);
+    e->lanes = calloc((size_t)e->max_lanes, sizeof *e->lanes);
+    e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes));
+    e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
+    e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes);
+    if (!e->kv || !e->states || !e->free_pages || !e->lanes || !e->rows || !e->blanes || !e->logits) {
+        rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
+        goto fail;
+    }
+    if ((rc = splash_model_attach_memory(e->model, e->kv, e->n_pages, e->states, e->max_lanes, err))) goto fail;
+    for (int i = 0; i < e->n_pages; i++) e->free_pages[i] = e->n_pages - 1 - i;
+    e->n_free_pages = e->n_pages;
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        l->slot = i;
+        l->pages = malloc(sizeof(int32_t) * (size_t)e->pages_per_lane);
+        sb_init(&l->held);
+        if (!l->pages || splash_history_init(&l->hist, 256)) {
+            rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
+    if ((rc = splash_sampler_create(e->vocab, &e->sampler, err))) goto fail;
+    /* stop tokens: the manifest's eos list, <|im_end|> and <|endoftext|> */
+    const json_value *toks = json_get(splash_package_manifest(e->pkg), "tokens");
+    const json_value *eos = json_get(toks, "eos");
+    for (size_t i = 0; eos && eos->type == JSON_ARRAY && i < eos->count && e->n_stop_ids < 6; i++) {
+        int64_t id;
+        if (!json_int64(eos->items[i], &id)) e->stop_ids[e->n_stop_ids++] = (int32_t)id;
+    }
+    static const char *extra[] = {"im_end", "endoftext"};
+    for (int k = 0; k < 2; k++) {
+        int64_t id = json_get_int(toks, extra[k], -1);
+        int dup = 0;
+        for (int i = 0; i < e->n_stop_ids; i++) dup |= e->stop_ids[i] == id;
+        if (id >= 0 && !dup) e->stop_ids[e->n_stop_ids++] = (int32_t)id;
+    }
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        rc = splash_fail(err, SPLASH_E_NOMEM, "could not start the engine thread");
+        goto fail;
+    }
+    e->started = 1;
+    *out = e;
+    return 0;
+fail:
+    splash_engine_free(e);
+    return rc;
+}
+
+void splash_engine_stop(splash_engine *e, const char *why) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->started) {
+        pthread_join(e->thread, NULL);
+        e->started = 0;
+    }
+    const char *msg = why ? why : "the server is stopping";
+    for (int i = 0; e->lanes && i < e->max_lanes; i++)
+        if (e->lanes[i].g) lane_end(e, &e->lanes[i], SPLASH_FINISH_ERROR, msg);
+    pthread_mutex_lock(&e->mu);
+    while (e->qhead) {
+        splash_gen *g = e->qhead;
+        e->qhead = g->next;
+        e->n_queued--;
+        gen_finish(g, SPLASH_FINISH_ERROR, msg);
+        splash_gen_release(g);
+    }
+    e->qtail = NULL;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void splash_engine_free(splash_engine *e) {
+    if (!e) return;
+    splash_engine_stop(e, NULL);
+    for (int i = 0; e->lanes && i < e->max_lanes; i++) {
+        free(e->lanes[i].pages);
+        splash_history_free(&e->lanes[i].hist);
+        sb_free(&e->lanes[i].held);
+    }
+    if (e->model) {
+        splash_model_free_memory(e->model, e->kv);
+        splash_model_free_memory(e->model, e->states);
+        splash_model_free(e->model);
+    }
+    splash_sampler_free(e->sampler);
+    splash_tokenizer_free(e->tok);
+    splash_package_close(e->pkg);
+    free(e->free_pages);
+    free(e->lanes);
+    free(e->rows);
+    free(e->blanes);
+    free(e->logits);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+int splash_engine_submit(splash_engine *e, splash_gen *g, splash_error *err) {
+    if (pages_for(e, g) > e->pages_per_lane || g->n_prompt < 1)
+        return splash_fail(err, SPLASH_E_INVALID, "the request needs %d tokens, more than the context of %d",
+                           g->n_prompt + g->max_tokens, e->max_context);
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->mu);
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "the server is stopping");
+    }
+    if (e->n_queued >= e->max_queue) {
+        pthread_mutex_unlock(&e->mu);
+        return splash_fail(err, SPLASH_E_RANGE, "the request queue is full (%d waiting)", e->n_queued);
+    }
+    pthread_mutex_lock(&g->mu);
+    g->refs++;
+    g->engine = e;
+    g->state = SPLASH_GEN_QUEUED;
+    g->t_submit = splash_now();
+    pthread_mutex_unlock(&g->mu);
+    g->next = NULL;
+    if (e->qtail) e->qtail->next = g;
+    else e->qhead = g;
+    e->qtail = g;
+    e->n_queued++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+const splash_tokenizer *splash_engine_tokenizer(const splash_engine *e) { return e->tok; }
+const json_value *splash_engine_manifest(const splash_engine *e) { return splash_package_manifest(e->pkg); }
+int splash_engine_max_context(const splash_engine *e) { return e->max_context; }
+int splash_engine_vocab(const splash_engine *e) { return e->vocab; }
+
+void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
+    memset(s, 0, sizeof *s);
+    pthread_mutex_lock(&e->mu);
+    s->queued = e->n_queued;
+    s->active = e->n_active;
+    s->max_lanes = e->max_lanes;
+    s->max_queue = e->max_queue;
+    s->pages_total = e->n_pages;
+    s->pages_free = e->n_free_pages;
+    s->page_tokens = e->needs->page_tokens;
+    s->slots_total = e->max_lanes;
+    s->slots_free = e->max_lanes - e->n_active;
+    s->requests_done = e->requests_done;
+    s->prompt_tokens = e->prompt_tokens;
+    s->completion_tokens = e->completion_tokens;
+    s->prefill_seconds = e->prefill_seconds;
+    s->decode_seconds = e->decode_seconds;
+    s->weight_bytes = e->needs->weight_bytes;
+    s->pool_bytes = e->needs->page_bytes * (size_t)e->n_pages + e->needs->state_bytes * (size_t)e->max_lanes;
+    pthread_mutex_unlock(&e->mu);
+}

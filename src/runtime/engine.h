@@ -1,0 +1,159 @@
+/* engine.h - the engine thread: one thread owns the model and runs requests.
+ *
+ * Connection threads tokenize, validate and build a splash_gen, then submit
+ * it; the engine thread admits queued gens into lanes, runs them through
+ * splash_model_forward (PREFILL chunks, then the decode cycle with block size
+ * 1: one VERIFY row per lane, sample, commit 1) and hands the text back
+ * through the gen.  A gen is the only object shared between the two sides; it
+ * is reference counted (the submitter's reference and the engine's) and every
+ * field the engine writes after submit is read under its mutex.
+ *
+ * This is the first scheduler and it is deliberately simple: every active lane
+ * advances once per forward call (prefill lanes by a chunk, decoding lanes by
+ * one row), requests join and leave between calls, and a request is admitted
+ * only when the pool has the KV pages for its whole budget (prompt +
+ * max_tokens), so it can never run out of memory half-way.  No prefix cache,
+ * no speculation yet.
+ *
+ * Text is produced on the engine side: the streaming detokenizer (complete
+ * UTF-8 only), stop tokens (the manifest's eos list), and stop strings
+ * matched across token boundaries on the committed text (held back while they
+ * may still match, never emitted).  A slow consumer never stalls the engine:
+ * text accumulates in the gen until the consumer takes it.
+ */
+#ifndef SPLASH_ENGINE_H
+#define SPLASH_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "base/json.h"
+#include "base/status.h"
+#include "base/strbuf.h"
+#include "runtime/sampling.h"
+
+typedef struct splash_engine splash_engine;
+typedef struct splash_tokenizer splash_tokenizer;
+
+#define SPLASH_MAX_STOP 4
+
+typedef enum splash_finish {
+    SPLASH_FINISH_NONE = 0,  /* still running */
+    SPLASH_FINISH_STOP,      /* a stop token or stop string */
+    SPLASH_FINISH_LENGTH,    /* max_tokens */
+    SPLASH_FINISH_CANCELLED, /* the consumer went away */
+    SPLASH_FINISH_ERROR,     /* error[] says why (a forward failed, shutdown) */
+} splash_finish;
+
+enum { SPLASH_GEN_QUEUED, SPLASH_GEN_PREFILL, SPLASH_GEN_DECODE, SPLASH_GEN_DONE };
+
+/* One generated token that became text (stop tokens are not recorded).
+ * text_end: bytes of the gen's text stream after this token - the text the
+ * detokenizer produced, before stop strings are held back or cut - so token i
+ * covers text bytes [text_end of i-1, text_end of i).  The APIs use it to
+ * count the tokens of the reasoning and for the legacy text_offset. */
+typedef struct splash_gen_token {
+    int32_t id;
+    uint32_t text_end;
+} splash_gen_token;
+
+typedef struct splash_gen {
+    /* ---- input: set before submit, read-only afterwards ---- */
+    int32_t *prompt; /* owned (free()d with the gen) */
+    int n_prompt;
+    splash_sampling_params sp;
+    int max_tokens;              /* > 0 */
+    char *stop[SPLASH_MAX_STOP]; /* owned stop strings */
+    int n_stop;
+    int32_t *script; /* test hook: emit these tokens instead of sampling (owned), or NULL */
+    int n_script;
+    /* sp.logprobs = 1: every recorded token also gets a splash_logprobs
+     * (raw log-softmax, sp.top_logprobs alternatives) */
+
+    /* ---- shared state, under mu ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state;          /* SPLASH_GEN_* */
+    strbuf text;        /* committed text not yet taken */
+    int n_tokens;       /* completion tokens so far (stop tokens included) */
+    splash_finish finish;
+    char error[256];
+    int cancel;         /* set by the consumer */
+    splash_gen_token *toks; /* [n_recorded] tokens that became text */
+    splash_logprobs *lps;   /* [n_recorded] when sp.logprobs, else NULL */
+    int n_recorded, cap_recorded;
+    double t_submit, t_start, t_first, t_end; /* seconds (monotonic) */
+    int refs;
+
+    /* ---- engine-private ---- */
+    struct splash_gen *next;
+    void *engine; /* set by submit; cancel wakes it */
+} splash_gen;
+
+/* A new gen (refs = 1) or NULL. */
+splash_gen *splash_gen_new(void);
+void splash_gen_release(splash_gen *g);
+/* Asks the engine to stop the gen (a disconnected client); safe at any time. */
+void splash_gen_cancel(splash_gen *g);
+
+/* What a consumer takes from a gen in one call. */
+typedef struct splash_gen_take {
+    int state;            /* SPLASH_GEN_* at the time of the take */
+    int n_tokens;
+    int n_recorded;       /* tokens recorded (splash_gen_token) at the time of the take */
+    splash_finish finish; /* != NONE once everything has been taken */
+    char error[256];
+    double prefill_ms, decode_ms;
+} splash_gen_take;
+
+/* Waits up to timeout_ms for new text or the end, moves the pending text into
+ * out (appended) and fills *t.  Returns 1 if anything new arrived (text or
+ * the end), 0 on timeout. */
+int splash_gen_wait(splash_gen *g, int timeout_ms, strbuf *out, splash_gen_take *t);
+
+/* Copies recorded tokens [from, from + max) that exist into toks and, when
+ * the gen has logprobs, lps (either may be NULL); returns how many. */
+int splash_gen_records(splash_gen *g, int from, int max, splash_gen_token *toks, splash_logprobs *lps);
+
+typedef struct splash_engine_options {
+    const char *model_dir;
+    int threads;
+    int max_context; /* tokens per request (prompt + output); 0 = the model's limit, capped */
+    int max_lanes;   /* requests decoding together (default 4) */
+    int max_queue;   /* requests waiting for a lane (default 64) */
+    int prefill_chunk; /* rows per forward call (default 256) */
+} splash_engine_options;
+
+/* Loads the package, model and tokenizer, allocates the pool, starts the
+ * engine thread. */
+int splash_engine_start(const splash_engine_options *opt, splash_engine **out, splash_error *err);
+/* Stops the thread: every queued and running gen ends with error `why`
+ * (NULL: "the server is stopping"); later submits fail.  The engine's
+ * tokenizer and figures stay readable until splash_engine_free. */
+void splash_engine_stop(splash_engine *e, const char *why);
+/* Stops (if needed) and frees the model, the pool and the tokenizer. */
+void splash_engine_free(splash_engine *e);
+
+/* Queues a gen (the engine takes its own reference).  SPLASH_E_RANGE when the
+ * queue is full (429), SPLASH_E_INVALID when the gen cannot fit the pool,
+ * SPLASH_E_UNSUPPORTED when the engine is stopping. */
+int splash_engine_submit(splash_engine *e, splash_gen *g, splash_error *err);
+
+const splash_tokenizer *splash_engine_tokenizer(const splash_engine *e);
+/* The package manifest (for token ids and the model name). */
+const json_value *splash_engine_manifest(const splash_engine *e);
+int splash_engine_max_context(const splash_engine *e);
+int splash_engine_vocab(const splash_engine *e);
+
+typedef struct splash_engine_stats {
+    int queued, active, max_lanes, max_queue;
+    int pages_total, pages_free, page_tokens, slots_total, slots_free;
+    uint64_t requests_done, prompt_tokens, completion_tokens;
+    double prefill_seconds, decode_seconds;
+    size_t weight_bytes, pool_bytes;
+} splash_engine_stats;
+void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s);
+
+double splash_now(void); /* monotonic seconds */
+
+#endif

@@ -1,0 +1,262 @@
+/* generation.c - the steps every generating API shares (generation.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "base/sha256.h"
+#include "server/generation.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+uint64_t srv_random64(void) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != sizeof x) x = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)clock();
+    return x;
+}
+
+void srv_make_id(char *out, const char *prefix) {
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    size_t n = strlen(prefix);
+    memcpy(out, prefix, n);
+    uint64_t a = srv_random64(), b = srv_random64();
+    for (int i = 0; i < 24; i++) {
+        uint64_t *w = i < 12 ? &a : &b;
+        out[n + i] = al[*w % 62];
+        *w /= 62;
+    }
+    out[n + 24] = 0;
+}
+
+/* ---- request parameters -------------------------------------------------------------- */
+
+static int is_num(const json_value *v) { return v && v->type == JSON_NUMBER; }
+
+int srv_number_param(const json_value *req, const char *name, double *out, srv_reply *r) {
+    const json_value *v = json_get(req, name);
+    if (!v || v->type == JSON_NULL) return 0;
+    if (!is_num(v)) {
+        srv_error(r, 400, name, "invalid_type", "%s must be a number", name);
+        return -1;
+    }
+    *out = v->num;
+    return 0;
+}
+
+int srv_int_param(const json_value *req, const char *name, int64_t *out, srv_reply *r) {
+    const json_value *v = json_get(req, name);
+    if (!v || v->type == JSON_NULL) return 0;
+    if (!is_num(v) || json_int64(v, out)) {
+        srv_error(r, 400, name, "invalid_type", "%s must be an integer", name);
+        return -1;
+    }
+    return 1;
+}
+
+int srv_sampling_params(const json_value *req, splash_gen *g, srv_reply *r) {
+    splash_sampling_params *p = &g->sp;
+    splash_sampling_params_default(p);
+    p->temperature = 1.0;
+    p->top_p = 0.95;
+    p->top_k = 20;
+    int64_t k;
+    int rc;
+    if (srv_number_param(req, "temperature", &p->temperature, r) || srv_number_param(req, "top_p", &p->top_p, r) ||
+        srv_number_param(req, "min_p", &p->min_p, r) ||
+        srv_number_param(req, "presence_penalty", &p->presence_penalty, r) ||
+        srv_number_param(req, "frequency_penalty", &p->frequency_penalty, r) ||
+        srv_number_param(req, "repetition_penalty", &p->repetition_penalty, r))
+        return -1;
+    if ((rc = srv_int_param(req, "top_k", &k, r)) < 0) return -1;
+    if (rc) {
+        if (k < -1 || k > 1000000000) return srv_error(r, 400, "top_k", "invalid_value", "top_k must be -1, 0 or positive"), -1;
+        p->top_k = (int)k;
+    }
+    const json_value *sv = json_get(req, "seed");
+    if (sv && sv->type != JSON_NULL) {
+        if (!is_num(sv) || !sv->is_int) return srv_error(r, 400, "seed", "invalid_type", "seed must be an integer"), -1;
+        p->seed = sv->str[0] == '-' ? (uint64_t)(int64_t)strtoll(sv->str, NULL, 10) : strtoull(sv->str, NULL, 10);
+    } else {
+        p->seed = srv_random64();
+    }
+    splash_error err = {0};
+    if (splash_sampling_params_validate(p, &err)) {
+        char name[48];
+        size_t n = strcspn(err.msg, " :");
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), err.msg);
+        return srv_error(r, 400, name, "invalid_value", "%s", err.msg), -1;
+    }
+    return 0;
+}
+
+int srv_stop_strings(const json_value *s, const char *param, splash_gen *g, srv_reply *r) {
+    if (!s || s->type == JSON_NULL) return 0;
+    if (s->type == JSON_STRING) {
+        if (!s->len) return srv_error(r, 400, param, "invalid_value", "%s strings must not be empty", param), -1;
+        g->stop[g->n_stop++] = strndup(s->str, s->len);
+        return 0;
+    }
+    if (s->type != JSON_ARRAY || s->count > SPLASH_MAX_STOP)
+        return srv_error(r, 400, param, "invalid_value", "%s must be a string or an array of at most %d strings", param,
+                         SPLASH_MAX_STOP), -1;
+    for (size_t i = 0; i < s->count; i++) {
+        if (!json_string(s->items[i]) || !s->items[i]->len || memchr(s->items[i]->str, 0, s->items[i]->len))
+            return srv_error(r, 400, param, "invalid_value", "%s[%zu] must be a non-empty string", param, i), -1;
+        g->stop[g->n_stop++] = strndup(s->items[i]->str, s->items[i]->len);
+    }
+    return 0;
+}
+
+int srv_count_tokens(const srv_server *s, const char *text, size_t n) {
+    if (!n) return 0;
+    splash_token_vec v = {0};
+    splash_error err = {0};
+    int k = splash_tokenizer_encode(splash_engine_tokenizer(s->engine), text, n, 0, &v, &err) ? 0 : (int)v.len;
+    splash_token_vec_free(&v);
+    return k;
+}
+
+void srv_gen_error_status(const splash_gen_take *t, int *status, const char **msg) {
+    *status = 500;
+    *msg = t->error[0] ? t->error : "generation failed";
+    if (t->finish == SPLASH_FINISH_ERROR && strstr(t->error, "stopping")) *status = 503;
+}
+
+void srv_gen_collect(splash_gen *g, strbuf *text, splash_gen_take *t) {
+    while (!splash_gen_wait(g, 1000, text, t) || t->finish == SPLASH_FINISH_NONE) {
+    }
+}
+
+/* ---- prompt -> gen ------------------------------------------------------------------------ */
+
+int srv_gen_prepare(const srv_request *q, const json_value *req, const json_value *in, splash_gen *g,
+                    srv_gen_setup *s, srv_reply *r) {
+    srv_server *srv = q->srv;
+    const char *param = s->param ? s->param : "messages";
+    sb_init(&s->prompt);
+    const json_value *script = json_get(req, "test_script");
+    if (script && !srv->opt.test_hooks)
+        return srv_error(r, 400, "test_script", "unsupported_parameter",
+                         "test_script exists only for tests (serve --test-hooks)"), -1;
+    if (script && !json_string(script))
+        return srv_error(r, 400, "test_script", "invalid_type", "test_script must be a string"), -1;
+    splash_error err = {0};
+    if (splash_chat_template_render(in, &s->prompt, &err))
+        return srv_error(r, 400, param, "template_error", "%s", err.msg), -1;
+    s->in_reasoning = s->prompt.len >= 8 && !memcmp(s->prompt.data + s->prompt.len - 8, "<think>\n", 8);
+    if (s->prefill) sb_puts(&s->prompt, s->prefill);
+    if (s->prompt.oom) return srv_error(r, 500, NULL, "out_of_memory", "out of memory"), -1;
+    const splash_tokenizer *tk = splash_engine_tokenizer(srv->engine);
+    splash_token_vec toks = {0};
+    if (splash_tokenizer_encode(tk, s->prompt.data, s->prompt.len, SPLASH_ENCODE_SPECIAL, &toks, &err)) {
+        splash_token_vec_free(&toks);
+        return srv_error(r, 400, param, NULL, "%s", err.msg), -1;
+    }
+    int ctx = splash_engine_max_context(srv->engine), np = (int)toks.len;
+    int64_t max_tokens = s->max_tokens;
+    if (s->clamp && np < ctx && max_tokens > ctx - np) {
+        max_tokens = ctx - np;
+        s->clamped = 1;
+    }
+    if (np >= ctx || (max_tokens > 0 && np + max_tokens > ctx)) {
+        splash_token_vec_free(&toks);
+        if (max_tokens > 0)
+            srv_error(r, 400, param, "context_length_exceeded",
+                      "This model's maximum context length is %d tokens. However, you requested %lld tokens (%d in the "
+                      "messages, %lld in the completion).",
+                      ctx, (long long)(np + max_tokens), np, (long long)max_tokens);
+        else
+            srv_error(r, 400, param, "context_length_exceeded",
+                      "This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.",
+                      ctx, np);
+        return -1;
+    }
+    g->prompt = toks.ids;
+    g->n_prompt = np;
+    g->max_tokens = max_tokens > 0 ? (int)max_tokens : ctx - np;
+    if (script) {
+        splash_token_vec st = {0};
+        if (splash_tokenizer_encode(tk, script->str, script->len, SPLASH_ENCODE_SPECIAL, &st, &err)) {
+            splash_token_vec_free(&st);
+            return srv_error(r, 400, "test_script", NULL, "%s", err.msg), -1;
+        }
+        g->script = st.ids;
+        g->n_script = (int)st.len;
+        if (!g->script) g->script = calloc(1, sizeof(int32_t));
+    }
+    return 0;
+}
+
+void srv_gen_setup_free(srv_gen_setup *s) { sb_free(&s->prompt); }
+
+int srv_gen_submit(const srv_request *q, splash_gen *g, srv_reply *r) {
+    splash_error err = {0};
+    int rc = splash_engine_submit(q->srv->engine, g, &err);
+    if (!rc) return 0;
+    int st = rc == SPLASH_E_RANGE ? 429 : rc == SPLASH_E_UNSUPPORTED ? 503 : 400;
+    srv_error(r, st, NULL, st == 429 ? "rate_limit_exceeded" : NULL, "%s", err.msg);
+    if (st != 400) r->retry_after = 1;
+    return -1;
+}
+
+/* ---- sealed reasoning ----------------------------------------------------------------------- */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void seal_hash(const char *text, size_t n, char hex[65]) {
+    splash_sha256 *h = splash_sha256_new();
+    if (!h) {
+        memset(hex, '0', 64);
+        hex[64] = 0;
+        return;
+    }
+    splash_sha256_update(h, "splash-reasoning\n", 17);
+    splash_sha256_update(h, text, n);
+    splash_sha256_finish(h, hex);
+}
+
+void srv_reasoning_seal(const char *text, size_t n, strbuf *out) {
+    char hex[65];
+    seal_hash(text, n, hex);
+    sb_printf(out, "sr1_%.32s_", hex);
+    const unsigned char *p = (const unsigned char *)text;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        char q[4] = {b64[w >> 18 & 63], b64[w >> 12 & 63], i + 1 < n ? b64[w >> 6 & 63] : '=', i + 2 < n ? b64[w & 63] : '='};
+        sb_append(out, q, 4);
+    }
+}
+
+static int b64_val(char c) {
+    const char *p = c ? strchr(b64, c) : NULL;
+    return p ? (int)(p - b64) : -1;
+}
+
+int srv_reasoning_unseal(const char *sealed, size_t n, strbuf *out) {
+    if (n < 37 || memcmp(sealed, "sr1_", 4) || sealed[36] != '_' || (n - 37) % 4) return -1;
+    strbuf t;
+    sb_init(&t);
+    for (size_t i = 37; i < n; i += 4) {
+        int v[4], pad = 0;
+        for (int k = 0; k < 4; k++) {
+            char c = sealed[i + k];
+            if (c == '=' && i + 4 == n && k >= 2) {
+                v[k] = 0;
+                pad++;
+            } else if ((v[k] = b64_val(c)) < 0 || pad) {
+                sb_free(&t);
+                return -1;
+            }
+        }
+        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        char bytes[3] = {(char)(w >> 16), (char)(w >> 8 & 255), (char)(w & 255)};
+        sb_append(&t, bytes, (size_t)(3 - pad));
+    }
+    char hex[65];
+    seal_hash(t.data ? t.data : "", t.len, hex);
+    int ok = !memcmp(hex, sealed + 4, 32) && !t.oom;
+    if (ok) sb_append(out, t.data ? t.data : "", t.len);
+    sb_free(&t);
+    return ok ? 0 : -1;
+}
