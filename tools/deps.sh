@@ -7,6 +7,8 @@ check() { # pkg-config name, Debian package
     pkg-config --exists "$1" 2>/dev/null || need="$need $2"
 }
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
+command -v python3 >/dev/null 2>&1 || need="$need python3"   # tools/make_test_model.py
+command -v node >/dev/null 2>&1 || need="$need nodejs npm"   # tests against reference JS and SDKs
 check libpcre2-8 libpcre2-dev
 check libutf8proc libutf8proc-dev
 check libcrypto libssl-dev

@@ -1,30 +1,78 @@
+/* threads.c - the worker pool behind splash_pool_run.
+ *
+ * A decode step is a few hundred short parallel loops (matrix products of a
+ * few MB, attention heads, GDN heads), each 10-500 us, with single-threaded
+ * glue of a few microseconds between them.  Waking sleeping threads through
+ * a condition variable costs 10-20 us per loop, which at that rate is a tenth
+ * of the step, so a run is started and finished through atomics:
+ *
+ *   start:  the caller publishes (fn, ctx, n_tasks), resets the task counter
+ *           and bumps `gen`; workers spinning on `gen` see it at once.  Only
+ *           workers that gave up spinning (SPIN_NS without a run) sleep on
+ *           the condition variable, and only then does the caller take the
+ *           lock to wake them.
+ *   tasks:  claimed one at a time with fetch_add (so a descheduled worker's
+ *           share is simply taken by the others).
+ *   finish: each worker decrements `pending` after its last task; the caller
+ *           spins on it (yielding the CPU after a while, for a worker that
+ *           was preempted on a busy machine).
+ *
+ * Every worker takes part in every run (it decrements `pending` once per
+ * generation), so a run never overlaps the next.  The Dekker-style handshake
+ * between `gen` and `sleepers` uses sequentially consistent atomics: a
+ * worker registers as a sleeper and then re-reads `gen` under the lock; the
+ * caller bumps `gen` and then reads `sleepers`; one of them must see the
+ * other's write.
+ */
 #include "threads.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mem.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+#define SPIN_NS 200000L  /* a worker spins this long for the next run before sleeping */
+#define YIELD_SPINS 4096 /* caller's spins on `pending` before it starts yielding */
+
 struct splash_pool {
     int n_threads; /* including the caller */
     pthread_t *threads;
-    pthread_mutex_t lock;
-    pthread_cond_t wake, done;
-    unsigned long generation;
-    int stop;
-    int busy; /* workers still in the current run */
+    long spin_ns;
+    /* the current run, published before gen is bumped */
     splash_task_fn fn;
     void *ctx;
     size_t n_tasks;
-    atomic_size_t next;
+    _Alignas(64) atomic_size_t next;
+    _Alignas(64) atomic_uint gen;
+    _Alignas(64) atomic_int pending; /* workers still in the current run */
+    atomic_int sleepers;
+    atomic_int stop;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
 };
 
+static long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
 static void drain(splash_pool *p, int worker) {
+    size_t n = p->n_tasks;
     for (;;) {
-        size_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->n_tasks) break;
+        size_t i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (i >= n) break;
         p->fn(p->ctx, i, worker);
     }
 }
@@ -34,23 +82,40 @@ typedef struct {
     int index;
 } worker_arg;
 
+/* Waits for a generation other than `seen` (or stop); returns it. */
+static unsigned wait_run(splash_pool *p, unsigned seen) {
+    long deadline = 0;
+    for (unsigned spins = 0;; spins++) {
+        unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return g;
+        cpu_relax();
+        if ((spins & 63) == 63) {
+            long t = now_ns();
+            if (!deadline) deadline = t + p->spin_ns;
+            else if (t > deadline) break;
+        }
+    }
+    pthread_mutex_lock(&p->lock);
+    atomic_fetch_add(&p->sleepers, 1);
+    unsigned g;
+    while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->wake, &p->lock);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->lock);
+    return g;
+}
+
 static void *worker_main(void *arg) {
     worker_arg *wa = arg;
     splash_pool *p = wa->pool;
     int index = wa->index;
     free(wa);
-    unsigned long seen = 0;
-    pthread_mutex_lock(&p->lock);
+    unsigned seen = 0;
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->lock);
+        seen = wait_run(p, seen);
+        if (atomic_load(&p->stop)) break;
         drain(p, index);
-        pthread_mutex_lock(&p->lock);
-        if (--p->busy == 0) pthread_cond_signal(&p->done);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
@@ -63,9 +128,15 @@ splash_pool *splash_pool_create(int n_threads) {
     }
     splash_pool *p = xcalloc(1, sizeof *p);
     p->n_threads = n_threads;
+    const char *spin = getenv("SPLASH_POOL_SPIN_US");
+    p->spin_ns = spin ? atol(spin) * 1000L : SPIN_NS;
+    atomic_init(&p->next, 0);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->stop, 0);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
     p->threads = xcalloc((size_t)n_threads, sizeof *p->threads);
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = xmalloc(sizeof *wa);
@@ -79,13 +150,13 @@ splash_pool *splash_pool_create(int n_threads) {
 void splash_pool_destroy(splash_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->lock);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
+    atomic_fetch_add(&p->gen, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
     free(p->threads);
     free(p);
 }
@@ -98,17 +169,22 @@ void splash_pool_run(splash_pool *p, size_t n_tasks, splash_task_fn fn, void *ct
         for (size_t i = 0; i < n_tasks; i++) fn(ctx, i, 0);
         return;
     }
-    pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
-    atomic_store(&p->next, 0);
-    p->busy = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->lock);
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes the run, ordered before the sleepers check */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->lock);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+    }
     drain(p, 0);
-    pthread_mutex_lock(&p->lock);
-    while (p->busy > 0) pthread_cond_wait(&p->done, &p->lock);
-    pthread_mutex_unlock(&p->lock);
+    for (unsigned spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < YIELD_SPINS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
 }

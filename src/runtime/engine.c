@@ -15,7 +15,11 @@
 
 #include "base/log.h"
 #include "package/package.h"
+#include "runtime/kv_pool.h"
+#include "runtime/memory_plan.h"
 #include "runtime/model.h"
+#include "runtime/prefix_cache.h"
+#include "runtime/state_cache.h"
 #include "text/tokenizer.h"
 
 double splash_now(void) {
@@ -111,8 +115,14 @@ int splash_gen_records(splash_gen *g, int from, int max, splash_gen_token *toks,
 typedef struct lane {
     splash_gen *g;        /* NULL: free */
     int slot;
-    int32_t *pages;       /* [pages_per_lane] */
+    int32_t *pages;       /* [pages_per_lane] page table; the lane holds a pool reference on each */
     int n_pages;
+    splash_pc_node **nodes; /* [pages_per_lane] cache node of each complete page (pinned), or NULL */
+    int n_nodes;          /* pages [0, n_nodes) are in the cache */
+    int32_t *seq;         /* [pages_per_lane * page_tokens] tokens fed: prompt, then the sampled ones */
+    int junction, replay, prompt_page; /* snapshot points (page-aligned positions; 0 = none) */
+    int decode_snap;      /* state-cache entry this lane took while decoding, or -1 */
+    splash_pc_node *decode_node; /* ... and its node (pinned by the lane) */
     int n_past;           /* tokens in the KV and state */
     int n_out;            /* tokens generated */
     int32_t next;         /* sampled, not yet fed */
@@ -132,8 +142,14 @@ struct splash_engine {
     const splash_model_needs *needs;
     int vocab, max_context, max_lanes, max_queue, chunk, pages_per_lane;
     void *kv, *states;
-    int n_pages, n_free_pages;
-    int32_t *free_pages;
+    int n_pages;
+    splash_kv_pool pool;
+    splash_prefix_cache pc;
+    splash_state_cache sc;
+    splash_memory_plan plan;
+    int checkpoint_interval, use_cache, flush_req, flush_left, im_start;
+    uint64_t cache_hits, cached_tokens, prefill_tokens;
+    splash_engine_stats pub; /* cache figures published under mu by the engine thread */
     lane *lanes;
     int32_t stop_ids[8];
     int n_stop_ids;
@@ -151,6 +167,8 @@ struct splash_engine {
     uint64_t requests_done, prompt_tokens, completion_tokens;
     double prefill_seconds, decode_seconds;
 };
+
+static void publish(splash_engine *e);
 
 static void engine_wake(struct splash_engine *e) {
     pthread_mutex_lock(&e->mu);
@@ -185,6 +203,79 @@ static void gen_finish(splash_gen *g, splash_finish f, const char *error) {
     pthread_mutex_unlock(&g->mu);
 }
 
+/* ---- the lane's pages, the prefix cache and snapshots ----------------------------
+ * Engine thread only (under e->mu where the stats read them). */
+
+/* Unpins the lane's cache nodes and drops its page references: pages the
+ * cache holds stay (evictable), the others are free again. */
+static void lane_release_pages(splash_engine *e, lane *l) {
+    for (int i = 0; i < l->n_nodes; i++)
+        if (l->nodes[i]) splash_prefix_unpin(&e->pc, l->nodes[i]);
+    for (int i = 0; i < l->n_pages; i++) splash_kv_pool_unref(&e->pool, l->pages[i]);
+    l->n_nodes = 0;
+    l->n_pages = 0;
+    l->decode_snap = -1;
+}
+
+/* Puts the lane's newly complete pages into the cache (pinned). */
+static void lane_insert_pages(splash_engine *e, lane *l) {
+    int pt = e->needs->page_tokens;
+    while (e->use_cache && (l->n_nodes + 1) * pt <= l->n_past) {
+        int i = l->n_nodes;
+        splash_pc_node *parent = i ? l->nodes[i - 1] : NULL;
+        if (i && !parent) return;
+        splash_pc_node *n = splash_prefix_insert(&e->pc, parent, l->seq + (size_t)i * pt, NULL, l->pages[i]);
+        l->nodes[i] = n;
+        l->n_nodes++;
+        if (!n) return; /* out of memory: the rest of this lane stays private */
+        splash_prefix_pin(&e->pc, n);
+    }
+}
+
+/* Snapshot of the lane's state at n_past (page-aligned, its page in the
+ * cache) onto that page's node.  Returns the entry or -1. */
+static int lane_snapshot(splash_engine *e, lane *l, int kind) {
+    int pt = e->needs->page_tokens, k = l->n_past / pt;
+    if (!e->use_cache || l->n_past % pt || k < 1 || k > l->n_nodes || !l->nodes[k - 1]) return -1;
+    splash_pc_node *n = l->nodes[k - 1];
+    if (n->snap >= 0) {
+        splash_snap *s = &e->sc.snaps[n->snap];
+        if (s->kind < kind) s->kind = kind;
+        s->last_used = ++e->pc.tick;
+        return -1;
+    }
+    int i = splash_state_cache_take(&e->sc, kind, ++e->pc.tick);
+    if (i < 0) return -1;
+    if (splash_model_snapshot(e->model, l->slot, e->sc.snaps[i].buf)) {
+        splash_state_cache_drop(&e->sc, i);
+        return -1;
+    }
+    e->sc.snaps[i].node = n;
+    n->snap = i;
+    return i;
+}
+
+/* After a prefill chunk: snapshots due at n_past. */
+static void lane_prefill_snapshots(splash_engine *e, lane *l) {
+    int p = l->n_past;
+    if (p == l->junction) lane_snapshot(e, l, SPLASH_SNAP_JUNCTION);
+    if (p == l->replay || p == l->prompt_page) lane_snapshot(e, l, SPLASH_SNAP_REPLAY);
+    if (e->checkpoint_interval && p % e->checkpoint_interval == 0) lane_snapshot(e, l, SPLASH_SNAP_CHECKPOINT);
+}
+
+/* The next snapshot point past n_past, or INT32_MAX. */
+static int lane_next_point(const splash_engine *e, const lane *l) {
+    int p = l->n_past, best = INT32_MAX;
+    int pts[3] = {l->junction, l->replay, l->prompt_page};
+    for (int i = 0; i < 3; i++)
+        if (pts[i] > p && pts[i] < best) best = pts[i];
+    if (e->checkpoint_interval) {
+        int c = (p / e->checkpoint_interval + 1) * e->checkpoint_interval;
+        if (c < best) best = c;
+    }
+    return best;
+}
+
 /* Ends a lane's gen and gives its slot and pages back. */
 static void lane_end(splash_engine *e, lane *l, splash_finish f, const char *error) {
     splash_gen *g = l->g;
@@ -194,7 +285,7 @@ static void lane_end(splash_engine *e, lane *l, splash_finish f, const char *err
     }
     sb_clear(&l->held);
     pthread_mutex_lock(&e->mu);
-    for (int i = 0; i < l->n_pages; i++) e->free_pages[e->n_free_pages++] = l->pages[i];
+    lane_release_pages(e, l);
     e->n_active--;
     e->requests_done++;
     e->prompt_tokens += (uint64_t)g->n_prompt;
@@ -257,7 +348,10 @@ static int lane_token(splash_engine *e, lane *l, int32_t tok, const splash_logpr
     l->n_out++;
     pthread_mutex_lock(&g->mu);
     g->n_tokens = l->n_out;
-    if (l->n_out == 1) g->t_first = splash_now();
+    if (l->n_out == 1) {
+        g->t_first = splash_now();
+        g->state = SPLASH_GEN_DECODE; /* consumers stop sending keep-alives */
+    }
     pthread_mutex_unlock(&g->mu);
     for (int i = 0; i < e->n_stop_ids; i++)
         if (tok == e->stop_ids[i]) {
@@ -306,11 +400,61 @@ static int lane_token(splash_engine *e, lane *l, int32_t tok, const splash_logpr
     return 0;
 }
 
+/* Places g on lane l: the longest cached prefix of its prompt whose end has
+ * a snapshot (or the root) is restored and its pages mapped, the rest of the
+ * budget gets fresh pages, evicting unpinned cache pages when the pool is
+ * short.  Returns 0, or 1 when the pool cannot hold it now (it waits). */
+static int lane_claim(splash_engine *e, lane *l, splash_gen *g) {
+    int pt = e->needs->page_tokens, total = pages_for(e, g);
+    splash_pc_node **path = l->nodes;
+    int m = 0, j = 0;
+    if (e->use_cache) {
+        m = splash_prefix_match(&e->pc, g->prompt, g->n_prompt - 1, path, total); /* >= 1 row must run */
+        for (j = m; j > 0 && path[j - 1]->snap < 0; j--) {}
+    }
+    for (int i = 0; i < j; i++) splash_prefix_pin(&e->pc, path[i]);
+    while (e->pool.n_free < total - j && splash_prefix_evict_one(&e->pc)) {}
+    if (e->pool.n_free < total - j) {
+        for (int i = 0; i < j; i++) splash_prefix_unpin(&e->pc, path[i]);
+        return 1;
+    }
+    for (int i = 0; i < j; i++) {
+        l->pages[i] = path[i]->page;
+        splash_kv_pool_ref(&e->pool, path[i]->page);
+    }
+    for (int i = j; i < total; i++) l->pages[i] = splash_kv_pool_alloc(&e->pool);
+    l->n_pages = total;
+    l->n_nodes = j;
+    if (j) {
+        splash_snap *s = &e->sc.snaps[path[j - 1]->snap];
+        splash_model_restore(e->model, l->slot, s->buf);
+        s->last_used = ++e->pc.tick;
+        e->sc.restored++;
+        e->cache_hits++;
+        e->cached_tokens += (uint64_t)(j * pt);
+    } else {
+        splash_model_reset_slot(e->model, l->slot);
+    }
+    memcpy(l->seq, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
+    l->n_past = j * pt;
+    l->junction = m > j ? m * pt : 0;
+    /* replay point: the last whole page before the generation prompt (the last <|im_start|>) */
+    l->replay = 0;
+    for (int i = g->n_prompt - 1; i >= 0 && e->im_start >= 0; i--)
+        if (g->prompt[i] == e->im_start) {
+            l->replay = i / pt * pt;
+            break;
+        }
+    l->prompt_page = g->n_prompt / pt * pt;
+    l->decode_snap = -1;
+    pthread_mutex_lock(&g->mu);
+    g->n_cached = j * pt;
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
 static void lane_begin(splash_engine *e, lane *l, splash_gen *g) {
     l->g = g;
-    l->n_pages = pages_for(e, g);
-    for (int i = 0; i < l->n_pages; i++) l->pages[i] = e->free_pages[--e->n_free_pages];
-    l->n_past = 0;
     l->n_out = 0;
     l->text_total = 0;
     l->decoding = 0;
@@ -318,7 +462,6 @@ static void lane_begin(splash_engine *e, lane *l, splash_gen *g) {
     splash_history_add(&l->hist, g->prompt, g->n_prompt, 1);
     splash_detok_stream_init(&l->ds, e->tok, SPLASH_DECODE_SKIP_SPECIAL);
     sb_clear(&l->held);
-    splash_model_reset_slot(e->model, l->slot);
     e->n_active++;
     pthread_mutex_lock(&g->mu);
     g->state = SPLASH_GEN_PREFILL;
@@ -338,7 +481,7 @@ static void admit(splash_engine *e) {
         lane *free_lane = NULL;
         for (int i = 0; i < e->max_lanes && !free_lane; i++)
             if (!e->lanes[i].g) free_lane = &e->lanes[i];
-        if (!cancelled && (!free_lane || pages_for(e, g) > e->n_free_pages)) return;
+        if (!cancelled && (!free_lane || lane_claim(e, free_lane, g))) return;
         e->qhead = g->next;
         if (!e->qhead) e->qtail = NULL;
         e->n_queued--;
@@ -348,6 +491,7 @@ static void admit(splash_engine *e) {
             continue;
         }
         lane_begin(e, free_lane, g);
+        publish(e);
     }
 }
 
@@ -373,11 +517,14 @@ static void step(splash_engine *e) {
         if (l->decoding) {
             bl->mode = SPLASH_LANE_VERIFY;
             bl->n_rows = 1;
+            l->seq[l->n_past] = l->next;
             e->rows[n_rows++] = (splash_row){l->next, {l->n_past, l->n_past, l->n_past}, SPLASH_ROW_LOGITS, NULL};
             l->logit_row = n_logits++;
         } else {
             int n = l->g->n_prompt - l->n_past;
             if (n > budget) n = budget;
+            int point = lane_next_point(e, l); /* a chunk ends where a snapshot is due */
+            if (point < l->n_past + n) n = point - l->n_past;
             if (n <= 0) continue;
             budget -= n;
             any_prefill = 1;
@@ -393,7 +540,12 @@ static void step(splash_engine *e) {
         l->in_batch = 1;
         n_lanes++;
     }
-    if (!n_lanes) return;
+    if (!n_lanes) {
+        pthread_mutex_lock(&e->mu);
+        publish(e);
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
     splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, NULL};
     splash_error err = {0};
     int rc = splash_model_forward(e->model, &b, &err);
@@ -411,6 +563,20 @@ static void step(splash_engine *e) {
             continue;
         }
         l->n_past += bl->n_rows;
+        lane_insert_pages(e, l);
+        if (bl->mode == SPLASH_LANE_PREFILL) {
+            e->prefill_tokens += (uint64_t)bl->n_rows;
+            lane_prefill_snapshots(e, l);
+        } else if (l->n_past % e->needs->page_tokens == 0) {
+            /* decoding crossed a page: keep the state there (only the lane's latest) */
+            int prev = l->decode_snap;
+            int now = lane_snapshot(e, l, SPLASH_SNAP_REPLAY);
+            if (now >= 0) {
+                if (prev >= 0 && l->decode_node && l->decode_node->snap == prev) splash_state_cache_drop(&e->sc, prev);
+                l->decode_node = e->sc.snaps[now].node;
+                l->decode_snap = now;
+            }
+        }
         if (l->logit_row < 0) continue;
         splash_gen *g = l->g;
         const float *row = e->logits + (size_t)l->logit_row * e->vocab;
@@ -433,16 +599,51 @@ static void step(splash_engine *e) {
     pthread_mutex_lock(&e->mu);
     if (any_prefill) e->prefill_seconds += dt;
     else e->decode_seconds += dt;
+    publish(e);
     pthread_mutex_unlock(&e->mu);
+}
+
+/* Under e->mu, on the engine thread (or with it stopped): copies the pool and
+ * cache figures for splash_engine_get_stats. */
+static void publish(splash_engine *e) {
+    splash_engine_stats *c = &e->pub;
+    int evictable = splash_prefix_evictable(&e->pc);
+    c->pages_free = e->pool.n_free + evictable; /* what a request can get: cached pages nobody pins are reclaimed */
+    c->pages_cached = e->pc.n_nodes;
+    c->pages_pinned = e->pc.n_nodes - evictable;
+    c->cache_lookups = e->pc.lookups;
+    c->cache_hits = e->cache_hits;
+    c->cached_tokens = e->cached_tokens;
+    c->pages_evicted = e->pc.pages_evicted;
+    c->prefill_tokens = e->prefill_tokens;
+    c->snapshots_held = e->sc.n_held;
+    c->snapshot_bytes = splash_state_cache_bytes(&e->sc);
+    c->snapshots_taken = e->sc.taken;
+    c->snapshots_evicted = e->sc.evicted;
+    c->snapshots_restored = e->sc.restored;
+}
+
+/* Under e->mu: a requested flush drops every unpinned cache page and snapshot. */
+static void flush_cache(splash_engine *e) {
+    if (!e->flush_req) return;
+    while (splash_prefix_evict_one(&e->pc)) {}
+    for (int i = 0; i < e->sc.max_snaps; i++)
+        if (e->sc.snaps[i].buf && (!e->sc.snaps[i].node || !e->sc.snaps[i].node->pins)) splash_state_cache_drop(&e->sc, i);
+    e->flush_left = splash_kv_pool_used(&e->pool);
+    e->flush_req = 0;
+    publish(e);
+    pthread_cond_broadcast(&e->cv);
 }
 
 static void *engine_main(void *arg) {
     splash_engine *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
+        flush_cache(e);
         admit(e);
         while (!e->stopping && !e->n_active) {
             pthread_cond_wait(&e->cv, &e->mu);
+            flush_cache(e);
             admit(e);
         }
         int stopping = e->stopping;
@@ -473,35 +674,76 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     }
     if ((rc = splash_tokenizer_load(tj, &e->tok, err))) goto fail;
     splash_model_options mo = {.threads = opt->threads, .max_rows = e->chunk + e->max_lanes,
-                               .max_lanes = e->max_lanes, .kv_format = SPLASH_KV_F32};
+                               .max_lanes = e->max_lanes, .kv_format = (splash_kv_format)opt->kv_format};
     if ((rc = splash_model_load(e->pkg, &mo, &e->model, err))) goto fail;
     e->needs = splash_model_get_needs(e->model);
     e->vocab = e->needs->vocab;
     e->max_context = e->needs->max_positions > 0 ? e->needs->max_positions : 4096;
     if (e->max_context > 262144) e->max_context = 262144;
     if (opt->max_context > 0 && opt->max_context < e->max_context) e->max_context = opt->max_context;
+    {
+        /* the memory plan: the pool is what the budget leaves, capped (default: every lane's
+         * full context twice over, so finished requests stay cached beside running ones) */
+        size_t pt = (size_t)e->needs->page_tokens;
+        size_t want_pages = ((size_t)e->max_context + pt - 1) / pt;
+        splash_memory_plan_input pi = {
+            .available = opt->available, .max_memory = opt->max_memory,
+            .weight_bytes = e->needs->weight_bytes, .scratch_bytes = e->needs->scratch_bytes,
+            .page_bytes = e->needs->page_bytes, .state_bytes = e->needs->state_bytes,
+            .page_tokens = e->needs->page_tokens, .lanes = e->max_lanes,
+            .model_context = e->max_context, .max_context = opt->max_context,
+            .pool_cap = opt->pool_cap ? opt->pool_cap
+                                      : 2 * (size_t)e->max_lanes * want_pages * e->needs->page_bytes +
+                                            16 * e->needs->state_bytes};
+        if (splash_memory_plan_make(&pi, &e->plan)) {
+            strbuf b;
+            sb_init(&b);
+            splash_memory_plan_print(&e->plan, &b);
+            rc = splash_fail(err, SPLASH_E_NOMEM, "the model does not fit (%s)\n%s", e->plan.reason, b.data ? b.data : "");
+            sb_free(&b);
+            goto fail;
+        }
+    }
+    e->max_context = e->plan.max_context;
     e->pages_per_lane = (e->max_context + e->needs->page_tokens - 1) / e->needs->page_tokens;
-    e->n_pages = e->pages_per_lane * e->max_lanes;
+    e->n_pages = e->plan.n_pages;
+    if (opt->kv_pool_pages > 1 && opt->kv_pool_pages < e->n_pages) {
+        e->n_pages = opt->kv_pool_pages;
+        int cap = e->n_pages * e->needs->page_tokens;
+        if (cap < e->max_context) e->max_context = cap;
+        e->pages_per_lane = (e->max_context + e->needs->page_tokens - 1) / e->needs->page_tokens;
+    }
+    e->use_cache = !opt->no_prefix_cache;
+    e->checkpoint_interval = opt->checkpoint_interval > 0 ? opt->checkpoint_interval : 2048;
+    e->checkpoint_interval = (e->checkpoint_interval + e->needs->page_tokens - 1) / e->needs->page_tokens *
+                             e->needs->page_tokens;
     e->kv = splash_model_alloc_memory(e->model, e->needs->page_bytes * (size_t)e->n_pages + 1);
     e->states = splash_model_alloc_memory(e->model, e->needs->state_bytes * (size_t)e->max_lanes + 1);
-    e->free_pages = malloc(sizeof(int32_t) * (size_t)e->n_pages);
+    if (splash_kv_pool_init(&e->pool, e->n_pages) ||
+        splash_state_cache_init(&e->sc, e->model, e->needs->state_bytes, e->plan.max_snapshots) ||
+        splash_prefix_cache_init(&e->pc, e->needs->page_tokens, &e->pool, &e->sc)) {
+        rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
+        goto fail;
+    }
     e->lanes = calloc((size_t)e->max_lanes, sizeof *e->lanes);
     e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
     e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes);
-    if (!e->kv || !e->states || !e->free_pages || !e->lanes || !e->rows || !e->blanes || !e->logits) {
+    if (!e->kv || !e->states || !e->lanes || !e->rows || !e->blanes || !e->logits) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
     if ((rc = splash_model_attach_memory(e->model, e->kv, e->n_pages, e->states, e->max_lanes, err))) goto fail;
-    for (int i = 0; i < e->n_pages; i++) e->free_pages[i] = e->n_pages - 1 - i;
-    e->n_free_pages = e->n_pages;
+    publish(e);
     for (int i = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
         l->slot = i;
         l->pages = malloc(sizeof(int32_t) * (size_t)e->pages_per_lane);
+        l->nodes = calloc((size_t)e->pages_per_lane, sizeof *l->nodes);
+        l->seq = malloc(sizeof(int32_t) * (size_t)e->pages_per_lane * (size_t)e->needs->page_tokens);
+        l->decode_snap = -1;
         sb_init(&l->held);
-        if (!l->pages || splash_history_init(&l->hist, 256)) {
+        if (!l->pages || !l->nodes || !l->seq || splash_history_init(&l->hist, 256)) {
             rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory");
             goto fail;
         }
@@ -514,6 +756,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         int64_t id;
         if (!json_int64(eos->items[i], &id)) e->stop_ids[e->n_stop_ids++] = (int32_t)id;
     }
+    e->im_start = (int)json_get_int(toks, "im_start", -1);
     static const char *extra[] = {"im_end", "endoftext"};
     for (int k = 0; k < 2; k++) {
         int64_t id = json_get_int(toks, extra[k], -1);
@@ -563,9 +806,14 @@ void splash_engine_free(splash_engine *e) {
     splash_engine_stop(e, NULL);
     for (int i = 0; e->lanes && i < e->max_lanes; i++) {
         free(e->lanes[i].pages);
+        free(e->lanes[i].nodes);
+        free(e->lanes[i].seq);
         splash_history_free(&e->lanes[i].hist);
         sb_free(&e->lanes[i].held);
     }
+    if (e->pc.buckets) splash_prefix_cache_free(&e->pc);
+    splash_state_cache_free(&e->sc);
+    splash_kv_pool_free(&e->pool);
     if (e->model) {
         splash_model_free_memory(e->model, e->kv);
         splash_model_free_memory(e->model, e->states);
@@ -574,7 +822,6 @@ void splash_engine_free(splash_engine *e) {
     splash_sampler_free(e->sampler);
     splash_tokenizer_free(e->tok);
     splash_package_close(e->pkg);
-    free(e->free_pages);
     free(e->lanes);
     free(e->rows);
     free(e->blanes);
@@ -626,7 +873,26 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->max_lanes = e->max_lanes;
     s->max_queue = e->max_queue;
     s->pages_total = e->n_pages;
-    s->pages_free = e->n_free_pages;
+    s->plan_budget = e->plan.budget;
+    s->plan_fixed = e->plan.fixed;
+    s->plan_scratch = e->plan.scratch;
+    s->plan_kv_bytes = e->plan.kv_bytes;
+    s->plan_snapshot_bytes = e->plan.snapshot_bytes;
+    s->plan_max_snapshots = e->plan.max_snapshots;
+    const splash_engine_stats *c = &e->pub; /* the engine thread's figures as of its last step */
+    s->pages_free = c->pages_free;
+    s->pages_cached = c->pages_cached;
+    s->pages_pinned = c->pages_pinned;
+    s->cache_lookups = c->cache_lookups;
+    s->cache_hits = c->cache_hits;
+    s->cached_tokens = c->cached_tokens;
+    s->pages_evicted = c->pages_evicted;
+    s->prefill_tokens = c->prefill_tokens;
+    s->snapshots_held = c->snapshots_held;
+    s->snapshot_bytes = c->snapshot_bytes;
+    s->snapshots_taken = c->snapshots_taken;
+    s->snapshots_evicted = c->snapshots_evicted;
+    s->snapshots_restored = c->snapshots_restored;
     s->page_tokens = e->needs->page_tokens;
     s->slots_total = e->max_lanes;
     s->slots_free = e->max_lanes - e->n_active;
@@ -638,4 +904,19 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->weight_bytes = e->needs->weight_bytes;
     s->pool_bytes = e->needs->page_bytes * (size_t)e->n_pages + e->needs->state_bytes * (size_t)e->max_lanes;
     pthread_mutex_unlock(&e->mu);
+}
+
+int splash_engine_flush_cache(splash_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    if (!e->started) { /* no engine thread: flush here */
+        e->flush_req = 1;
+        flush_cache(e);
+    } else {
+        e->flush_req = 1;
+        pthread_cond_broadcast(&e->cv);
+        while (e->flush_req) pthread_cond_wait(&e->cv, &e->mu);
+    }
+    int left = e->flush_left;
+    pthread_mutex_unlock(&e->mu);
+    return left;
 }

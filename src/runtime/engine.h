@@ -83,6 +83,7 @@ typedef struct splash_gen {
     splash_logprobs *lps;   /* [n_recorded] when sp.logprobs, else NULL */
     int n_recorded, cap_recorded;
     double t_submit, t_start, t_first, t_end; /* seconds (monotonic) */
+    int n_cached;       /* prompt tokens reused from the prefix cache (set at admission) */
     int refs;
 
     /* ---- engine-private ---- */
@@ -122,6 +123,13 @@ typedef struct splash_engine_options {
     int max_lanes;   /* requests decoding together (default 4) */
     int max_queue;   /* requests waiting for a lane (default 64) */
     int prefill_chunk; /* rows per forward call (default 256) */
+    int kv_format;     /* splash_kv_format (0 = f32 today; serve passes its --kv-format) */
+    size_t max_memory; /* --max-memory bytes, 0 = no cap */
+    size_t available;  /* usable memory override (tests), 0 = MemAvailable */
+    size_t pool_cap;   /* most bytes of KV pages + snapshots (0 = 1 GiB on the CPU) */
+    int checkpoint_interval; /* tokens between prefill checkpoints (default 2048, page multiple) */
+    int no_prefix_cache;     /* 1: every request runs cold (tests, comparisons) */
+    int kv_pool_pages;       /* tests: at most this many KV pages (0 = what the plan gives) */
 } splash_engine_options;
 
 /* Loads the package, model and tokenizer, allocates the pool, starts the
@@ -147,11 +155,24 @@ int splash_engine_vocab(const splash_engine *e);
 
 typedef struct splash_engine_stats {
     int queued, active, max_lanes, max_queue;
-    int pages_total, pages_free, page_tokens, slots_total, slots_free;
+    int pages_total, pages_free, page_tokens, slots_total, slots_free; /* pages_free: unused + cached unpinned */
     uint64_t requests_done, prompt_tokens, completion_tokens;
     double prefill_seconds, decode_seconds;
     size_t weight_bytes, pool_bytes;
+    /* the memory plan (bytes) */
+    size_t plan_budget, plan_fixed, plan_scratch, plan_kv_bytes, plan_snapshot_bytes;
+    int plan_max_snapshots;
+    /* the prefix cache and snapshots */
+    int pages_cached, pages_pinned;
+    uint64_t cache_lookups, cache_hits, cached_tokens, pages_evicted, prefill_tokens;
+    int snapshots_held;
+    size_t snapshot_bytes;
+    uint64_t snapshots_taken, snapshots_evicted, snapshots_restored;
 } splash_engine_stats;
+/* Drops every cached page and snapshot no running request pins (done on the
+ * engine thread between steps); for tests and leak checks.  Returns the
+ * pages still allocated afterwards: 0 when idle and nothing leaked. */
+int splash_engine_flush_cache(splash_engine *e);
 void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s);
 
 double splash_now(void); /* monotonic seconds */

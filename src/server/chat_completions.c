@@ -8,6 +8,12 @@
  * reasoning, content and tool calls, which become the reply or, streaming,
  * `chat.completion.chunk` deltas as docs/output-parser.md maps them.
  *
+ * Two figures come from the engine's per-token records (splash_gen_token)
+ * rather than from the text: logprobs (one entry per generated token, see
+ * logprobs.h) and usage.reasoning_tokens (the tokens up to the one that
+ * completes "</think>" in the raw output, found by scanning it while the
+ * reasoning is open).
+ *
  * The test hook: when the server runs with --test-hooks, a request may carry
  * "test_script": "<text>" - its tokens are emitted instead of sampled, through
  * the same decode cycle, detokenizer, stop handling, parser and chunks (then a
@@ -20,12 +26,31 @@
 #include <time.h>
 
 #include "server/generation.h"
+#include "server/logprobs.h"
 #include "server/server.h"
 #include "text/chat_template.h"
 #include "text/output_parser.h"
 #include "text/tokenizer.h"
 
 /* ---- the template's input ------------------------------------------------------ */
+
+/* Every level but none thinks as usual: the model has no effort control yet. */
+int srv_reasoning_effort_valid(const char *effort) {
+    static const char *ok[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+    for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++)
+        if (!strcmp(effort, ok[k])) return 1;
+    return 0;
+}
+
+/* A member that must be a string (or absent / null); -1 with r filled. */
+static int string_member(const json_value *obj, const char *key, const char *param, srv_reply *r) {
+    const json_value *v = json_get(obj, key);
+    if (v && v->type != JSON_NULL && v->type != JSON_STRING) {
+        srv_error(r, 400, param, "invalid_type", "%s must be a string", param);
+        return -1;
+    }
+    return 0;
+}
 
 json_value *srv_chat_template_input(const srv_request *q, const json_value *req, srv_reply *r) {
     const json_value *msgs = json_get(req, "messages");
@@ -50,6 +75,11 @@ json_value *srv_chat_template_input(const srv_request *q, const json_value *req,
             srv_error(r, 400, param, "invalid_value", "%s \"%.40s\" is not one of system, developer, user, assistant, tool",
                       param, role);
             goto fail;
+        }
+        static const char *strings[] = {"name", "tool_call_id", "reasoning_content"};
+        for (size_t k = 0; k < sizeof strings / sizeof strings[0]; k++) {
+            snprintf(param, sizeof param, "messages[%zu].%s", i, strings[k]);
+            if (string_member(m, strings[k], param, r)) goto fail;
         }
         json_value *c = json_clone(m);
         json_arr_push(out, c);
@@ -89,6 +119,10 @@ json_value *srv_chat_template_input(const srv_request *q, const json_value *req,
                     srv_error(r, 400, param, "invalid_value", "%s[%zu].function.name must be a string", param, k);
                     goto fail;
                 }
+                if (args && args->type != JSON_STRING && args->type != JSON_OBJECT) {
+                    srv_error(r, 400, param, "invalid_type", "%s[%zu].function.arguments must be a JSON string", param, k);
+                    goto fail;
+                }
                 if (args && args->type == JSON_STRING) {
                     char msg[200];
                     json_value *pa = json_parse(args->str, args->len, JSON_DEFAULT_MAX_DEPTH, msg, sizeof msg);
@@ -125,7 +159,12 @@ json_value *srv_chat_template_input(const srv_request *q, const json_value *req,
                 srv_error(r, 400, "tools", "invalid_value", "tools[%zu] must be {\"type\":\"function\",\"function\":{\"name\",...}}", k);
                 goto fail;
             }
-            if (json_get(fn, "strict") && json_get_bool(fn, "strict", 0)) {
+            const json_value *sv = json_get(fn, "strict");
+            if (sv && sv->type != JSON_NULL && !json_is_bool(sv)) {
+                srv_error(r, 400, "tools", "invalid_type", "tools[%zu].function.strict must be a boolean", k);
+                goto fail;
+            }
+            if (sv && json_get_bool(fn, "strict", 0)) {
                 srv_error(r, 400, "tools", "unsupported_value", "tools[%zu].function.strict: strict tools are not supported yet", k);
                 goto fail;
             }
@@ -141,10 +180,7 @@ json_value *srv_chat_template_input(const srv_request *q, const json_value *req,
     }
     if (!effort) effort = q->srv->opt.default_reasoning_effort;
     if (effort) {
-        static const char *ok[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
-        int found = 0;
-        for (size_t k = 0; k < sizeof ok / sizeof ok[0]; k++) found |= !strcmp(effort, ok[k]);
-        if (!found) {
+        if (!srv_reasoning_effort_valid(effort)) {
             srv_error(r, 400, "reasoning_effort", "invalid_value",
                       "reasoning_effort \"%.40s\" is not one of none, minimal, low, medium, high, xhigh, max", effort);
             goto fail;
@@ -152,7 +188,16 @@ json_value *srv_chat_template_input(const srv_request *q, const json_value *req,
         json_obj_set(in, "enable_thinking", json_new_bool(strcmp(effort, "none") != 0));
     }
     const json_value *kw = json_get(req, "chat_template_kwargs");
+    if (kw && kw->type != JSON_NULL && kw->type != JSON_OBJECT) {
+        srv_error(r, 400, "chat_template_kwargs", "invalid_type", "chat_template_kwargs must be an object");
+        goto fail;
+    }
     const json_value *et = json_get(kw, "enable_thinking");
+    if (et && et->type != JSON_NULL && !json_is_bool(et)) {
+        srv_error(r, 400, "chat_template_kwargs.enable_thinking", "invalid_type",
+                  "chat_template_kwargs.enable_thinking must be a boolean");
+        goto fail;
+    }
     if (et && json_is_bool(et)) json_obj_set(in, "enable_thinking", json_clone(et));
     return in;
 fail:
@@ -175,8 +220,35 @@ typedef struct chat {
     splash_output_parser *parser;
     strbuf *out;       /* where the parser callback writes chunks */
     int sent_role, n_calls, finished;
-    strbuf reasoning;  /* for reasoning_tokens */
+    /* reasoning_tokens: the raw output is scanned for "</think>" while the
+       reasoning is open; think_end is the byte after it (-1: not seen) */
+    int had_reasoning;
+    long think_end;
+    strbuf scan;
+    /* streamed logprobs: entries of tokens whose text was taken, waiting
+       for the next chunk */
+    size_t raw_len;
+    int n_reported;
+    strbuf lp_pending;
 } chat;
+
+/* logprobs (a boolean) and top_logprobs (0-20, needs logprobs) into g->sp. */
+static int logprob_params(const json_value *req, splash_gen *g, srv_reply *r) {
+    const json_value *v = json_get(req, "logprobs");
+    if (v && v->type != JSON_NULL && !json_is_bool(v))
+        return srv_error(r, 400, "logprobs", "invalid_type", "logprobs must be a boolean"), -1;
+    int64_t top = 0;
+    int rc = srv_int_param(req, "top_logprobs", &top, r);
+    if (rc < 0) return -1;
+    if (rc && (top < 0 || top > SPLASH_MAX_TOP_LOGPROBS))
+        return srv_error(r, 400, "top_logprobs", "invalid_value", "top_logprobs must be between 0 and %d",
+                         SPLASH_MAX_TOP_LOGPROBS), -1;
+    g->sp.logprobs = json_get_bool(req, "logprobs", 0);
+    if (top > 0 && !g->sp.logprobs)
+        return srv_error(r, 400, "top_logprobs", "invalid_value", "top_logprobs needs logprobs: true"), -1;
+    g->sp.top_logprobs = (int)top;
+    return 0;
+}
 
 /* Known OpenAI parameters Splash does not do yet: present and not neutral = 400. */
 static int unsupported(const json_value *req, srv_reply *r) {
@@ -184,10 +256,6 @@ static int unsupported(const json_value *req, srv_reply *r) {
     int64_t n = 1;
     if (srv_int_param(req, "n", &n, r) < 0) return -1;
     if (n != 1) return srv_error(r, 400, "n", "unsupported_value", "n must be 1"), -1;
-    if ((v = json_get(req, "logprobs")) && v->type == JSON_TRUE)
-        return srv_error(r, 400, "logprobs", "unsupported_value", "logprobs is not supported yet"), -1;
-    if ((v = json_get(req, "top_logprobs")) && v->type != JSON_NULL)
-        return srv_error(r, 400, "top_logprobs", "unsupported_value", "top_logprobs is not supported yet"), -1;
     if ((v = json_get(req, "logit_bias")) && v->type != JSON_NULL && !(v->type == JSON_OBJECT && !v->count))
         return srv_error(r, 400, "logit_bias", "unsupported_value", "logit_bias is not supported"), -1;
     if ((v = json_get(req, "response_format")) && v->type != JSON_NULL &&
@@ -195,12 +263,16 @@ static int unsupported(const json_value *req, srv_reply *r) {
         return srv_error(r, 400, "response_format", "unsupported_value",
                          "response_format: only {\"type\":\"text\"} is supported yet (json_object / json_schema need "
                          "grammar-enforced decoding)"), -1;
+    if ((v = json_get(req, "parallel_tool_calls")) && v->type != JSON_NULL && !json_is_bool(v))
+        return srv_error(r, 400, "parallel_tool_calls", "invalid_type", "parallel_tool_calls must be a boolean"), -1;
     if ((v = json_get(req, "parallel_tool_calls")) && v->type == JSON_FALSE)
         return srv_error(r, 400, "parallel_tool_calls", "unsupported_value", "parallel_tool_calls false is not supported yet"), -1;
     static const char *never[] = {"audio", "prediction", "web_search_options", "functions", "function_call"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
         if ((v = json_get(req, never[i])) && v->type != JSON_NULL)
             return srv_error(r, 400, never[i], "unsupported_parameter", "%s is not supported", never[i]), -1;
+    if ((v = json_get(req, "modalities")) && v->type != JSON_NULL && v->type != JSON_ARRAY)
+        return srv_error(r, 400, "modalities", "invalid_type", "modalities must be an array of strings"), -1;
     if ((v = json_get(req, "modalities")) && v->type == JSON_ARRAY)
         for (size_t i = 0; i < v->count; i++)
             if (strcmp(json_string(v->items[i]) ? json_string(v->items[i]) : "", "text"))
@@ -215,15 +287,70 @@ static void chat_free(chat *c) {
     splash_gen_release(c->g);
     if (c->parser) splash_output_parser_free(c->parser);
     json_free(c->req);
-    sb_free(&c->reasoning);
+    sb_free(&c->scan);
+    sb_free(&c->lp_pending);
     free(c);
+}
+
+/* Where the reasoning ends in the raw output: the byte after the first
+ * "</think>", or -1. */
+static long find_think_end(const char *s, size_t n) {
+    const char *p = s ? memmem(s, n, "</think>", 8) : NULL;
+    return p ? (long)(p - s) + 8 : -1;
+}
+
+/* reasoning_tokens: the generated tokens up to the one that completes
+ * "</think>" (all of them when the reasoning never closed), counted from the
+ * engine's token records rather than by tokenizing the reasoning text again.
+ * A token counts when any of its bytes lies inside the reasoning. */
+static int reasoning_tokens(chat *c, int n_recorded) {
+    if (!c->in_reasoning && !c->had_reasoning) return 0;
+    if (c->think_end < 0 || n_recorded <= 0) return n_recorded;
+    splash_gen_token *t = malloc(sizeof *t * (size_t)n_recorded);
+    if (!t) return 0;
+    int n = splash_gen_records(c->g, 0, n_recorded, t, NULL), k = 0;
+    while (k < n && (k ? (long)t[k - 1].text_end : 0) < c->think_end) k++;
+    free(t);
+    return k;
+}
+
+/* Chat logprobs entries of records [c->n_reported, n_recorded) whose text is
+ * within the first c->raw_len bytes (all when `all`) onto c->lp_pending. */
+static void pending_logprobs(chat *c, int n_recorded, int all) {
+    int n = n_recorded - c->n_reported;
+    if (!c->g->sp.logprobs || n <= 0) return;
+    splash_gen_token *t = malloc(sizeof *t * (size_t)n);
+    splash_logprobs *lp = malloc(sizeof *lp * (size_t)n);
+    if (t && lp) {
+        n = splash_gen_records(c->g, c->n_reported, n, t, lp);
+        const splash_tokenizer *tk = splash_engine_tokenizer(c->srv->engine);
+        for (int i = 0; i < n && (all || t[i].text_end <= c->raw_len); i++) {
+            if (c->lp_pending.len) sb_putc(&c->lp_pending, ',');
+            srv_logprobs_chat_entry(&c->lp_pending, tk, &lp[i]);
+            c->n_reported++;
+        }
+    }
+    free(t);
+    free(lp);
+}
+
+/* "logprobs": the pending entries (then cleared), or null. */
+static void write_logprobs(chat *c, strbuf *b) {
+    if (!c->g->sp.logprobs || !c->lp_pending.len) {
+        sb_puts(b, "null");
+        return;
+    }
+    sb_puts(b, "{\"content\":[");
+    sb_append(b, c->lp_pending.data, c->lp_pending.len);
+    sb_puts(b, "]}");
+    sb_clear(&c->lp_pending);
 }
 
 static void write_usage(chat *c, strbuf *b, int completion, int reasoning) {
     sb_printf(b,
               "{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-              "\"prompt_tokens_details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":%d}}",
-              c->g->n_prompt, completion, c->g->n_prompt + completion, reasoning > completion ? completion : reasoning);
+              "\"prompt_tokens_details\":{\"cached_tokens\":%d},\"completion_tokens_details\":{\"reasoning_tokens\":%d}}",
+              c->g->n_prompt, completion, c->g->n_prompt + completion, c->g->n_cached, reasoning > completion ? completion : reasoning);
 }
 
 static void write_timings(chat *c, strbuf *b, const splash_gen_take *t) {
@@ -245,8 +372,7 @@ static void reply_whole(chat *c, srv_reply *r) {
     strbuf text;
     sb_init(&text);
     splash_gen_take t;
-    while (!splash_gen_wait(c->g, 1000, &text, &t) || t.finish == SPLASH_FINISH_NONE) {
-    }
+    srv_gen_collect(c->g, &text, &t); /* cancels the gen if the client goes away */
     if (t.finish == SPLASH_FINISH_ERROR || t.finish == SPLASH_FINISH_CANCELLED) {
         int st;
         const char *msg;
@@ -261,6 +387,9 @@ static void reply_whole(chat *c, srv_reply *r) {
     memset(&res, 0, sizeof res);
     splash_output_parse(text.data ? text.data : "", text.len, &o, &res);
     c->n_calls = (int)res.ncalls;
+    c->had_reasoning = res.reasoning.len > 0;
+    c->think_end = find_think_end(text.data, text.len);
+    pending_logprobs(c, t.n_recorded, 1);
     strbuf *b = &r->body;
     sb_printf(b, "{\"id\":\"%s\",\"object\":\"chat.completion\",\"created\":%lld,\"model\":", c->id, c->created);
     json_write_string(b, c->model, strlen(c->model), JSON_COMPACT);
@@ -284,8 +413,11 @@ static void reply_whole(chat *c, srv_reply *r) {
         }
         sb_puts(b, "]");
     }
-    sb_printf(b, "},\"logprobs\":null,\"finish_reason\":\"%s\"}],\"usage\":", finish_name(c, t.finish));
-    write_usage(c, b, t.n_tokens, srv_count_tokens(c->srv, res.reasoning.data, res.reasoning.len));
+    sb_puts(b, "},\"logprobs\":");
+    if (c->g->sp.logprobs && !c->lp_pending.len) sb_puts(b, "{\"content\":[]}");
+    else write_logprobs(c, b);
+    sb_printf(b, ",\"finish_reason\":\"%s\"}],\"usage\":", finish_name(c, t.finish));
+    write_usage(c, b, t.n_tokens, reasoning_tokens(c, t.n_recorded));
     sb_puts(b, ",\"timings\":");
     write_timings(c, b, &t);
     sb_puts(b, "}");
@@ -303,9 +435,10 @@ static void chunk_open(chat *c, strbuf *b) {
     sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":");
 }
 
-static void chunk_close(strbuf *b, const char *finish) {
-    sb_printf(b, ",\"logprobs\":null,\"finish_reason\":%s%s%s}]}\n\n", finish ? "\"" : "", finish ? finish : "null",
-              finish ? "\"" : "");
+static void chunk_close(chat *c, strbuf *b, const char *finish) {
+    sb_puts(b, ",\"logprobs\":");
+    write_logprobs(c, b);
+    sb_printf(b, ",\"finish_reason\":%s%s%s}]}\n\n", finish ? "\"" : "", finish ? finish : "null", finish ? "\"" : "");
 }
 
 static void on_event(void *ctx, const splash_output_event *ev) {
@@ -315,12 +448,12 @@ static void on_event(void *ctx, const splash_output_event *ev) {
     case SPLASH_OUTPUT_REASONING:
     case SPLASH_OUTPUT_CONTENT: {
         int reasoning = ev->kind == SPLASH_OUTPUT_REASONING;
-        if (reasoning) sb_append(&c->reasoning, ev->text, ev->len);
+        if (reasoning) c->had_reasoning = 1;
         chunk_open(c, b);
         sb_puts(b, reasoning ? "{\"reasoning_content\":" : "{\"content\":");
         json_write_string(b, ev->text, ev->len, JSON_COMPACT);
         sb_puts(b, "}");
-        chunk_close(b, NULL);
+        chunk_close(c, b, NULL);
         break;
     }
     case SPLASH_OUTPUT_CALL_BEGIN:
@@ -331,14 +464,14 @@ static void on_event(void *ctx, const splash_output_event *ev) {
         sb_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
         json_write_string(b, ev->name, strlen(ev->name), JSON_COMPACT);
         sb_puts(b, ",\"arguments\":\"\"}}]}");
-        chunk_close(b, NULL);
+        chunk_close(c, b, NULL);
         break;
     case SPLASH_OUTPUT_CALL_ARGS:
         chunk_open(c, b);
         sb_printf(b, "{\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", ev->index);
         json_write_string(b, ev->text, ev->len, JSON_COMPACT);
         sb_puts(b, "}}]}");
-        chunk_close(b, NULL);
+        chunk_close(c, b, NULL);
         break;
     default:
         break;
@@ -351,18 +484,32 @@ static void stream_produce(void *ctx, strbuf *out, int *done) {
     if (!c->sent_role) {
         chunk_open(c, out);
         sb_puts(out, "{\"role\":\"assistant\",\"content\":\"\"}");
-        chunk_close(out, NULL);
+        chunk_close(c, out, NULL);
         c->sent_role = 1;
         return;
     }
     strbuf text;
     sb_init(&text);
     splash_gen_take t;
-    if (!splash_gen_wait(c->g, 2000, &text, &t)) {
-        sb_puts(out, ": keep-alive\n\n");
+    if (!splash_gen_wait(c->g, c->srv->opt.keepalive_ms > 0 ? c->srv->opt.keepalive_ms : 2000, &text, &t)) {
+        /* keep-alive only while nothing can come yet (queued, prefilling); a
+           decode that is silent (text held back for a stop string or a tag)
+           sends nothing; a client that left is noticed by http.c anyway */
+        if (t.state == SPLASH_GEN_QUEUED || t.state == SPLASH_GEN_PREFILL) sb_puts(out, ": keep-alive\n\n");
         sb_free(&text);
         return;
     }
+    if (c->think_end < 0 && text.len) { /* for reasoning_tokens */
+        size_t from = c->scan.len > 7 ? c->scan.len - 7 : 0;
+        sb_append(&c->scan, text.data, text.len);
+        long e = find_think_end(c->scan.data + from, c->scan.len - from);
+        if (e >= 0) {
+            c->think_end = (long)from + e; /* scan holds the whole raw output so far */
+            sb_free(&c->scan);
+        }
+    }
+    c->raw_len += text.len;
+    pending_logprobs(c, t.n_recorded, t.finish != SPLASH_FINISH_NONE);
     if (text.len && splash_output_parser_feed(c->parser, text.data, text.len)) t.finish = SPLASH_FINISH_ERROR;
     sb_free(&text);
     if (t.finish == SPLASH_FINISH_NONE) return;
@@ -383,8 +530,9 @@ static void stream_produce(void *ctx, strbuf *out, int *done) {
     }
     splash_output_parser_finish(c->parser);
     chunk_open(c, out);
-    sb_puts(out, "{}");
-    sb_printf(out, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],\"timings\":", finish_name(c, t.finish));
+    sb_puts(out, "{},\"logprobs\":");
+    write_logprobs(c, out);
+    sb_printf(out, ",\"finish_reason\":\"%s\"}],\"timings\":", finish_name(c, t.finish));
     write_timings(c, out, &t);
     sb_puts(out, "}\n\n");
     if (c->include_usage) {
@@ -392,7 +540,7 @@ static void stream_produce(void *ctx, strbuf *out, int *done) {
                   c->created);
         json_write_string(out, c->model, strlen(c->model), JSON_COMPACT);
         sb_puts(out, ",\"choices\":[],\"usage\":");
-        write_usage(c, out, t.n_tokens, srv_count_tokens(c->srv, c->reasoning.data, c->reasoning.len));
+        write_usage(c, out, t.n_tokens, reasoning_tokens(c, t.n_recorded));
         sb_puts(out, "}\n\n");
     }
     sb_puts(out, "data: [DONE]\n\n");
@@ -410,9 +558,6 @@ void srv_chat_completions(const srv_request *q, srv_reply *r) {
     if (!req) return;
     chat *c = calloc(1, sizeof *c);
     json_value *in = NULL;
-    strbuf prompt;
-    sb_init(&prompt);
-    splash_token_vec toks = {0};
     if (!c || !(c->g = splash_gen_new())) {
         srv_error(r, 500, NULL, "out_of_memory", "out of memory");
         json_free(req);
@@ -421,7 +566,9 @@ void srv_chat_completions(const srv_request *q, srv_reply *r) {
     }
     c->srv = srv;
     c->req = req;
-    sb_init(&c->reasoning);
+    c->think_end = -1;
+    sb_init(&c->scan);
+    sb_init(&c->lp_pending);
     splash_gen *g = c->g;
     const json_value *v;
     if ((v = json_get(req, "model")) && v->type != JSON_NULL && !json_string(v)) {
@@ -439,15 +586,22 @@ void srv_chat_completions(const srv_request *q, srv_reply *r) {
         srv_error(r, 400, "stream_options", "invalid_type", "stream_options must be an object");
         goto fail;
     }
-    c->include_usage = json_get_bool(v, "include_usage", 0);
-    if (unsupported(req, r) || srv_sampling_params(req, g, r) || srv_stop_strings(json_get(req, "stop"), "stop", g, r)) goto fail;
-    int64_t max_tokens = -1, mct = -1;
-    if (srv_int_param(req, "max_tokens", &max_tokens, r) < 0 || srv_int_param(req, "max_completion_tokens", &mct, r) < 0)
+    const json_value *iu = json_get(v, "include_usage");
+    if (iu && iu->type != JSON_NULL && !json_is_bool(iu)) {
+        srv_error(r, 400, "stream_options.include_usage", "invalid_type", "stream_options.include_usage must be a boolean");
         goto fail;
-    if (mct >= 0) max_tokens = mct;
-    if (max_tokens == 0 || max_tokens < -1) {
-        srv_error(r, 400, mct >= 0 ? "max_completion_tokens" : "max_tokens", "invalid_value", "%s must be at least 1",
-                  mct >= 0 ? "max_completion_tokens" : "max_tokens");
+    }
+    c->include_usage = json_get_bool(v, "include_usage", 0);
+    if (unsupported(req, r) || srv_sampling_params(req, g, r) || logprob_params(req, g, r) ||
+        srv_stop_strings(json_get(req, "stop"), "stop", g, r))
+        goto fail;
+    int64_t max_tokens = -1, mct = -1;
+    int has_mt = srv_int_param(req, "max_tokens", &max_tokens, r), has_mct;
+    if (has_mt < 0 || (has_mct = srv_int_param(req, "max_completion_tokens", &mct, r)) < 0) goto fail;
+    if (has_mct) max_tokens = mct;
+    if ((has_mt || has_mct) && max_tokens < 1) {
+        srv_error(r, 400, has_mct ? "max_completion_tokens" : "max_tokens", "invalid_value", "%s must be at least 1",
+                  has_mct ? "max_completion_tokens" : "max_tokens");
         goto fail;
     }
     if (!(in = srv_chat_template_input(q, req, r))) goto fail;
@@ -464,7 +618,6 @@ void srv_chat_completions(const srv_request *q, srv_reply *r) {
     c->tools = json_get(in, "tools");
     json_free(req);
     in = NULL;
-    sb_free(&prompt);
     if (c->stream) {
         splash_output_opts o = {.in_reasoning = c->in_reasoning, .tools = c->tools};
         if (!(c->parser = splash_output_parser_new(&o, on_event, c))) {
@@ -482,7 +635,5 @@ void srv_chat_completions(const srv_request *q, srv_reply *r) {
     return;
 fail:
     json_free(in);
-    sb_free(&prompt);
-    splash_token_vec_free(&toks);
     chat_free(c);
 }

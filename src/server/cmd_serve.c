@@ -18,6 +18,8 @@
 
 #include "base/fs.h"
 #include "base/log.h"
+#include "package/download.h"
+#include "runtime/model.h"
 #include "commands.h"
 #include "package/package.h"
 #include "server/server.h"
@@ -25,17 +27,25 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: splash serve --model PKG [--host 127.0.0.1] [--port 8000] [--max-context N[K]]\n"
+            "usage: splash serve --model PKG|OWNER/REPO [--offline] [--host 127.0.0.1] [--port 8000] [--max-context N[K]]\n"
             "                    [--api-key KEY] [--allowed-host NAME]... [--max-request-size 128M]\n"
             "                    [--served-model-name NAME]... [--default-reasoning-effort E] [--threads N]\n"
             "\n"
             "An OpenAI-compatible HTTP server (docs/api.md).\n"
+            "  --model          a package directory, or OWNER/REPO fetched into the verified cache\n"
+            "                   (docs/download.md: SPLASH_MODEL_BASE_URL, SPLASH_CACHE_DIR)\n"
+            "  --offline        never touch the network: OWNER/REPO must be fully cached\n"
             "  --port           also SPLASH_PORT; 0 picks a free port (printed on the Ready line)\n"
             "  --api-key        also SPLASH_API_KEY; then every endpoint but /, /health, /ready needs it\n"
             "  --allowed-host   a Host / Origin name to accept besides loopback and the bind address\n"
             "  --max-context    tokens per request, prompt + output (default: the model's, at most 256K)\n"
             "  --max-lanes      requests decoding together (default 4)\n"
             "  --max-queue      requests waiting for a lane before 429 (default 64)\n"
+            "  --max-memory     most bytes the runtime may use (default: available RAM minus a margin)\n"
+            "  --kv-format      f32|bf16|int8: KV page storage (default f32 until int8 lands on the CPU)\n"
+            "  --prefix-cache   on|off: reuse cached prompt pages and recurrent-state snapshots (default on)\n"
+            "  --default-reasoning-effort  none|minimal|low|medium|high|xhigh|max for requests that\n"
+            "                   do not set one (none = thinking off; the others think as usual)\n"
             "  --test-hooks     accept the tests' \"test_script\" request field (tests only)\n");
 }
 
@@ -70,6 +80,7 @@ int splash_cmd_serve(int argc, char **argv) {
     srv.opt.port = 8000;
     srv.opt.max_request_size = 128u << 20;
     const char *model = NULL;
+    int offline = 0;
     splash_engine_options eo = {0};
     const char *env = getenv("SPLASH_PORT");
     if (env && *env) srv.opt.port = atoi(env);
@@ -83,6 +94,10 @@ int splash_cmd_serve(int argc, char **argv) {
         }
         if (!strcmp(a, "--test-hooks")) {
             srv.opt.test_hooks = 1;
+            continue;
+        }
+        if (!strcmp(a, "--offline")) {
+            offline = 1;
             continue;
         }
         if (!v) {
@@ -99,13 +114,23 @@ int splash_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) eo.threads = atoi(v);
         else if (!strcmp(a, "--max-lanes")) eo.max_lanes = atoi(v);
         else if (!strcmp(a, "--max-queue")) eo.max_queue = atoi(v);
-        else if (!strcmp(a, "--default-reasoning-effort")) srv.opt.default_reasoning_effort = v;
+        else if (!strcmp(a, "--default-reasoning-effort") && srv_reasoning_effort_valid(v))
+            srv.opt.default_reasoning_effort = v;
+        else if (!strcmp(a, "--body-timeout-ms") && atoi(v) > 0) srv.opt.body_timeout_ms = atoi(v); /* hidden: tests */
+        else if (!strcmp(a, "--keepalive-ms") && atoi(v) > 0) srv.opt.keepalive_ms = atoi(v);       /* hidden: tests */
         else if (!strcmp(a, "--allowed-host") && srv.opt.n_allowed_hosts < SRV_MAX_HOSTS)
             srv.opt.allowed_hosts[srv.opt.n_allowed_hosts++] = v;
         else if (!strcmp(a, "--served-model-name") && srv.opt.n_served_names < SRV_MAX_NAMES)
             srv.opt.served_names[srv.opt.n_served_names++] = v;
         else if (!strcmp(a, "--max-context") && (n = parse_size(v)) > 0 && n <= 262144) eo.max_context = (int)n;
         else if (!strcmp(a, "--max-request-size") && (n = parse_size(v)) > 0) srv.opt.max_request_size = (size_t)n;
+        else if (!strcmp(a, "--max-memory") && (n = parse_size(v)) > 0) eo.max_memory = (size_t)n;
+        else if (!strcmp(a, "--kv-format") && (!strcmp(v, "int8") || !strcmp(v, "bf16") || !strcmp(v, "f32")))
+            eo.kv_format = !strcmp(v, "int8") ? SPLASH_KV_INT8 : !strcmp(v, "bf16") ? SPLASH_KV_BF16 : SPLASH_KV_F32;
+        else if (!strcmp(a, "--checkpoint-interval") && atoi(v) > 0) eo.checkpoint_interval = atoi(v); /* hidden: tests */
+        else if (!strcmp(a, "--kv-pool-pages") && atoi(v) > 1) eo.kv_pool_pages = atoi(v);             /* hidden: tests */
+        else if (!strcmp(a, "--prefix-cache") && (!strcmp(v, "on") || !strcmp(v, "off")))
+            eo.no_prefix_cache = !strcmp(v, "off");
         else {
             fprintf(stderr, "splash serve: bad option %s %s\n\n", a, v);
             usage(stderr);
@@ -138,6 +163,14 @@ int splash_cmd_serve(int argc, char **argv) {
 
     splash_say("Loading · %s", base);
     splash_error err = {0};
+    /* A package directory is used as it is; OWNER/REPO is fetched into (or
+     * found in) the verified cache. */
+    char *model_dir = NULL;
+    if (splash_model_resolve(model, &(splash_download_options){.offline = offline}, &model_dir, &err)) {
+        fprintf(stderr, "splash serve: %s\n", err.msg);
+        return 1;
+    }
+    model = model_dir; /* lives until exit */
     eo.model_dir = model;
     if (splash_engine_start(&eo, &srv.engine, &err)) {
         fprintf(stderr, "splash serve: %s\n", err.msg);

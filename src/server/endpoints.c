@@ -54,12 +54,23 @@ void srv_status(const srv_request *q, srv_reply *r) {
               ",\"memory\":{\"weight_bytes\":%zu,\"pool_bytes\":%zu}"
               ",\"pool\":{\"pages_total\":%d,\"pages_free\":%d,\"page_tokens\":%d,\"slots_total\":%d,\"slots_free\":%d}"
               ",\"queue\":{\"active\":%d,\"queued\":%d,\"max_lanes\":%d,\"max_queued\":%d}"
-              ",\"cache\":{\"prefix_cache\":false}"
+              ",\"plan\":{\"budget_bytes\":%zu,\"fixed_bytes\":%zu,\"scratch_bytes\":%zu,\"kv_bytes\":%zu"
+              ",\"snapshot_bytes\":%zu,\"max_snapshots\":%d}"
+              ",\"cache\":{\"prefix_cache\":true,\"pages_cached\":%d,\"pages_pinned\":%d,\"lookups\":%llu"
+              ",\"hits\":%llu,\"cached_tokens\":%llu,\"prefill_tokens\":%llu,\"pages_evicted\":%llu"
+              ",\"snapshots_held\":%d,\"snapshot_bytes\":%zu,\"snapshots_taken\":%llu,\"snapshots_evicted\":%llu"
+              ",\"snapshots_restored\":%llu}"
               ",\"totals\":{\"requests\":%llu,\"prompt_tokens\":%llu,\"completion_tokens\":%llu}"
               ",\"streams_open\":%llu}",
               splash_engine_max_context(s->engine), splash_now() - s->started, st.weight_bytes, st.pool_bytes,
               st.pages_total, st.pages_free, st.page_tokens, st.slots_total, st.slots_free, st.active, st.queued,
-              st.max_lanes, st.max_queue, (unsigned long long)st.requests_done,
+              st.max_lanes, st.max_queue, st.plan_budget, st.plan_fixed, st.plan_scratch, st.plan_kv_bytes,
+              st.plan_snapshot_bytes, st.plan_max_snapshots, st.pages_cached, st.pages_pinned,
+              (unsigned long long)st.cache_lookups, (unsigned long long)st.cache_hits,
+              (unsigned long long)st.cached_tokens, (unsigned long long)st.prefill_tokens,
+              (unsigned long long)st.pages_evicted, st.snapshots_held, st.snapshot_bytes,
+              (unsigned long long)st.snapshots_taken, (unsigned long long)st.snapshots_evicted,
+              (unsigned long long)st.snapshots_restored, (unsigned long long)st.requests_done,
               (unsigned long long)st.prompt_tokens, (unsigned long long)st.completion_tokens,
               (unsigned long long)atomic_load(&s->n_streams_open));
     r->status = 200;

@@ -93,7 +93,8 @@ int srv_sampling_params(const json_value *req, splash_gen *g, srv_reply *r) {
 int srv_stop_strings(const json_value *s, const char *param, splash_gen *g, srv_reply *r) {
     if (!s || s->type == JSON_NULL) return 0;
     if (s->type == JSON_STRING) {
-        if (!s->len) return srv_error(r, 400, param, "invalid_value", "%s strings must not be empty", param), -1;
+        if (!s->len || memchr(s->str, 0, s->len)) /* a NUL would cut it to "" (matches at once) */
+            return srv_error(r, 400, param, "invalid_value", "%s must be a non-empty string without NUL", param), -1;
         g->stop[g->n_stop++] = strndup(s->str, s->len);
         return 0;
     }
@@ -106,6 +107,16 @@ int srv_stop_strings(const json_value *s, const char *param, splash_gen *g, srv_
         g->stop[g->n_stop++] = strndup(s->items[i]->str, s->items[i]->len);
     }
     return 0;
+}
+
+int srv_test_echo_prompt(const srv_request *q, const json_value *req, srv_reply *r) {
+    const json_value *v = json_get(req, "test_echo_prompt");
+    if (!v) return 0;
+    if (!q->srv->opt.test_hooks)
+        return srv_error(r, 400, "test_echo_prompt", "unsupported_parameter",
+                         "test_echo_prompt exists only for tests (serve --test-hooks)"), -1;
+    if (!json_is_bool(v)) return srv_error(r, 400, "test_echo_prompt", "invalid_type", "test_echo_prompt must be a boolean"), -1;
+    return v->type == JSON_TRUE;
 }
 
 int srv_count_tokens(const srv_server *s, const char *text, size_t n) {
@@ -123,9 +134,19 @@ void srv_gen_error_status(const splash_gen_take *t, int *status, const char **ms
     if (t->finish == SPLASH_FINISH_ERROR && strstr(t->error, "stopping")) *status = 503;
 }
 
+int srv_gen_failed_reply(const splash_gen_take *t, srv_reply *r) {
+    if (t->finish != SPLASH_FINISH_ERROR && t->finish != SPLASH_FINISH_CANCELLED) return 0;
+    int st;
+    const char *msg;
+    srv_gen_error_status(t, &st, &msg);
+    srv_error(r, st, NULL, "generation_failed", "%s", msg);
+    if (st == 503) r->retry_after = 1;
+    return 1;
+}
+
 void srv_gen_collect(splash_gen *g, strbuf *text, splash_gen_take *t) {
-    while (!splash_gen_wait(g, 1000, text, t) || t->finish == SPLASH_FINISH_NONE) {
-    }
+    while (!splash_gen_wait(g, 1000, text, t) || t->finish == SPLASH_FINISH_NONE)
+        if (srv_client_gone()) splash_gen_cancel(g);
 }
 
 /* ---- prompt -> gen ------------------------------------------------------------------------ */
@@ -253,10 +274,255 @@ int srv_reasoning_unseal(const char *sealed, size_t n, strbuf *out) {
         char bytes[3] = {(char)(w >> 16), (char)(w >> 8 & 255), (char)(w & 255)};
         sb_append(&t, bytes, (size_t)(3 - pad));
     }
-    char hex[65];
-    seal_hash(t.data ? t.data : "", t.len, hex);
-    int ok = !memcmp(hex, sealed + 4, 32) && !t.oom;
+    /* canonical only: sealing the text again must give the same bytes (base64 can
+     * hide edits in the unused bits of its last character) */
+    strbuf again;
+    sb_init(&again);
+    srv_reasoning_seal(t.data ? t.data : "", t.len, &again);
+    int ok = again.len == n && !memcmp(again.data, sealed, n) && !t.oom && !again.oom;
     if (ok) sb_append(out, t.data ? t.data : "", t.len);
+    sb_free(&again);
     sb_free(&t);
     return ok ? 0 : -1;
 }
+
+/* ---- which stop string ---------------------------------------------------------------------- */
+
+int srv_gen_stop_index(const srv_server *s, splash_gen *g, size_t text_len) {
+    if (!g->n_stop) return -1;
+    splash_gen_take t;
+    strbuf none;
+    sb_init(&none);
+    splash_gen_wait(g, 0, &none, &t);
+    sb_free(&none);
+    int n = t.n_recorded;
+    if (n <= 0) return -1;
+    splash_gen_token *toks = malloc(sizeof *toks * (size_t)n);
+    int32_t *ids = malloc(sizeof *ids * (size_t)n);
+    int found = -1;
+    if (toks && ids && (n = splash_gen_records(g, 0, n, toks, NULL)) > 0 && toks[n - 1].text_end > text_len) {
+        found = 0; /* a stop string cut the text; which one: the one the raw text has at the cut */
+        for (int i = 0; i < n; i++) ids[i] = toks[i].id;
+        strbuf raw;
+        sb_init(&raw);
+        splash_error err = {0};
+        if (!splash_tokenizer_decode(splash_engine_tokenizer(s->engine), ids, (size_t)n, SPLASH_DECODE_SKIP_SPECIAL, &raw,
+                                     &err))
+            for (int i = 0; i < g->n_stop; i++) {
+                size_t sl = strlen(g->stop[i]);
+                if (raw.len >= text_len + sl && !memcmp(raw.data + text_len, g->stop[i], sl)) {
+                    found = i;
+                    break;
+                }
+            }
+        sb_free(&raw);
+    }
+    free(toks);
+    free(ids);
+    return found;
+}
+
+/* ---- the template's input from other histories ----------------------------------------------- */
+
+void srv_convo_init(srv_convo *c) {
+    memset(c, 0, sizeof *c);
+    c->msgs = json_new(JSON_ARRAY);
+    sb_init(&c->system);
+}
+
+void srv_convo_free(srv_convo *c) {
+    json_free(c->msgs);
+    sb_free(&c->system);
+    memset(c, 0, sizeof *c);
+}
+
+void srv_convo_break(srv_convo *c) { c->open = NULL; }
+
+static json_value *convo_open(srv_convo *c, int assistant) {
+    if (c->open && c->open_assistant == assistant) return c->open;
+    json_value *m = json_new(JSON_OBJECT);
+    json_obj_set(m, "role", json_new_string(assistant ? "assistant" : "user"));
+    json_obj_set(m, "content", json_new_string(""));
+    json_arr_push(c->msgs, m);
+    c->open = m;
+    c->open_assistant = assistant;
+    return m;
+}
+
+/* Appends text to a string member of m (created when absent). */
+static void append_member(json_value *m, const char *key, const char *text, size_t n) {
+    json_value *old = json_get(m, key);
+    strbuf b;
+    sb_init(&b);
+    if (old && old->type == JSON_STRING) sb_append(&b, old->str, old->len);
+    sb_append(&b, text, n);
+    json_obj_set(m, key, json_new_stringn(b.data ? b.data : "", b.len));
+    sb_free(&b);
+}
+
+void srv_convo_system(srv_convo *c, const char *text, size_t n) {
+    if (c->msgs->count) {
+        c->open = NULL;
+        srv_convo_user(c, text, n);
+        c->open = NULL;
+        return;
+    }
+    if (c->n_system++) sb_puts(&c->system, "\n\n");
+    sb_append(&c->system, text, n);
+}
+
+void srv_convo_user(srv_convo *c, const char *text, size_t n) { append_member(convo_open(c, 0), "content", text, n); }
+
+static int assistant_has(const json_value *m, int reasoning) {
+    const json_value *v = json_get(m, "content");
+    if (v && v->len) return 1;
+    if (json_get(m, "tool_calls")) return 1;
+    return reasoning && json_get(m, "reasoning_content");
+}
+
+void srv_convo_reasoning(srv_convo *c, const char *text, size_t n) {
+    if (c->open && c->open_assistant && assistant_has(c->open, 1)) c->open = NULL;
+    append_member(convo_open(c, 1), "reasoning_content", text, n);
+}
+
+void srv_convo_assistant(srv_convo *c, const char *text, size_t n) {
+    if (c->open && c->open_assistant && json_get(c->open, "tool_calls")) c->open = NULL;
+    append_member(convo_open(c, 1), "content", text, n);
+}
+
+void srv_convo_tool_call(srv_convo *c, const char *id, const char *name, json_value *args) {
+    json_value *m = convo_open(c, 1);
+    json_value *calls = json_get(m, "tool_calls");
+    if (!calls) {
+        calls = json_new(JSON_ARRAY);
+        json_obj_set(m, "tool_calls", calls);
+    }
+    json_value *call = json_new(JSON_OBJECT), *fn = json_new(JSON_OBJECT);
+    if (id) json_obj_set(call, "id", json_new_string(id));
+    json_obj_set(call, "type", json_new_string("function"));
+    json_obj_set(fn, "name", json_new_string(name));
+    json_obj_set(fn, "arguments", args ? args : json_new(JSON_OBJECT));
+    json_obj_set(call, "function", fn);
+    json_arr_push(calls, call);
+}
+
+void srv_convo_tool_result(srv_convo *c, const char *call_id, const char *text, size_t n) {
+    json_value *m = json_new(JSON_OBJECT);
+    json_obj_set(m, "role", json_new_string("tool"));
+    if (call_id) json_obj_set(m, "tool_call_id", json_new_string(call_id));
+    json_obj_set(m, "content", json_new_stringn(text, n));
+    json_arr_push(c->msgs, m);
+    c->open = NULL;
+}
+
+char *srv_convo_take_prefill(srv_convo *c) {
+    if (!c->msgs->count) return NULL;
+    json_value *m = c->msgs->items[c->msgs->count - 1];
+    if (strcmp(json_get_string(m, "role", ""), "assistant") || json_get(m, "tool_calls") ||
+        json_get(m, "reasoning_content"))
+        return NULL;
+    const json_value *t = json_get(m, "content");
+    char *s = strndup(t && t->str ? t->str : "", t ? t->len : 0);
+    json_free(m);
+    c->msgs->count--;
+    c->open = NULL;
+    return s;
+}
+
+json_value *srv_convo_input(srv_convo *c) {
+    json_value *in = json_new(JSON_OBJECT), *msgs = json_new(JSON_ARRAY);
+    if (c->n_system) {
+        json_value *m = json_new(JSON_OBJECT);
+        json_obj_set(m, "role", json_new_string("system"));
+        json_obj_set(m, "content", json_new_stringn(c->system.data ? c->system.data : "", c->system.len));
+        json_arr_push(msgs, m);
+    }
+    for (size_t i = 0; i < c->msgs->count; i++) json_arr_push(msgs, c->msgs->items[i]);
+    c->msgs->count = 0;
+    json_obj_set(in, "messages", msgs);
+    srv_convo_free(c);
+    srv_convo_init(c);
+    return in;
+}
+
+void srv_tool_add(json_value *tools, const char *name, const json_value *description, const json_value *parameters) {
+    json_value *t = json_new(JSON_OBJECT), *fn = json_new(JSON_OBJECT);
+    json_obj_set(t, "type", json_new_string("function"));
+    json_obj_set(fn, "name", json_new_string(name));
+    if (description && description->type != JSON_NULL) json_obj_set(fn, "description", json_clone(description));
+    if (parameters && parameters->type != JSON_NULL) json_obj_set(fn, "parameters", json_clone(parameters));
+    json_obj_set(t, "function", fn);
+    json_arr_push(tools, t);
+}
+
+char *srv_forced_call_prefill(const char *name) {
+    strbuf b;
+    sb_init(&b);
+    sb_puts(&b, "<tool_call>\n<function=");
+    if (name) sb_printf(&b, "%s>\n", name);
+    return sb_take(&b, NULL);
+}
+
+int srv_tools_has(const json_value *tools, const char *name) {
+    for (size_t k = 0; tools && k < tools->count; k++)
+        if (!strcmp(json_get_string(json_get(tools->items[k], "function"), "name", ""), name)) return 1;
+    return 0;
+}
+
+/* ---- a turn through the output parser ------------------------------------------------------------ */
+
+int srv_turn_parser(srv_turn *t, const splash_output_opts *o, splash_output_cb cb, void *ctx, const char *fed) {
+    t->fed = fed;
+    return (t->parser = splash_output_parser_new(o, cb, ctx)) ? 0 : -1;
+}
+
+/* Parses text; `fed` first.  -1 when the parser ran out of memory. */
+static int turn_feed(srv_turn *t, const strbuf *text) {
+    if (t->fed && splash_output_parser_feed(t->parser, t->fed, strlen(t->fed))) return -1;
+    t->fed = NULL;
+    return text->oom || (text->len && splash_output_parser_feed(t->parser, text->data, text->len)) ? -1 : 0;
+}
+
+int srv_turn_step(srv_turn *t, int timeout_ms, splash_gen_take *take) {
+    strbuf text;
+    sb_init(&text);
+    int fed = t->fed != NULL; /* its events go out at once: do not wait */
+    if (!splash_gen_wait(t->g, fed ? 0 : timeout_ms, &text, take) && !fed) {
+        sb_free(&text);
+        return SRV_TURN_IDLE;
+    }
+    t->text_len += text.len;
+    if (turn_feed(t, &text)) {
+        take->finish = SPLASH_FINISH_ERROR;
+        snprintf(take->error, sizeof take->error, "out of memory");
+    }
+    sb_free(&text);
+    if (take->finish == SPLASH_FINISH_NONE) return SRV_TURN_MORE;
+    if (take->finish == SPLASH_FINISH_ERROR || take->finish == SPLASH_FINISH_CANCELLED) return SRV_TURN_FAILED;
+    splash_output_parser_finish(t->parser);
+    return SRV_TURN_DONE;
+}
+
+int srv_turn_whole(srv_turn *t, splash_gen_take *take, srv_reply *r) {
+    strbuf text;
+    sb_init(&text);
+    srv_gen_collect(t->g, &text, take);
+    t->text_len = text.len;
+    int failed = srv_gen_failed_reply(take, r);
+    if (!failed && turn_feed(t, &text)) {
+        srv_error(r, 500, NULL, "out_of_memory", "out of memory");
+        failed = 1;
+    }
+    sb_free(&text);
+    if (failed) return -1;
+    splash_output_parser_finish(t->parser);
+    return 0;
+}
+
+void srv_turn_free(srv_turn *t) {
+    splash_gen_release(t->g);
+    if (t->parser) splash_output_parser_free(t->parser);
+    memset(t, 0, sizeof *t);
+}
+
+void srv_sse_event(strbuf *out, const char *type) { sb_printf(out, "event: %s\ndata: ", type); }

@@ -198,9 +198,71 @@ static enum MHD_Result send_reply(srv_server *srv, struct MHD_Connection *c, srv
     return ret;
 }
 
+/* ---- the upload watchdog ------------------------------------------------------------ */
+
+static void upload_unlink(srv_http *h, conn_ctx *cc) {
+    if (!cc->linked) return;
+    if (cc->prev) cc->prev->next = cc->next;
+    else h->uploads = cc->next;
+    if (cc->next) cc->next->prev = cc->prev;
+    cc->prev = cc->next = NULL;
+    cc->linked = 0;
+}
+
+/* Marks progress on an upload; 0 when it already timed out (close it). */
+static int upload_progress(srv_http *h, conn_ctx *cc, int finished) {
+    pthread_mutex_lock(&h->wmu);
+    int ok = !cc->timed_out;
+    cc->last_progress = splash_now();
+    if (finished) upload_unlink(h, cc);
+    pthread_mutex_unlock(&h->wmu);
+    return ok;
+}
+
+static void *watchdog(void *arg) {
+    srv_http *h = arg;
+    int limit = h->srv->opt.body_timeout_ms > 0 ? h->srv->opt.body_timeout_ms : 30000;
+    int period = limit / 10 < 50 ? 50 : limit / 10 > 1000 ? 1000 : limit / 10;
+    pthread_mutex_lock(&h->wmu);
+    while (!h->watch_stop) {
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        dl.tv_nsec += (long)period * 1000000L;
+        dl.tv_sec += dl.tv_nsec / 1000000000L;
+        dl.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&h->wcv, &h->wmu, &dl);
+        double now = splash_now();
+        for (conn_ctx *cc = h->uploads, *next; cc; cc = next) {
+            next = cc->next;
+            if (1e3 * (now - cc->last_progress) < limit) continue;
+            srv_reply r;
+            memset(&r, 0, sizeof r);
+            sb_init(&r.body);
+            srv_error(&r, 408, NULL, "request_timeout", "the request body did not arrive: no progress for %d ms", limit);
+            strbuf msg;
+            sb_init(&msg);
+            sb_printf(&msg, "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                            "Connection: close\r\n\r\n", r.body.len);
+            sb_append(&msg, r.body.data, r.body.len);
+            if (!msg.oom) (void)!send(cc->fd, msg.data, msg.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+            sb_free(&msg);
+            sb_free(&r.body);
+            shutdown(cc->fd, SHUT_RD); /* the connection's thread reads EOF and closes */
+            cc->timed_out = 1;
+            atomic_fetch_add(&h->srv->n_errors, 1);
+            upload_unlink(h, cc);
+        }
+    }
+    pthread_mutex_unlock(&h->wmu);
+    return NULL;
+}
+
+/* ---- requests ----------------------------------------------------------------------- */
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    srv_server *srv = cls;
+    srv_http *h = cls;
+    srv_server *srv = h->srv;
     conn_ctx *cc = *con_cls;
     srv_reply r;
     memset(&r, 0, sizeof r);
@@ -219,12 +281,24 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             sb_free(&r.body);
             return ret;
         }
+        /* until the last call of this request, its body is being read */
+        pthread_mutex_lock(&h->wmu);
+        cc->fd = conn_fd(c);
+        cc->last_progress = splash_now();
+        if (cc->fd >= 0) {
+            cc->next = h->uploads;
+            if (h->uploads) h->uploads->prev = cc;
+            h->uploads = cc;
+            cc->linked = 1;
+        }
+        pthread_mutex_unlock(&h->wmu);
         return MHD_YES;
     }
     if (cc->replied) {
         *upload_size = 0;
         return MHD_YES;
     }
+    if (!upload_progress(h, cc, *upload_size == 0)) return MHD_NO; /* 408 already sent */
     if (*upload_size) {
         if (!cc->too_big) {
             if (cc->body.len + *upload_size > srv->opt.max_request_size) {
@@ -271,16 +345,23 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         srv_error(&r, 400, NULL, "empty_body", "the request body is empty");
     } else {
         srv_request q = {srv, method, path, sb_cstr(&cc->body), cc->body.len};
+        handling = c;
         srv_route(&q, &r);
+        handling = NULL;
     }
+    if (srv_anthropic_path(path)) srv_anthropic_error_convert(&r);
     enum MHD_Result ret = send_reply(srv, c, &r, cors);
     sb_free(&r.body);
     return ret;
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    srv_http *h = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
+    pthread_mutex_lock(&h->wmu);
+    upload_unlink(h, cc);
+    pthread_mutex_unlock(&h->wmu);
     sb_free(&cc->body);
     free(cc);
     *con_cls = NULL;
@@ -314,14 +395,23 @@ int srv_http_start(srv_server *s, srv_http **out, char *err, size_t err_size) {
         free(h);
         return snprintf(err, err_size, "--host %s: not an IPv4 or IPv6 address", s->opt.host), -1;
     }
-    h->d = MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, &ss,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_CONNECTION_TIMEOUT,
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&h->wmu, NULL);
+    pthread_cond_init(&h->wcv, &ca);
+    pthread_condattr_destroy(&ca);
+    h->d = MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, handle, h, MHD_OPTION_SOCK_ADDR, &ss,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)600, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_EXTERNAL_LOGGER,
                             mhd_log, NULL, MHD_OPTION_END);
     if (!h->d) {
+        pthread_cond_destroy(&h->wcv);
+        pthread_mutex_destroy(&h->wmu);
         free(h);
         return snprintf(err, err_size, "could not listen on %s:%d (in use?)", s->opt.host, s->opt.port), -1;
     }
+    if (!pthread_create(&h->watch, NULL, watchdog, h)) h->watch_started = 1;
     *out = h;
     return 0;
 }
@@ -337,6 +427,15 @@ void srv_http_quiesce(srv_http *h) {
 
 void srv_http_stop(srv_http *h) {
     if (!h) return;
+    if (h->watch_started) {
+        pthread_mutex_lock(&h->wmu);
+        h->watch_stop = 1;
+        pthread_cond_broadcast(&h->wcv);
+        pthread_mutex_unlock(&h->wmu);
+        pthread_join(h->watch, NULL);
+    }
     MHD_stop_daemon(h->d);
+    pthread_cond_destroy(&h->wcv);
+    pthread_mutex_destroy(&h->wmu);
     free(h);
 }

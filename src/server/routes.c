@@ -17,6 +17,12 @@ void srv_route(const srv_request *q, srv_reply *r) {
     if (post && !strcmp(p, "/apply-template")) return srv_apply_template(q, r);
     if (post && (!strcmp(p, "/v1/chat/completions") || !strcmp(p, "/chat/completions")))
         return srv_chat_completions(q, r);
+    if (post && (!strcmp(p, "/v1/completions") || !strcmp(p, "/completions"))) return srv_completions(q, r);
+    if (srv_route_anthropic(q, r) || srv_route_responses(q, r)) return;
+    if (!strcmp(p, "/v1/completions")) {
+        srv_error(r, 405, NULL, "method_not_allowed", "%s is not allowed on %s", m, p);
+        return;
+    }
     static const char *known[] = {"/health", "/ready", "/status", "/metrics", "/v1/models", "/tokenize",
                                   "/apply-template", "/v1/chat/completions"};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)

@@ -95,9 +95,21 @@ void srv_model_one(const srv_request *q, srv_reply *r, const char *id);
 void srv_tokenize(const srv_request *q, srv_reply *r);
 void srv_apply_template(const srv_request *q, srv_reply *r);
 void srv_chat_completions(const srv_request *q, srv_reply *r);
+void srv_completions(const srv_request *q, srv_reply *r); /* completions.c */
+/* anthropic_messages.c, responses.c: 1 when the path is theirs (r filled,
+ * 405 for other methods), else 0. */
+int srv_route_anthropic(const srv_request *q, srv_reply *r);
+int srv_route_responses(const srv_request *q, srv_reply *r);
+/* Anthropic paths (/v1/messages...) answer errors in Anthropic's shape:
+ * http.c converts every error reply on them with srv_anthropic_error_convert. */
+int srv_anthropic_path(const char *path);
+void srv_anthropic_error_convert(srv_reply *r);
 
 /* Parses the body as a JSON object (400 on failure, r filled). */
 json_value *srv_parse_body(const srv_request *q, srv_reply *r);
+
+/* chat_completions.c: one of none, minimal, low, medium, high, xhigh, max. */
+int srv_reasoning_effort_valid(const char *effort);
 
 /* chat_completions.c, shared with /apply-template: the request -> the
  * template's input (messages with parsed tool-call arguments, tools,

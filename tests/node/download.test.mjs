@@ -14,6 +14,7 @@ import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+import { testModel, startServer } from "./serve_util.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const bin = process.env.SPLASH_BIN || path.join(here, "..", "..", "build", "splash");
@@ -396,4 +397,29 @@ test("two processes pulling the same model download each file once", async () =>
     for (const f of manifest.files) assert.equal(fileRequests(f.path).length, 1, f.path);
     assert.equal(fileRequests("manifest.json").length, 1);
     verify(modelDir(cache));
+});
+
+test("splash serve --model OWNER/REPO downloads into the cache, then serves it --offline", async () => {
+    reset();
+    state.models["acme/chat"] = testModel(); // a package with a real tokenizer
+    const cache = newCache();
+    const env = childEnv(cache);
+    const first = await startServer(["--model", "acme/chat"], env);
+    try {
+        const models = await (await fetch(`${first.base}/v1/models`)).json();
+        assert.equal(models.data[0].id, "chat");
+        assert.ok(state.requests.some((r) => r.path === "/acme/chat/resolve/main/manifest.json"));
+    } finally {
+        await first.stop();
+    }
+    const n = state.requests.length;
+    const second = await startServer(["--model", "acme/chat", "--offline"], { ...env, SPLASH_MODEL_BASE_URL: "http://127.0.0.1:9" });
+    try {
+        const r = await fetch(`${second.base}/health`);
+        assert.equal(r.status, 200);
+        assert.equal(state.requests.length, n, "the offline start made a request");
+    } finally {
+        await second.stop();
+    }
+    assert.ok(fs.existsSync(path.join(modelDir(cache, "acme", "chat"), ".verified")));
 });

@@ -183,7 +183,7 @@ test("stop strings are matched across tokens and never emitted", async () => {
 test("errors surface as SDK exceptions", async () => {
     const bad = (extra) => client.chat.completions.create({ model: "tiny", messages: user, max_tokens: 2, ...extra });
     await assert.rejects(bad({ temperature: 3 }), (e) => e.status === 400 && e.param === "temperature");
-    await assert.rejects(bad({ logprobs: true }), (e) => e.status === 400 && e.param === "logprobs");
+    await assert.rejects(bad({ top_logprobs: 3 }), (e) => e.status === 400 && e.param === "top_logprobs"); // needs logprobs: true
     await assert.rejects(bad({ n: 2 }), (e) => e.status === 400 && e.param === "n");
     await assert.rejects(bad({ tool_choice: "required", tools }), (e) => e.status === 400 && e.param === "tool_choice");
     await assert.rejects(bad({ response_format: { type: "json_object" } }), (e) => e.status === 400 && e.param === "response_format");

@@ -1,12 +1,23 @@
 /* matmul_act.c - q4/q8 products on quantised activations: the fast path.
  *
- * On a core whose 256-bit FP throughput is the limit (Zen 1: two FP ops per 8
- * weights in the fp32 path), converting every code to float costs more than
- * reading it.  Here each input row is quantised once per call, per group of
- * 64, to int16 (Q = 32767: error <= amax/65534 per value) or int8 (Q = 127),
- * and a group's dot product is integer (AVX2 madd / maddubs, exact) followed
- * by one float conversion and one fma per 8 lanes.  The bias term uses the
- * exact fp32 group sums, as the fp32 path does.
+ * On a core whose 256-bit FP throughput is the limit (Zen 1 splits every
+ * 256-bit operation in two), converting every 4-bit code to float costs more
+ * than reading it from memory.  Here each input row is quantised once per
+ * call, per group of 64, to int8 (Q = 127) or int16 (Q = 32767) with one
+ * scale d = amax/Q, and a group's dot product is integer: for q4 x int8, two
+ * AVX2 maddubs (u8 codes x s8 activations -> s16 pairs), one madd against
+ * ones (-> 8 int32 lanes), exact; then one int->float conversion and one fma
+ * by s_g * d_g per 8 lanes.  The bias term uses the exact fp32 group sums, as
+ * the fp32 path does.  Rounding x to the nearest of 2Q+1 levels moves each
+ * term by at most |w| * d / 2, so |error| <= sum_c |w_c| * d_g(c) / 2 plus
+ * fp32 rounding (the bound tests/unit/test_cpu_kernels.c checks).
+ *
+ * Order of the sums (identical in the scalar path, so both give the same
+ * bits, and independent of the number of rows, so results are
+ * batch-invariant): per group g, 8 lanes of exact integer sums I_g[l];
+ * acc_(g mod 2)[l] = fma(s_g * d_g, I_g[l], acc_(g mod 2)[l]); bias lanes
+ * bl[g mod 8] = fma(b_g, xsum_g, bl[g mod 8]); y = hsum8(acc_0 + acc_1) +
+ * hsum8(bl) (reduce.h: finish_q).
  *
  * Layout of the quantised row (positions p of a group, element e(p)) follows
  * the instructions that read it, so codes need no reordering:
@@ -15,8 +26,6 @@
  *   int16 q4: four blocks of 16 in unpacklo/unpackhi order of the low, then
  *             high nibbles; lane of p = (p % 16) / 2   (madd)
  *   q8 (both): e = p; lane of p = (p % 16) / 2
- * The scalar path sums the same elements into the same lanes (integer sums
- * are exact), so both paths give the same bits.
  */
 #include <math.h>
 #include <string.h>
@@ -36,30 +45,110 @@ static int elem_of(int act, int bits, int p) {
 
 static int lane_of(int act, int bits, int p) { return act == CPU_ACT_I8 && bits == 4 ? (p % 32) / 4 : (p % 16) / 2; }
 
-void cpu_act_quantize(int act, int bits, const float *x, int groups, void *xq, float *xd) {
-    float Q = act == CPU_ACT_I8 ? 127.0f : 32767.0f;
-    int pos_elem[G];
-    for (int p = 0; p < G; p++) pos_elem[p] = elem_of(act, bits, p);
-    for (int g = 0; g < groups; g++) {
-        const float *xg = x + (size_t)g * G;
-        float amax = 0.0f;
-        for (int j = 0; j < G; j++) amax = fabsf(xg[j]) > amax ? fabsf(xg[j]) : amax;
-        float id = amax > 0.0f ? Q / amax : 0.0f;
-        xd[g] = amax / Q;
-        for (int p = 0; p < G; p++) {
-            float v = nearbyintf(xg[pos_elem[p]] * id);
-            v = v > Q ? Q : v < -Q ? -Q : v;
-            if (act == CPU_ACT_I8)
-                ((int8_t *)xq)[(size_t)g * G + p] = (int8_t)v;
-            else
-                ((int16_t *)xq)[(size_t)g * G + p] = (int16_t)v;
-        }
-    }
+/* ---- quantising the inputs ---------------------------------------------------- */
+
+/* round to nearest even (as cvtps2dq), clamp to [-Q, Q]; NaN -> -Q (as the
+ * vector path, whose conversion gives INT_MIN) */
+static inline float quant1(float v, float Q) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    if (fabsf(v) < 4194304.0f) v = (v + magic) - magic;
+    v = v > Q ? Q : v;
+    return v >= -Q ? v : -Q;
 }
+
+/* One group in column order; returns the scale. */
+static float quant_group_scalar(int act, const float *xg, void *out) {
+    float Q = act == CPU_ACT_I8 ? 127.0f : 32767.0f;
+    float amax = 0.0f;
+    for (int j = 0; j < G; j++) amax = fabsf(xg[j]) > amax ? fabsf(xg[j]) : amax;
+    float id = amax > 0.0f ? Q / amax : 0.0f;
+    for (int j = 0; j < G; j++) {
+        float v = quant1(xg[j] * id, Q);
+        if (act == CPU_ACT_I8)
+            ((int8_t *)out)[j] = (int8_t)v;
+        else
+            ((int16_t *)out)[j] = (int16_t)v;
+    }
+    return amax / Q;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define HAVE_X86 1
+#define LOADU(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
+
+/* One group to int8 in column order; returns the scale.  Same rounding and
+ * clamping as quant_group_scalar. */
+AVX static float quant_group_i8_avx(const float *xg, int8_t *out) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[8], m = _mm256_setzero_ps();
+    for (int k = 0; k < 8; k++) {
+        v[k] = _mm256_loadu_ps(xg + 8 * k);
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN |v| yields m: ignored, as in the scalar loop */
+    }
+    __m128 t = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_max_ss(t, _mm_movehdup_ps(t));
+    float amax = _mm_cvtss_f32(t);
+    float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    const __m256i hi = _mm256_set1_epi32(127), lo = _mm256_set1_epi32(-127);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int h = 0; h < 2; h++) {
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(v[4 * h + k], vid));
+            q[k] = _mm256_max_epi32(_mm256_min_epi32(r, hi), lo);
+        }
+        __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(void *)(out + 32 * h), _mm256_permutevar8x32_epi32(w, order));
+    }
+    return amax / 127.0f;
+}
+
+/* Column order -> the int8 q4 order (evens, then odds) of one group. */
+AVX static void evens_odds_i8_avx(const int8_t *in, int8_t *out) {
+    const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12,
+                                           14, 1, 3, 5, 7, 9, 11, 13, 15);
+    __m256i a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(LOADU(in), split), 0xD8);      /* E0 E1 O0 O1 */
+    __m256i b = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(LOADU(in + 32), split), 0xD8); /* E2 E3 O2 O3 */
+    _mm256_storeu_si256((__m256i *)(void *)out, _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256((__m256i *)(void *)(out + 32), _mm256_permute2x128_si256(a, b, 0x31));
+}
+#else
+#define HAVE_X86 0
+#endif
+
+void cpu_act_prepare(int act, int m, const float *x, size_t ldx, int groups, void *xq4, void *xq8, size_t xq_stride,
+                     float *xd, int simd) {
+    size_t es = act == CPU_ACT_I8 ? 1 : 2;
+    int pos_elem[G];
+    for (int p = 0; p < G; p++) pos_elem[p] = elem_of(act, 4, p);
+    for (int i = 0; i < m; i++)
+        for (int g = 0; g < groups; g++) {
+            const float *xg = x + (size_t)i * ldx + (size_t)g * G;
+            size_t off = (size_t)i * xq_stride + (size_t)g * G * es;
+            uint8_t nat[G * 2];
+            uint8_t *dst8 = xq8 ? (uint8_t *)xq8 + off : nat;
+#if HAVE_X86
+            if (simd && act == CPU_ACT_I8) {
+                xd[(size_t)i * groups + g] = quant_group_i8_avx(xg, (int8_t *)dst8);
+                if (xq4) evens_odds_i8_avx((const int8_t *)dst8, (int8_t *)((uint8_t *)xq4 + off));
+                continue;
+            }
+#endif
+            xd[(size_t)i * groups + g] = quant_group_scalar(act, xg, dst8);
+            if (!xq4) continue;
+            uint8_t *dst4 = (uint8_t *)xq4 + off;
+            for (int p = 0; p < G; p++) memcpy(dst4 + p * es, dst8 + (size_t)pos_elem[p] * es, es);
+        }
+}
+
+/* ---- scalar dot products -------------------------------------------------------- */
 
 static float dot_scalar(int act, int bits, const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi, int groups,
                         const void *xq, const float *xd, const float *xs) {
-    float acc[8] = {0}, bs = 0.0f;
+    float acc[2][8] = {{0}}, bl[8] = {0};
     for (int g = 0; g < groups; g++) {
         int32_t I[8] = {0};
         for (int p = 0; p < G; p++) {
@@ -69,85 +158,123 @@ static float dot_scalar(int act, int bits, const uint8_t *qrow, const uint16_t *
             I[lane_of(act, bits, p)] += q * xv;
         }
         float sd = splash_bf16_to_f32(sc[g]) * xd[g];
-        for (int l = 0; l < 8; l++) acc[l] = fmaf(sd, (float)I[l], acc[l]);
-        bs = fmaf(splash_bf16_to_f32(bi[g]), xs[g], bs);
+        for (int l = 0; l < 8; l++) acc[g & 1][l] = fmaf(sd, (float)I[l], acc[g & 1][l]);
+        bl[g & 7] = fmaf(splash_bf16_to_f32(bi[g]), xs[g], bl[g & 7]);
     }
-    return hsum8(acc) + bs;
+    return finish_q(acc[0], acc[1], bl);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
-#define HAVE_X86 1
+/* ---- AVX2 dot products ------------------------------------------------------------ */
 
-#define LOADU(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
+#if HAVE_X86
 
-AVX static float dot_i8_q4(const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi, int groups, const int8_t *xq,
-                           const float *xd, const float *xs) {
-    const __m256i mask = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    __m256 acc = _mm256_setzero_ps();
-    float bs = 0.0f;
-    for (int g = 0; g < groups; g++) {
-        __m256i b = LOADU(qrow + (size_t)g * 32);
-        __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
-        const int8_t *x = xq + (size_t)g * G;
-        __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, LOADU(x)), _mm256_maddubs_epi16(hi, LOADU(x + 32)));
-        __m256 I = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(splash_bf16_to_f32(sc[g]) * xd[g]), I, acc);
-        bs = fmaf(splash_bf16_to_f32(bi[g]), xs[g], bs);
-    }
-    return hsum8_avx(acc) + bs;
+/* The integer sums of one group: 8 int32 lanes. */
+AVX static inline __m256i grp_i8_q4(const uint8_t *q, const int8_t *x) {
+    const __m256i mask = _mm256_set1_epi8(15);
+    __m256i b = LOADU(q);
+    __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, LOADU(x)), _mm256_maddubs_epi16(hi, LOADU(x + 32)));
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
 }
 
-AVX static float dot_i16_q4(const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi, int groups, const int16_t *xq,
-                            const float *xd, const float *xs) {
+AVX static inline __m256i grp_i16_q4(const uint8_t *q, const int16_t *x) {
     const __m256i mask = _mm256_set1_epi8(15), z = _mm256_setzero_si256();
-    __m256 acc = _mm256_setzero_ps();
-    float bs = 0.0f;
-    for (int g = 0; g < groups; g++) {
-        __m256i b = LOADU(qrow + (size_t)g * 32);
-        __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
-        const int16_t *x = xq + (size_t)g * G;
-        __m256i I = _mm256_madd_epi16(_mm256_unpacklo_epi8(lo, z), LOADU(x));
-        I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_unpackhi_epi8(lo, z), LOADU(x + 16)));
-        I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_unpacklo_epi8(hi, z), LOADU(x + 32)));
-        I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_unpackhi_epi8(hi, z), LOADU(x + 48)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(splash_bf16_to_f32(sc[g]) * xd[g]), _mm256_cvtepi32_ps(I), acc);
-        bs = fmaf(splash_bf16_to_f32(bi[g]), xs[g], bs);
-    }
-    return hsum8_avx(acc) + bs;
+    __m256i b = LOADU(q);
+    __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+    __m256i I = _mm256_madd_epi16(_mm256_unpacklo_epi8(lo, z), LOADU(x));
+    I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_unpackhi_epi8(lo, z), LOADU(x + 16)));
+    I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_unpacklo_epi8(hi, z), LOADU(x + 32)));
+    return _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_unpackhi_epi8(hi, z), LOADU(x + 48)));
 }
 
-/* q8: codes widened to 16 bits; activations int8 (widened) or int16 */
-AVX static float dot_q8(int act, const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi, int groups, const void *xq,
-                        const float *xd, const float *xs) {
-    __m256 acc = _mm256_setzero_ps();
-    float bs = 0.0f;
-    for (int g = 0; g < groups; g++) {
-        const uint8_t *p = qrow + (size_t)g * G;
-        __m256i I = _mm256_setzero_si256();
-        for (int k = 0; k < 4; k++) {
-            __m256i q16 = _mm256_cvtepu8_epi16(LOAD128(p + 16 * k));
-            __m256i x16 = act == CPU_ACT_I8 ? _mm256_cvtepi8_epi16(LOAD128((const int8_t *)xq + (size_t)g * G + 16 * k))
-                                            : LOADU((const int16_t *)xq + (size_t)g * G + 16 * k);
-            I = _mm256_add_epi32(I, _mm256_madd_epi16(q16, x16));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(splash_bf16_to_f32(sc[g]) * xd[g]), _mm256_cvtepi32_ps(I), acc);
-        bs = fmaf(splash_bf16_to_f32(bi[g]), xs[g], bs);
-    }
-    return hsum8_avx(acc) + bs;
+AVX static inline __m256i grp_i8_q8(const uint8_t *q, const int8_t *x) {
+    __m256i I = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++)
+        I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_cvtepu8_epi16(LOAD128(q + 16 * k)),
+                                                  _mm256_cvtepi8_epi16(LOAD128(x + 16 * k))));
+    return I;
 }
-#else
-#define HAVE_X86 0
+
+AVX static inline __m256i grp_i16_q8(const uint8_t *q, const int16_t *x) {
+    __m256i I = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++)
+        I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_cvtepu8_epi16(LOAD128(q + 16 * k)), LOADU(x + 16 * k)));
+    return I;
+}
+
+/* One row . one input: blocks of 8 groups (their scales s*d and bias terms
+ * vectorised), then the remaining groups one by one into the same lanes.
+ * QB: code bytes per group; XT: activation type. */
+#define DEFINE_ROW(name, GRP, QB, XT)                                                                                  \
+    AVX static float name(const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi, int groups, const XT *xq,       \
+                          const float *xd, const float *xs) {                                                          \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, bl = a0;                                                             \
+        float S[8] __attribute__((aligned(32)));                                                                       \
+        int g = 0;                                                                                                     \
+        for (; g + 8 <= groups; g += 8) {                                                                              \
+            _mm256_store_ps(S, _mm256_mul_ps(bf16x8_avx(sc + g), _mm256_loadu_ps(xd + g)));                            \
+            bl = _mm256_fmadd_ps(bf16x8_avx(bi + g), _mm256_loadu_ps(xs + g), bl);                                     \
+            const uint8_t *q = qrow + (size_t)g * QB;                                                                  \
+            const XT *x = xq + (size_t)g * G;                                                                          \
+            _mm_prefetch((const char *)(q + 8 * QB), _MM_HINT_T0);                                                     \
+            _mm_prefetch((const char *)(q + 8 * QB + 64), _MM_HINT_T0);                                                \
+            _mm_prefetch((const char *)(q + 8 * QB + 128), _MM_HINT_T0);                                               \
+            _mm_prefetch((const char *)(q + 8 * QB + 192), _MM_HINT_T0);                                               \
+            for (int k = 0; k < 8; k += 2) {                                                                           \
+                __m256i I0 = GRP(q + (size_t)k * QB, x + (size_t)k * G);                                               \
+                __m256i I1 = GRP(q + (size_t)(k + 1) * QB, x + (size_t)(k + 1) * G);                                   \
+                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(S + k), _mm256_cvtepi32_ps(I0), a0);                          \
+                a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(S + k + 1), _mm256_cvtepi32_ps(I1), a1);                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (g == groups) return hsum8_avx(_mm256_add_ps(a0, a1)) + hsum8_avx(bl);                                      \
+        float blv[8];                                                                                                  \
+        _mm256_storeu_ps(blv, bl);                                                                                     \
+        for (; g < groups; g++) {                                                                                      \
+            __m256 I = _mm256_cvtepi32_ps(GRP(qrow + (size_t)g * QB, xq + (size_t)g * G));                             \
+            __m256 s = _mm256_set1_ps(splash_bf16_to_f32(sc[g]) * xd[g]);                                              \
+            if (g & 1)                                                                                                 \
+                a1 = _mm256_fmadd_ps(s, I, a1);                                                                        \
+            else                                                                                                       \
+                a0 = _mm256_fmadd_ps(s, I, a0);                                                                        \
+            blv[g & 7] = fmaf(splash_bf16_to_f32(bi[g]), xs[g], blv[g & 7]);                                           \
+        }                                                                                                              \
+        return hsum8_avx(_mm256_add_ps(a0, a1)) + hsum8(blv);                                                          \
+    }
+
+DEFINE_ROW(row_i8_q4, grp_i8_q4, 32, int8_t)
+DEFINE_ROW(row_i16_q4, grp_i16_q4, 32, int16_t)
+DEFINE_ROW(row_i8_q8, grp_i8_q8, 64, int8_t)
+DEFINE_ROW(row_i16_q8, grp_i16_q8, 64, int16_t)
 #endif
 
-float cpu_act_dot(int act, int bits, int simd, const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi, int groups,
-                  const void *xq, const float *xd, const float *xs) {
+static float act_dot(int act, int bits, int simd, const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi,
+                     int groups, const void *xq, const float *xd, const float *xs) {
 #if HAVE_X86
     if (simd) {
-        if (bits == 8) return dot_q8(act, qrow, sc, bi, groups, xq, xd, xs);
-        if (act == CPU_ACT_I8) return dot_i8_q4(qrow, sc, bi, groups, xq, xd, xs);
-        return dot_i16_q4(qrow, sc, bi, groups, xq, xd, xs);
+        if (bits == 4)
+            return act == CPU_ACT_I8 ? row_i8_q4(qrow, sc, bi, groups, xq, xd, xs)
+                                     : row_i16_q4(qrow, sc, bi, groups, xq, xd, xs);
+        return act == CPU_ACT_I8 ? row_i8_q8(qrow, sc, bi, groups, xq, xd, xs)
+                                 : row_i16_q8(qrow, sc, bi, groups, xq, xd, xs);
     }
 #endif
     return dot_scalar(act, bits, qrow, sc, bi, groups, xq, xd, xs);
+}
+
+void cpu_act_rows(int bits, const uint8_t *q, size_t row_bytes, const uint16_t *sc, const uint16_t *bi, int r0,
+                  int r1, const mm_in *in, float *y, size_t ldy, int add, int simd) {
+    int gs = in->groups;
+    const uint8_t *xq = bits == 4 ? in->xq4 : in->xq8;
+    /* row-major: a weight row stays in L1 while every input passes over it */
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *qr = q + (size_t)r * row_bytes;
+        const uint16_t *sr = sc + (size_t)r * gs, *br = bi + (size_t)r * gs;
+        for (int i = 0; i < in->m; i++) {
+            float v = act_dot(in->act, bits, simd, qr, sr, br, gs, xq + (size_t)i * in->xq_stride,
+                              in->xd + (size_t)i * gs, in->xs + (size_t)i * gs);
+            float *yo = y + (size_t)i * ldy + r;
+            *yo = add ? *yo + v : v;
+        }
+    }
 }
