@@ -1,5 +1,6 @@
-/* bench_cpu.c - CPU engine speed: prefill and decode tokens/s, peak memory,
- * and decode stated as a fraction of the machine's memory-bandwidth roofline.
+/* bench_cpu.c - CPU engine speed: prefill and decode tokens/s, verify
+ * blocks, peak memory, and decode stated as a fraction of the machine's
+ * memory-bandwidth roofline.
  *
  *   bench_cpu --make-random PKG [--weights q4] [--hidden 1024] [--layers 24]
  *             [--vocab 32000] [--intermediate 3584]
@@ -7,17 +8,28 @@
  *       real architecture, realistic proportions) to PKG.ckpt and packs it
  *       into PKG with the packer (q4 by default), then removes the checkpoint.
  *   bench_cpu --model PKG [--threads T] [--prompt 256] [--decode 64]
- *       measures, for each activation path of the q4/q8 products (fp32, the
- *       reference; int16; int8), prefill of --prompt rows in one PREFILL lane
- *       and --decode decode cycles (VERIFY 1 row + commit 1); then peak RSS
- *       and memory bandwidth (1 GiB read, copy, triad).
+ *             [--verify-reps 5] [--act fp32,int8,int16] [--no-bandwidth]
+ *       measures, for each activation path of the q4/q8 products asked for
+ *       (fp32 is the exact reference; int8 the fast path; the default runs
+ *       fp32 and int8): prefill of --prompt rows in one PREFILL lane,
+ *       --decode decode cycles (VERIFY 1 row + commit 1), VERIFY blocks of
+ *       8 and 16 rows (commit 0); the logits of the decode steps against the
+ *       fp32 path's (relative L2, top-1 agreement); then peak RSS and the
+ *       memory bandwidth (read, copy, triad over 1 GiB).
+ *
+ * Times are medians over the steps with the 10th-90th percentile spread, and
+ * CPU seconds per step (user + system of the whole process) as a figure that
+ * load on a shared machine changes less.
  *
  * Roofline: a decoded token reads every weight once (all layer matrices,
- * lm_head, one embedding row; for MoE only the chosen experts), so decode
- * cannot beat bandwidth / bytes-per-token.  Reported against the read-only
- * bandwidth (what decode does) and against STREAM triad.
+ * lm_head, one embedding row; for MoE only the chosen experts: the tensor
+ * sizes in the package), plus the GDN state (read and written back) and the
+ * KV cache up to the context, so decode cannot beat bandwidth / bytes per
+ * token.  Reported against the read-only bandwidth (what decode does) and
+ * against STREAM triad.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +60,46 @@ typedef struct bw_job {
     double sums[256];
 } bw_job;
 
+/* The read kernel must not be compute-bound: 64-bit integer adds of whole
+ * 32-byte vectors (AVX2 where the CPU has it). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static uint64_t read_avx2(const float *a, size_t n) {
+    const __m256i *p = (const __m256i *)(const void *)a;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 32 <= n; i += 32, p += 4) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256(p));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256(p + 1));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256(p + 2));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256(p + 3));
+    }
+    uint64_t o[4];
+    _mm256_storeu_si256((__m256i *)(void *)o, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    return o[0] + o[1] + o[2] + o[3];
+}
+#endif
+
+static uint64_t read_scalar(const float *a, size_t n) {
+    const uint64_t *p = (const uint64_t *)(const void *)a;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 8 <= n; i += 8, p += 4) s0 += p[0], s1 += p[1], s2 += p[2], s3 += p[3];
+    return s0 + s1 + s2 + s3;
+}
+
 static void bw_task(void *ctx, size_t t, int worker) {
     (void)worker;
     bw_job *j = ctx;
     size_t i0 = t * j->per_task, i1 = i0 + j->per_task < j->n ? i0 + j->per_task : j->n;
     if (j->kind == 0) {
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-        for (size_t i = i0; i + 8 <= i1; i += 8) {
-            s0 += j->a[i], s1 += j->a[i + 1], s2 += j->a[i + 2], s3 += j->a[i + 3];
-            s4 += j->a[i + 4], s5 += j->a[i + 5], s6 += j->a[i + 6], s7 += j->a[i + 7];
-        }
-        j->sums[t % 256] = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+        uint64_t s;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2"))
+            s = read_avx2(j->a + i0, i1 - i0);
+        else
+#endif
+            s = read_scalar(j->a + i0, i1 - i0);
+        j->sums[t % 256] = (double)s;
     } else if (j->kind == 1) {
         memcpy(j->b + i0, j->a + i0, (i1 - i0) * sizeof(float));
     } else {
@@ -68,7 +109,7 @@ static void bw_task(void *ctx, size_t t, int worker) {
 
 /* Best of 5 passes, GB/s (1e9 bytes). */
 static double bandwidth(splash_pool *pool, int kind, float *a, float *b, float *c, size_t n) {
-    bw_job j = {a, b, c, n, 1 << 20, kind, {0}};
+    bw_job j = {a, b, c, n, 1 << 22, kind, {0}};
     size_t tasks = (n + j.per_task - 1) / j.per_task;
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
@@ -230,9 +271,16 @@ static int make_checkpoint(const char *dir, int H, int L, int V, int I) {
 
 /* ---- model timing -------------------------------------------------------------- */
 
-/* Bytes one decoded token reads: every tensor once, except the embedding
- * (one row) and, for MoE, the experts (top_k of E). */
-static double bytes_per_token(const splash_package *pkg) {
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
+}
+
+/* Weight bytes one decoded token reads: every tensor once, except the
+ * embedding (one row) and, for MoE, the experts (top_k of E). */
+static double weight_bytes_per_token(const splash_package *pkg) {
     const json_value *moe = json_get(json_get(splash_package_manifest(pkg), "model"), "moe");
     double frac = moe ? json_get_num(moe, "top_k", 1) / json_get_num(moe, "experts", 1) : 1.0;
     double total = 0;
@@ -254,29 +302,69 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* median and 10th / 90th percentiles of n values (sorted in place) */
+typedef struct stat3 {
+    double med, p10, p90;
+} stat3;
+static stat3 stats(double *v, int n) {
+    stat3 s = {0, 0, 0};
+    if (n <= 0) return s;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    s.p10 = v[(n - 1) / 10];
+    s.p90 = v[(n - 1) - (n - 1) / 10];
+    return s;
+}
+
 typedef struct bench_result {
-    double prefill_tps, decode_tps, bytes_per_token, weight_bytes, rss_mb;
+    double prefill_tps, prefill_cpu;   /* tokens/s; CPU seconds per token */
+    stat3 step;                        /* decode step seconds */
+    double step_cpu;                   /* CPU seconds per decode step */
+    stat3 verify8, verify16;           /* seconds per VERIFY block */
+    double weight_bytes, state_bytes, kv_bytes; /* read per decoded token (state: read + written) */
+    double rss_mb;
+    float *logits;                     /* [decode][vocab] of the decode steps */
+    int vocab;
 } bench_result;
 
-/* One load of the model (act: "fp32", "int16" or "int8" activations for the
- * q4/q8 products, through SPLASH_CPU_ACT). */
-static int bench_model(const char *dir, int threads, int prompt, int decode, const char *act, bench_result *res) {
+static int forward(splash_model *m, splash_batch *b, splash_lane *lane, splash_row *rows, int pos, int n, int mode,
+                   int vocab) {
     splash_error err = {0};
-    setenv("SPLASH_CPU_ACT", act, 1);
+    for (int r = 0; r < n; r++) {
+        int p = pos + r;
+        rows[r] = (splash_row){(int32_t)(((int64_t)p * 7919) % vocab), {p, p, p}, SPLASH_ROW_LOGITS, NULL};
+    }
+    lane->n_past = pos;
+    lane->n_rows = n;
+    lane->mode = mode;
+    b->n_rows = n;
+    if (splash_model_forward(m, b, &err)) {
+        fprintf(stderr, "forward: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* One load of the model with activation path `act` (fp32, int8, int16). */
+static int bench_model(const char *dir, int threads, int prompt, int decode, int vreps, const char *act,
+                       bench_result *res) {
+    splash_error err = {0};
+    memset(res, 0, sizeof *res);
     splash_package *pkg;
     if (splash_package_open(dir, &pkg, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
     int max_rows = prompt > 16 ? prompt : 16;
-    splash_model_options o = {.threads = threads, .max_rows = max_rows, .max_lanes = 1, .kv_format = SPLASH_KV_F32};
+    splash_model_options o = {.threads = threads, .max_rows = max_rows, .max_lanes = 1, .kv_format = SPLASH_KV_F32,
+                              .cpu_activations = (splash_cpu_act)splash_cpu_act_parse(act)};
     splash_model *m;
     if (splash_model_load(pkg, &o, &m, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
     const splash_model_needs *nd = splash_model_get_needs(m);
-    int T = prompt + decode, n_pages = (T + nd->page_tokens - 1) / nd->page_tokens;
+    int T = prompt + decode + 16, n_pages = (T + nd->page_tokens - 1) / nd->page_tokens;
     void *kv = splash_model_alloc_memory(m, nd->page_bytes * (size_t)n_pages + 1);
     void *st = splash_model_alloc_memory(m, nd->state_bytes + 1);
     int32_t *pages = malloc(sizeof(int32_t) * (size_t)n_pages);
@@ -286,53 +374,97 @@ static int bench_model(const char *dir, int threads, int prompt, int decode, con
         return 1;
     }
     splash_model_reset_slot(m, 0);
+    int V = nd->vocab;
     splash_row *rows = calloc((size_t)max_rows, sizeof *rows);
-    float *logits = malloc(sizeof(float) * (size_t)nd->vocab * (size_t)max_rows);
-    for (int r = 0; r < prompt; r++)
-        rows[r] = (splash_row){(int32_t)((r * 7919) % nd->vocab), {r, r, r}, r == prompt - 1 ? SPLASH_ROW_LOGITS : 0, NULL};
+    float *logits = malloc(sizeof(float) * (size_t)V * (size_t)max_rows);
+    res->logits = malloc(sizeof(float) * (size_t)V * (size_t)(decode > 0 ? decode : 1));
+    res->vocab = V;
     splash_lane lane = {0, 0, 0, prompt, pages, n_pages, SPLASH_LANE_PREFILL};
     splash_batch b = {1, prompt, &lane, rows, logits, NULL};
-    double t0 = now();
+    /* prefill (only the last row's logits are needed, as a server would) */
+    double t0 = now(), c0 = cpu_seconds();
+    for (int r = 0; r < prompt; r++)
+        rows[r] = (splash_row){(int32_t)(((int64_t)r * 7919) % V), {r, r, r}, r == prompt - 1 ? SPLASH_ROW_LOGITS : 0, NULL};
+    lane.n_rows = prompt;
+    b.n_rows = prompt;
     if (splash_model_forward(m, &b, &err)) {
         fprintf(stderr, "prefill: %s\n", err.msg);
         return 1;
     }
-    double t_prefill = now() - t0;
+    res->prefill_tps = prompt / (now() - t0);
+    res->prefill_cpu = (cpu_seconds() - c0) / prompt;
+    /* decode: VERIFY 1 + commit 1 per token */
     double *steps = calloc((size_t)decode + 1, sizeof *steps);
+    c0 = cpu_seconds();
     for (int i = 0; i < decode; i++) {
-        int pos = prompt + i;
-        rows[0] = (splash_row){(int32_t)((pos * 7919) % nd->vocab), {pos, pos, pos}, SPLASH_ROW_LOGITS, NULL};
-        lane = (splash_lane){0, pos, 0, 1, pages, n_pages, SPLASH_LANE_VERIFY};
-        b.n_rows = 1;
         t0 = now();
-        if (splash_model_forward(m, &b, &err) || splash_model_commit(m, 0, 1, &err)) {
+        if (forward(m, &b, &lane, rows, prompt + i, 1, SPLASH_LANE_VERIFY, V) || splash_model_commit(m, 0, 1, &err)) {
             fprintf(stderr, "decode: %s\n", err.msg);
             return 1;
         }
         steps[i] = now() - t0;
+        memcpy(res->logits + (size_t)i * V, logits, sizeof(float) * (size_t)V);
     }
-    /* the median step (the machine may be shared; the first step warms caches) */
-    int ns = decode > 1 ? decode - 1 : 0;
-    qsort(steps + 1, (size_t)ns, sizeof *steps, cmp_double);
-    double t_step = ns ? steps[1 + ns / 2] : 0, t_best = ns ? steps[1] : 0;
+    res->step_cpu = decode ? (cpu_seconds() - c0) / decode : 0;
+    /* the first step warms caches */
+    res->step = stats(steps + (decode > 1), decode - (decode > 1));
+    /* verify blocks (commit 0: the state stays; KV rows are overwritten) */
+    double *vt = calloc((size_t)vreps + 1, sizeof *vt);
+    for (int which = 0; which < 2; which++) {
+        int n = which ? 16 : 8;
+        for (int k = 0; k < vreps; k++) {
+            t0 = now();
+            if (forward(m, &b, &lane, rows, prompt + decode, n, SPLASH_LANE_VERIFY, V) || splash_model_commit(m, 0, 0, &err))
+                return 1;
+            vt[k] = now() - t0;
+        }
+        if (which)
+            res->verify16 = stats(vt, vreps);
+        else
+            res->verify8 = stats(vt, vreps);
+    }
+    free(vt);
     free(steps);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    res->bytes_per_token = bytes_per_token(pkg);
-    res->weight_bytes = (double)nd->weight_bytes;
-    res->prefill_tps = prompt / t_prefill;
-    res->decode_tps = t_step > 0 ? 1.0 / t_step : 0;
+    res->weight_bytes = weight_bytes_per_token(pkg);
+    res->state_bytes = 2.0 * (double)nd->state_bytes;
+    /* KV read at the mean context of the decode steps: every attention layer's K and V
+     * up to the position (page_bytes covers page_tokens positions of all layers) */
+    res->kv_bytes = (double)nd->page_bytes / nd->page_tokens * (prompt + 0.5 * decode);
     res->rss_mb = (double)ru.ru_maxrss / 1024.0;
-    printf("%s activations: prefill %d tokens %.2f s (%.1f tokens/s); decode median %.2f ms/token (%.2f tokens/s, "
-           "%.2f GB/s of weights), best %.2f ms\n",
-           act, prompt, t_prefill, res->prefill_tps, 1e3 * t_step, res->decode_tps,
-           res->decode_tps * res->bytes_per_token / 1e9, 1e3 * t_best);
+    printf("%-5s prefill %d tokens: %.1f tokens/s (%.1f ms CPU per token)\n", act, prompt, res->prefill_tps,
+           1e3 * res->prefill_cpu);
+    printf("%-5s decode: median %.2f ms/token [p10 %.2f, p90 %.2f] = %.2f tokens/s; %.2f ms CPU per token\n", act,
+           1e3 * res->step.med, 1e3 * res->step.p10, 1e3 * res->step.p90, 1.0 / res->step.med, 1e3 * res->step_cpu);
+    printf("%-5s verify 8 rows: %.2f ms [%.2f, %.2f] = %.2fx one row; 16 rows: %.2f ms [%.2f, %.2f] = %.2fx\n", act,
+           1e3 * res->verify8.med, 1e3 * res->verify8.p10, 1e3 * res->verify8.p90, res->verify8.med / res->step.med,
+           1e3 * res->verify16.med, 1e3 * res->verify16.p10, 1e3 * res->verify16.p90, res->verify16.med / res->step.med);
     splash_model_free_memory(m, kv);
     splash_model_free_memory(m, st);
     splash_model_free(m);
     splash_package_close(pkg);
     free(pages), free(rows), free(logits);
     return 0;
+}
+
+/* relative L2 distance and top-1 agreement of b's decode logits to a's */
+static void compare_logits(const bench_result *a, const bench_result *b, int n, double *rel, double *top1) {
+    double num = 0, den = 0;
+    int agree = 0;
+    for (int t = 0; t < n; t++) {
+        const float *x = a->logits + (size_t)t * a->vocab, *y = b->logits + (size_t)t * a->vocab;
+        int ia = 0, ib = 0;
+        for (int v = 0; v < a->vocab; v++) {
+            num += ((double)y[v] - x[v]) * ((double)y[v] - x[v]);
+            den += (double)x[v] * x[v];
+            if (x[v] > x[ia]) ia = v;
+            if (y[v] > y[ib]) ib = v;
+        }
+        agree += ia == ib;
+    }
+    *rel = den > 0 ? sqrt(num / den) : 0;
+    *top1 = n ? (double)agree / n : 0;
 }
 
 static void measure_bandwidth(int threads, double *read, double *copy, double *triad) {
@@ -352,9 +484,19 @@ static void measure_bandwidth(int threads, double *read, double *copy, double *t
     splash_pool_destroy(pool);
 }
 
+static double load_average(void) {
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
 int main(int argc, char **argv) {
-    const char *model = NULL, *make = NULL, *weights = "q4";
-    int threads = 0, prompt = 256, decode = 64, H = 1024, L = 24, V = 32000, I = 3584, bw = 1;
+    const char *model = NULL, *make = NULL, *weights = "q4", *act_list = "fp32,int8";
+    int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 24, V = 32000, I = 3584, bw = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--model")) model = v, i++;
@@ -363,6 +505,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) threads = atoi(v), i++;
         else if (!strcmp(a, "--prompt")) prompt = atoi(v), i++;
         else if (!strcmp(a, "--decode")) decode = atoi(v), i++;
+        else if (!strcmp(a, "--verify-reps")) vreps = atoi(v), i++;
+        else if (!strcmp(a, "--act")) act_list = v, i++;
         else if (!strcmp(a, "--hidden")) H = atoi(v), i++;
         else if (!strcmp(a, "--layers")) L = atoi(v), i++;
         else if (!strcmp(a, "--vocab")) V = atoi(v), i++;
@@ -371,7 +515,8 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr, "usage: bench_cpu --make-random PKG [--weights q4|q8|bf16] [--hidden N] [--layers N]\n"
                             "                 [--vocab N] [--intermediate N]\n"
-                            "       bench_cpu --model PKG [--threads T] [--prompt N] [--decode N] [--no-bandwidth]\n");
+                            "       bench_cpu --model PKG [--threads T] [--prompt N] [--decode N] [--verify-reps N]\n"
+                            "                 [--act fp32,int8,int16] [--no-bandwidth]\n");
             return 2;
         }
     }
@@ -393,8 +538,8 @@ int main(int argc, char **argv) {
         printf("packed %s (%s): %.1f MB\n", make, weights, (double)ps.total_bytes / 1e6);
         return 0;
     }
-    if (!model) {
-        fprintf(stderr, "bench_cpu: --model PKG or --make-random PKG\n");
+    if (!model || prompt < 1 || decode < 2 || vreps < 1) {
+        fprintf(stderr, "bench_cpu: --model PKG (or --make-random PKG); --prompt >= 1, --decode >= 2, --verify-reps >= 1\n");
         return 2;
     }
     if (threads <= 0) {
@@ -402,21 +547,41 @@ int main(int argc, char **argv) {
         threads = splash_pool_size(p);
         splash_pool_destroy(p);
     }
+    const char *acts[3];
+    char actbuf[64];
+    snprintf(actbuf, sizeof actbuf, "%s", act_list);
+    int n_acts = 0;
+    for (char *tok = strtok(actbuf, ","); tok && n_acts < 3; tok = strtok(NULL, ",")) {
+        if (splash_cpu_act_parse(tok) <= 0) {
+            fprintf(stderr, "bench_cpu: --act takes fp32, int8, int16 (not %s)\n", tok);
+            return 2;
+        }
+        acts[n_acts++] = tok;
+    }
     bench_result r[3];
-    const char *acts[3] = {"fp32", "int16", "int8"};
-    printf("model %s, %d threads\n", model, threads);
-    for (int i = 0; i < 3; i++)
-        if (bench_model(model, threads, prompt, decode, acts[i], &r[i])) return 1;
-    printf("weights %.1f MB, %.1f MB read per decoded token; peak RSS %.1f MB\n", r[0].weight_bytes / 1e6,
-           r[0].bytes_per_token / 1e6, r[2].rss_mb);
+    printf("model %s, %d threads, load average %.2f\n", model, threads, load_average());
+    for (int i = 0; i < n_acts; i++)
+        if (bench_model(model, threads, prompt, decode, vreps, acts[i], &r[i])) return 1;
+    for (int i = 1; i < n_acts; i++) {
+        double rel, top1;
+        compare_logits(&r[0], &r[i], decode, &rel, &top1);
+        printf("%s vs %s logits over the %d decode steps: rel L2 %.3g, top-1 agreement %.3f\n", acts[i], acts[0], decode,
+               rel, top1);
+    }
+    double per_token = r[0].weight_bytes + r[0].state_bytes + r[0].kv_bytes;
+    printf("read per decoded token: %.1f MB weights + %.1f MB GDN state (read + write) + %.1f MB KV = %.1f MB; "
+           "peak RSS %.1f MB\n",
+           r[0].weight_bytes / 1e6, r[0].state_bytes / 1e6, r[0].kv_bytes / 1e6, per_token / 1e6, r[n_acts - 1].rss_mb);
     if (!bw) return 0;
     double rd, cp, tr;
     measure_bandwidth(threads, &rd, &cp, &tr);
-    printf("memory bandwidth: read %.2f GB/s, copy %.2f GB/s, triad %.2f GB/s\n", rd, cp, tr);
-    for (int i = 0; i < 3; i++) {
-        double gbs = r[i].decode_tps * r[i].bytes_per_token / 1e9;
-        printf("decode (%s) at %.0f%% of the read-bandwidth roofline (%.1f tokens/s), %.0f%% of triad\n", acts[i],
-               100.0 * gbs / rd, rd * 1e9 / r[i].bytes_per_token, 100.0 * gbs / tr);
+    printf("memory bandwidth (%d threads): read %.2f GB/s, copy %.2f GB/s, triad %.2f GB/s; load average %.2f\n",
+           threads, rd, cp, tr, load_average());
+    for (int i = 0; i < n_acts; i++) {
+        double gbs = per_token / r[i].step.med / 1e9;
+        printf("decode (%s): %.2f tokens/s = %.0f%% of the read-bandwidth roofline (%.1f tokens/s), %.0f%% of triad\n",
+               acts[i], 1.0 / r[i].step.med, 100.0 * gbs / rd, rd * 1e9 / per_token, 100.0 * gbs / tr);
     }
+    for (int i = 0; i < n_acts; i++) free(r[i].logits);
     return 0;
 }

@@ -15,5 +15,9 @@ int splash_cmd_tokenize(int argc, char **argv);       /* src/text/cmd_tokenize.c
 int splash_cmd_detokenize(int argc, char **argv);     /* src/text/cmd_tokenize.c */
 int splash_cmd_apply_template(int argc, char **argv); /* src/text/cmd_template.c */
 int splash_cmd_serve(int argc, char **argv);          /* src/server/cmd_serve.c */
+int splash_cmd_claude(int argc, char **argv);         /* src/launch/claude.c */
+int splash_cmd_codex(int argc, char **argv);          /* src/launch/codex.c */
+int splash_cmd_opencode(int argc, char **argv);       /* src/launch/opencode.c */
+int splash_cmd_hermes(int argc, char **argv);         /* src/launch/hermes.c */
 
 #endif

@@ -19,6 +19,10 @@ static const command commands[] = {
     {"detokenize", splash_cmd_detokenize, "token ids on stdin to text"},
     {"apply-template", splash_cmd_apply_template, "render a chat request (JSON on stdin) to the prompt"},
     {"serve", splash_cmd_serve, "the OpenAI-compatible HTTP server"},
+    {"claude", splash_cmd_claude, "start Claude Code on the running server (arguments pass through)"},
+    {"codex", splash_cmd_codex, "start OpenAI Codex CLI on the running server (arguments pass through)"},
+    {"opencode", splash_cmd_opencode, "start OpenCode on the running server (arguments pass through)"},
+    {"hermes", splash_cmd_hermes, "start Hermes Agent on the running server (arguments pass through)"},
 };
 
 static void usage(FILE *f) {

@@ -81,6 +81,17 @@ typedef struct model_cfg {
     int *full; /* per layer: 1 = full attention */
 } model_cfg;
 
+/* A DFlash v1 draft (z-lab DFlashDraftModel), packed beside the target. */
+#define DRAFT_MAX_TAPS 64
+typedef struct draft_cfg {
+    int64_t hidden, layers, heads, kv_heads, head_dim, inter;
+    int64_t block_size, mask_token_id, sliding_window;
+    int64_t n_taps, taps[DRAFT_MAX_TAPS];
+    double rms_eps, rope_theta;
+    const json_value *rms_eps_v, *rope_theta_v; /* the config's lexemes, when present */
+    int *sliding, *causal; /* per layer */
+} draft_cfg;
+
 typedef struct out_file {
     char *rel;
     char *path;
@@ -112,6 +123,13 @@ typedef struct packer {
     char *tmp;
     /* manifest records of written files */
     json_value *file_list;
+    const char *from;       /* the checkpoint being planned (messages) */
+    /* the draft (--draft) */
+    json_value *dconfig;
+    char *dconfig_path;
+    draft_cfg dc;
+    splash_st *dst;
+    uint8_t *dused;
 } packer;
 
 /* ---- small helpers --------------------------------------------------------- */
@@ -337,7 +355,7 @@ static int read_config(packer *p, splash_error *err) {
 /* ---- checkpoint lookups with shape checks ----------------------------------- */
 
 static int missing(packer *p, const char *hf, const char *canon, splash_error *err) {
-    return splash_fail(err, SPLASH_E_NOTFOUND, "%s: tensor %s (for %s) is not in the checkpoint", p->opt->from, hf, canon);
+    return splash_fail(err, SPLASH_E_NOTFOUND, "%s: tensor %s (for %s) is not in the checkpoint", p->from, hf, canon);
 }
 
 static int misshapen(const splash_st_tensor *t, const char *canon, int ndim, const int64_t *want, const char *what,
@@ -603,6 +621,8 @@ static const char *mtp_name(const char *name) {
     return NULL;
 }
 
+static int plan_draft(packer *p, splash_error *err);
+
 static int plan(packer *p, splash_error *err) {
     const model_cfg *c = &p->cfg;
     static const char *prefixes[] = {"model.language_model.", "model.", "language_model.model."};
@@ -675,6 +695,7 @@ static int plan(packer *p, splash_error *err) {
         ms->slices[0].w = t;
         p->stats->mtp_tensors++;
     }
+    if (p->dst && (rc = plan_draft(p, err))) return rc;
     for (size_t i = 0; i < p->n_specs; i++) {
         spec *sp = &p->specs[i];
         sp->dtype = choose_dtype(p, sp);
@@ -1451,6 +1472,203 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- the DFlash draft (--draft) ---------------------------------------------------
+ *
+ * A z-lab DFlashDraftModel checkpoint: config.json (Qwen3 dims, layer_types,
+ * sliding_window, block_size, dflash_config {mask_token_id, target_layer_ids})
+ * and fc / hidden_norm / layers.N.* / norm tensors.  Its tensors go to
+ * draft/model.bin (fc, hidden_norm, norm) and draft/layer-<i>.bin under
+ * "draft." names, quantised by the same rules as the target's; its norms are
+ * plain Qwen3 RMSNorm factors, stored as is (K_VEC), not 1 + w. */
+
+static const json_value *dcfg_get(packer *p, const char *key) {
+    const json_value *d = json_get(p->dconfig, "dflash_config");
+    const json_value *v = d && d->type == JSON_OBJECT ? json_get(d, key) : NULL;
+    if (!v || v->type == JSON_NULL) v = json_get(p->dconfig, key);
+    return v && v->type != JSON_NULL ? v : NULL;
+}
+
+static int dcfg_int(packer *p, const char *key, int64_t dflt, int64_t *out, splash_error *err) {
+    const json_value *v = dcfg_get(p, key);
+    if (!v) {
+        if (dflt < 0) return splash_fail(err, SPLASH_E_FORMAT, "%s: \"%s\" is missing", p->dconfig_path, key);
+        *out = dflt;
+        return SPLASH_OK;
+    }
+    if (json_int64(v, out) || *out < 0)
+        return splash_fail(err, SPLASH_E_FORMAT, "%s: \"%s\" must be a non-negative integer", p->dconfig_path, key);
+    return SPLASH_OK;
+}
+
+static int read_draft_config(packer *p, splash_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = splash_read_file(p->dconfig_path, &text, &len, err);
+    if (rc) return rc;
+    char jerr[256];
+    p->dconfig = json_parse(text, len, 64, jerr, sizeof jerr);
+    free(text);
+    if (!p->dconfig) return splash_fail(err, SPLASH_E_FORMAT, "%s: not JSON: %s", p->dconfig_path, jerr);
+    if (p->dconfig->type != JSON_OBJECT) return splash_fail(err, SPLASH_E_FORMAT, "%s: not a JSON object", p->dconfig_path);
+    const json_value *archs = json_get(p->dconfig, "architectures");
+    const char *arch = archs && archs->type == JSON_ARRAY && archs->count ? json_string(archs->items[0]) : NULL;
+    if (!arch || strcmp(arch, "DFlashDraftModel"))
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: architectures[0] is %s: splash packs DFlash v1 drafts "
+                           "(\"DFlashDraftModel\"; DFlash 2 is not packed yet)", p->dconfig_path, arch ? arch : "missing");
+    draft_cfg *d = &p->dc;
+    struct {
+        const char *key;
+        int64_t dflt;
+        int64_t *out;
+    } ints[] = {
+        {"hidden_size", -1, &d->hidden},      {"num_hidden_layers", -1, &d->layers},
+        {"num_attention_heads", -1, &d->heads}, {"num_key_value_heads", -1, &d->kv_heads},
+        {"intermediate_size", -1, &d->inter},  {"block_size", 16, &d->block_size},
+        {"mask_token_id", -1, &d->mask_token_id}, {"sliding_window", 0, &d->sliding_window},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if ((rc = dcfg_int(p, ints[i].key, ints[i].dflt, ints[i].out, err))) return rc;
+    if (!d->heads || !d->kv_heads || d->heads % d->kv_heads)
+        return splash_fail(err, SPLASH_E_FORMAT, "%s: num_attention_heads must be a positive multiple of "
+                           "num_key_value_heads", p->dconfig_path);
+    if ((rc = dcfg_int(p, "head_dim", d->hidden / d->heads, &d->head_dim, err))) return rc;
+    const char *bad = NULL;
+    if (d->hidden != p->cfg.hidden) bad = "hidden_size differs from the target's";
+    else if (!d->layers || !d->inter || !d->head_dim || d->head_dim % 2) bad = "num_hidden_layers, intermediate_size and an even head_dim must be positive";
+    else if (!d->block_size || d->block_size > 64) bad = "block_size must be 1..64";
+    else if (d->mask_token_id >= p->cfg.vocab) bad = "mask_token_id is outside the target's vocabulary";
+    if (bad) return splash_fail(err, SPLASH_E_FORMAT, "%s: %s", p->dconfig_path, bad);
+    const json_value *taps = dcfg_get(p, "target_layer_ids");
+    if (!taps || taps->type != JSON_ARRAY || !taps->count || taps->count > DRAFT_MAX_TAPS)
+        return splash_fail(err, SPLASH_E_FORMAT, "%s: dflash_config.target_layer_ids must list 1..%d target layers",
+                           p->dconfig_path, DRAFT_MAX_TAPS);
+    d->n_taps = (int64_t)taps->count;
+    for (size_t i = 0; i < taps->count; i++)
+        if (json_int64(taps->items[i], &d->taps[i]) || d->taps[i] < 0 || d->taps[i] >= p->cfg.layers)
+            return splash_fail(err, SPLASH_E_FORMAT, "%s: target_layer_ids[%zu] is not a layer of the %" PRId64
+                               "-layer target", p->dconfig_path, i, p->cfg.layers);
+    d->rms_eps_v = dcfg_get(p, "rms_norm_eps");
+    d->rms_eps = d->rms_eps_v && d->rms_eps_v->type == JSON_NUMBER ? d->rms_eps_v->num : 1e-6;
+    const json_value *rp = json_get(p->dconfig, "rope_parameters");
+    if (!rp || rp->type != JSON_OBJECT) rp = json_get(p->dconfig, "rope_scaling");
+    const json_value *rt = rp && rp->type == JSON_OBJECT ? json_get(rp, "rope_type") : NULL;
+    if (rt && json_string(rt) && strcmp(json_string(rt), "default"))
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: rope_type \"%s\" is not supported (only \"default\")",
+                           p->dconfig_path, json_string(rt));
+    d->rope_theta_v = rp && rp->type == JSON_OBJECT ? json_get(rp, "rope_theta") : NULL;
+    if (!d->rope_theta_v || d->rope_theta_v->type != JSON_NUMBER) d->rope_theta_v = dcfg_get(p, "rope_theta");
+    d->rope_theta = d->rope_theta_v && d->rope_theta_v->type == JSON_NUMBER ? d->rope_theta_v->num : 10000.0;
+    /* per layer: sliding from layer_types; causal inside the block from
+     * is_causal, else (z-lab) causal exactly on sliding layers */
+    d->sliding = xcalloc((size_t)d->layers, sizeof *d->sliding);
+    d->causal = xcalloc((size_t)d->layers, sizeof *d->causal);
+    const json_value *lt = json_get(p->dconfig, "layer_types");
+    if (lt && lt->type != JSON_NULL && (lt->type != JSON_ARRAY || (int64_t)lt->count != d->layers))
+        return splash_fail(err, SPLASH_E_FORMAT, "%s: layer_types must list %" PRId64 " layers", p->dconfig_path, d->layers);
+    const json_value *ic = dcfg_get(p, "is_causal");
+    for (int64_t i = 0; i < d->layers; i++) {
+        const char *s = lt && lt->type == JSON_ARRAY ? json_string(lt->items[i]) : "full_attention";
+        if (!s || (strcmp(s, "full_attention") && strcmp(s, "sliding_attention")))
+            return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: layer_types[%" PRId64 "] must be \"full_attention\" or "
+                               "\"sliding_attention\"", p->dconfig_path, i);
+        d->sliding[i] = !strcmp(s, "sliding_attention");
+        d->causal[i] = ic && json_is_bool(ic) ? ic->type == JSON_TRUE : d->sliding[i];
+        if (d->sliding[i] && !d->sliding_window)
+            return splash_fail(err, SPLASH_E_FORMAT, "%s: layer %" PRId64 " is sliding_attention but sliding_window is "
+                               "missing or 0", p->dconfig_path, i);
+    }
+    return SPLASH_OK;
+}
+
+static int plan_draft(packer *p, splash_error *err) {
+    const draft_cfg *d = &p->dc;
+    splash_st *tst = p->st;
+    uint8_t *tused = p->used;
+    const char *tprefix = p->prefix;
+    p->st = p->dst;
+    p->used = p->dused;
+    p->prefix = "";
+    p->from = p->opt->draft;
+    int rc = 0;
+    int64_t H = d->hidden, q = d->heads * d->head_dim, kv = d->kv_heads * d->head_dim, I = d->inter;
+    int f = add_file(p, "draft/model.bin");
+    if ((rc = plan_matrix(p, f, "draft.fc", K_MATRIX, -1, "fc.weight", H, d->n_taps * H, err)) ||
+        (rc = plan_vector(p, f, "draft.hidden_norm", K_VEC, -1, "hidden_norm.weight", H, err)) ||
+        (rc = plan_vector(p, f, "draft.norm", K_VEC, -1, "norm.weight", H, err)))
+        goto done;
+    for (int64_t L = 0; L < d->layers && !rc; L++) {
+        char rel[64], n[96];
+        snprintf(rel, sizeof rel, "draft/layer-%" PRId64 ".bin", L);
+        f = add_file(p, rel);
+#define DCANON(fmt) (snprintf(n, sizeof n, "draft.layers.%" PRId64 "." fmt, L), n)
+        if ((rc = plan_vector(p, f, DCANON("input_norm"), K_VEC, L, "input_layernorm.weight", H, err)) ||
+            (rc = plan_matrix(p, f, DCANON("attn.q_proj"), K_MATRIX, L, "self_attn.q_proj.weight", q, H, err)) ||
+            (rc = plan_matrix(p, f, DCANON("attn.k_proj"), K_MATRIX, L, "self_attn.k_proj.weight", kv, H, err)) ||
+            (rc = plan_matrix(p, f, DCANON("attn.v_proj"), K_MATRIX, L, "self_attn.v_proj.weight", kv, H, err)) ||
+            (rc = plan_matrix(p, f, DCANON("attn.o_proj"), K_MATRIX, L, "self_attn.o_proj.weight", H, q, err)) ||
+            (rc = plan_vector(p, f, DCANON("attn.q_norm"), K_VEC, L, "self_attn.q_norm.weight", d->head_dim, err)) ||
+            (rc = plan_vector(p, f, DCANON("attn.k_norm"), K_VEC, L, "self_attn.k_norm.weight", d->head_dim, err)) ||
+            (rc = plan_vector(p, f, DCANON("post_norm"), K_VEC, L, "post_attention_layernorm.weight", H, err)) ||
+            (rc = plan_matrix(p, f, DCANON("ffn.gate"), K_MATRIX, L, "mlp.gate_proj.weight", I, H, err)) ||
+            (rc = plan_matrix(p, f, DCANON("ffn.up"), K_MATRIX, L, "mlp.up_proj.weight", I, H, err)) ||
+            (rc = plan_matrix(p, f, DCANON("ffn.down"), K_MATRIX, L, "mlp.down_proj.weight", H, I, err)))
+            break;
+#undef DCANON
+    }
+    if (!rc) {
+        size_t n_st = splash_st_count(p->dst), unused = 0;
+        const char *first = NULL;
+        for (size_t i = 0; i < n_st; i++)
+            if (!p->dused[i]) {
+                if (!first) first = splash_st_at(p->dst, i)->name;
+                unused++;
+            }
+        if (unused)
+            fprintf(stderr, "splash pack: warning: %zu draft tensors are not used (first: %s)\n", unused, first);
+    }
+done:
+    p->st = tst;
+    p->used = tused;
+    p->prefix = tprefix;
+    p->from = p->opt->from;
+    return rc;
+}
+
+static json_value *int_array(const int64_t *v, int64_t n) {
+    json_value *a = json_new(JSON_ARRAY);
+    for (int64_t i = 0; i < n; i++) json_arr_push(a, json_new_int(v[i]));
+    return a;
+}
+
+static json_value *draft_json(packer *p) {
+    const draft_cfg *d = &p->dc;
+    json_value *m = json_new(JSON_OBJECT);
+    json_obj_set(m, "architecture", json_new_string("dflash"));
+    char *abs = realpath(p->opt->draft, NULL);
+    json_obj_set(m, "source", json_new_string(abs ? abs : p->opt->draft));
+    free(abs);
+    json_obj_set(m, "block_size", json_new_int(d->block_size));
+    json_obj_set(m, "mask_token_id", json_new_int(d->mask_token_id));
+    json_obj_set(m, "target_layer_ids", int_array(d->taps, d->n_taps));
+    json_obj_set(m, "hidden", json_new_int(d->hidden));
+    json_obj_set(m, "layers", json_new_int(d->layers));
+    json_obj_set(m, "heads", json_new_int(d->heads));
+    json_obj_set(m, "kv_heads", json_new_int(d->kv_heads));
+    json_obj_set(m, "head_dim", json_new_int(d->head_dim));
+    json_obj_set(m, "intermediate", json_new_int(d->inter));
+    json_obj_set(m, "rms_eps", num_from_config(p, d->rms_eps_v, d->rms_eps));
+    json_obj_set(m, "rope_theta", num_from_config(p, d->rope_theta_v, d->rope_theta));
+    json_value *lt = json_new(JSON_ARRAY), *ca = json_new(JSON_ARRAY);
+    for (int64_t i = 0; i < d->layers; i++) {
+        json_arr_push(lt, json_new_string(d->sliding[i] ? "sliding_attention" : "full_attention"));
+        json_arr_push(ca, json_new_bool(d->causal[i]));
+    }
+    json_obj_set(m, "layer_types", lt);
+    json_obj_set(m, "causal", ca);
+    json_obj_set(m, "sliding_window", json_new_int(d->sliding_window));
+    return m;
+}
+
 static int write_package(packer *p, splash_error *err) {
     json_value *manifest = json_new(JSON_OBJECT);
     json_value *tensors = json_new(JSON_ARRAY);
@@ -1459,6 +1677,11 @@ static int write_package(packer *p, splash_error *err) {
     char *target = splash_path_join(p->tmp, "target");
     rc = splash_mkdirs(target, err);
     free(target);
+    if (!rc && p->dst) {
+        char *dd = splash_path_join(p->tmp, "draft");
+        rc = splash_mkdirs(dd, err);
+        free(dd);
+    }
     size_t next = 0;
     for (size_t fi = 0; !rc && fi < p->n_files; fi++) {
         out_file f;
@@ -1481,6 +1704,7 @@ static int write_package(packer *p, splash_error *err) {
     json_obj_set(q, "group_size", json_new_int(SPLASH_QGROUP));
     json_obj_set(manifest, "quantization", q);
     json_obj_set(manifest, "model", model_json(p));
+    if (p->dst) json_obj_set(manifest, "draft", draft_json(p));
     if (!rc) rc = build_tokens(p, manifest, err);
     if (!rc) {
         json_obj_set(manifest, "tensors", tensors);
@@ -1504,6 +1728,11 @@ static int write_package(packer *p, splash_error *err) {
             char *td = splash_path_join(p->tmp, "target");
             fsync_dir(td);
             free(td);
+            if (p->dst) {
+                td = splash_path_join(p->tmp, "draft");
+                fsync_dir(td);
+                free(td);
+            }
             fsync_dir(p->tmp);
         }
     }
@@ -1522,9 +1751,6 @@ int splash_pack(const splash_pack_options *opt, splash_pack_stats *stats, splash
     if (!opt->from || !opt->out) return splash_fail(err, SPLASH_E_INVALID, "pack needs --from and --out");
     if (opt->weights != SPLASH_Q4 && opt->weights != SPLASH_Q8 && opt->weights != SPLASH_BF16)
         return splash_fail(err, SPLASH_E_INVALID, "--weights must be q4, q8 or bf16");
-    if (opt->draft)
-        return splash_fail(err, SPLASH_E_UNSUPPORTED,
-                           "--draft %s: packing a DFlash draft is not supported yet (issue 7)", opt->draft);
     if (!opt->force && (splash_is_dir(opt->out) || splash_is_file(opt->out)))
         return splash_fail(err, SPLASH_E_INVALID, "%s already exists (remove it or pass --force)", opt->out);
 
@@ -1534,8 +1760,15 @@ int splash_pack(const splash_pack_options *opt, splash_pack_stats *stats, splash
     p->stats = stats;
     char *config_path = splash_path_join(opt->from, "config.json");
     p->config_path = config_path;
+    p->from = opt->from;
     int rc = read_config(p, err);
     if (!rc) rc = splash_st_open(opt->from, &p->st, err);
+    if (!rc && opt->draft) {
+        p->dconfig_path = splash_path_join(opt->draft, "config.json");
+        rc = read_draft_config(p, err);
+        if (!rc) rc = splash_st_open(opt->draft, &p->dst, err);
+        if (!rc) p->dused = xcalloc(splash_st_count(p->dst) + 1, 1);
+    }
     if (!rc) {
         p->used = xcalloc(splash_st_count(p->st) + 1, 1);
         rc = plan(p, err);
@@ -1577,6 +1810,12 @@ int splash_pack(const splash_pack_options *opt, splash_pack_stats *stats, splash
     free(p->used);
     free(p->cfg.full);
     splash_st_close(p->st);
+    if (p->dst) splash_st_close(p->dst);
+    free(p->dused);
+    free(p->dc.sliding);
+    free(p->dc.causal);
+    json_free(p->dconfig);
+    free(p->dconfig_path);
     json_free(p->config);
     free(config_path);
     snprintf(stats->architecture, sizeof stats->architecture, "%s", p->cfg.moe ? "qwen3_5_moe" : "qwen3_5");

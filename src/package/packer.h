@@ -19,7 +19,7 @@
 
 typedef struct splash_pack_options {
     const char *from;     /* checkpoint directory (config.json, *.safetensors) */
-    const char *draft;    /* DFlash draft checkpoint, or NULL (not packed yet: issue 7) */
+    const char *draft;    /* DFlash v1 draft checkpoint (z-lab DFlashDraftModel), or NULL */
     const char *out;      /* package directory to create */
     splash_dtype weights; /* SPLASH_Q4 (default), SPLASH_Q8 or SPLASH_BF16 */
     int threads;          /* <= 0: every CPU */

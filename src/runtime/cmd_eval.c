@@ -28,6 +28,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: splash eval --model PKG (--tokens 1,2,3 | --tokens-file F) [--incremental N]\n"
             "                   [--chunk C] [--logits-out FILE] [--threads T] [--max-rows R]\n"
+            "                   [--kv-format f32|bf16|int8] [--cpu-activations auto|fp32|int8|int16]\n"
             "\n"
             "Runs a token sequence through the model and prints its perplexity and speed.\n"
             "  --tokens-file    a JSON array of ids or a comma-separated list\n"
@@ -36,7 +37,10 @@ static void usage(FILE *f) {
             "  --chunk C        after the first N tokens, verify blocks of C rows, each\n"
             "                   fully committed\n"
             "  --logits-out F   write every position's logits, float32 [T, vocab]\n"
-            "  --max-rows R     rows per forward call (default 512)\n");
+            "  --max-rows R     rows per forward call (default 512)\n"
+            "  --kv-format F    KV page storage: f32 (default, exact), bf16 or int8\n"
+            "  --cpu-activations A  activations of q4/q8 products on the CPU: auto (default:\n"
+            "                   int8 for q4/q8 packages), fp32 (the exact reference), int8, int16\n");
 }
 
 static double now(void) {
@@ -142,6 +146,8 @@ static int run_rows(eval_run *e, int t0, int n, int mode, int phase, splash_erro
 int splash_cmd_eval(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *logits_out = NULL;
     int incremental = -1, chunk = 0, threads = 0, max_rows = 512;
+    splash_kv_format kv_format = SPLASH_KV_F32;
+    splash_cpu_act cpu_act = SPLASH_CPU_ACT_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -162,6 +168,10 @@ int splash_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--max-rows")) max_rows = atoi(v);
+        else if (!strcmp(a, "--cpu-activations") && splash_cpu_act_parse(v) >= 0)
+            cpu_act = (splash_cpu_act)splash_cpu_act_parse(v);
+        else if (!strcmp(a, "--kv-format") && (!strcmp(v, "f32") || !strcmp(v, "bf16") || !strcmp(v, "int8")))
+            kv_format = !strcmp(v, "int8") ? SPLASH_KV_INT8 : !strcmp(v, "bf16") ? SPLASH_KV_BF16 : SPLASH_KV_F32;
         else {
             fprintf(stderr, "splash eval: unknown option %s\n\n", a);
             usage(stderr);
@@ -195,7 +205,8 @@ int splash_cmd_eval(int argc, char **argv) {
     if (incremental < 0) incremental = chunk ? 0 : T;
     if (incremental > T) incremental = T;
     if ((rc = splash_package_open(model_dir, &pkg, &err))) goto done;
-    splash_model_options opt = {.threads = threads, .max_rows = max_rows, .max_lanes = 1, .kv_format = SPLASH_KV_F32};
+    splash_model_options opt = {.threads = threads, .max_rows = max_rows, .max_lanes = 1, .kv_format = kv_format,
+                                .cpu_activations = cpu_act};
     if ((rc = splash_model_load(pkg, &opt, &m, &err))) goto done;
     const splash_model_needs *nd = splash_model_get_needs(m);
     int n_pages = (T + nd->page_tokens - 1) / nd->page_tokens;

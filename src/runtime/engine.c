@@ -1,8 +1,9 @@
-/* engine.c - the engine thread and its first scheduler (see engine.h).
+/* engine.c - the engine thread (see engine.h).
  *
  * One loop: admit queued gens into free lanes while the pool has their pages,
- * drop cancelled lanes, build one ragged batch (a prefill chunk for lanes
- * still reading their prompt, one VERIFY row for decoding lanes), run it,
+ * drop cancelled lanes, ask the scheduler (runtime/scheduler.h) how many rows
+ * each lane gets, build one ragged batch (prefill chunks for lanes still
+ * reading their prompt, one VERIFY row for decoding lanes), run it,
  * commit the decode rows, sample every lane that produced logits and turn the
  * token into text.  All model calls happen on this thread.
  */
@@ -19,6 +20,7 @@
 #include "runtime/memory_plan.h"
 #include "runtime/model.h"
 #include "runtime/prefix_cache.h"
+#include "runtime/scheduler.h"
 #include "runtime/state_cache.h"
 #include "text/tokenizer.h"
 
@@ -128,6 +130,8 @@ typedef struct lane {
     int32_t next;         /* sampled, not yet fed */
     int logit_row;        /* this step: index into logits, or -1 */
     int in_batch, decoding;
+    int overtaken;        /* the scheduler's count (scheduler.h) */
+    uint64_t arrival;     /* admission order */
     splash_token_history hist;
     splash_detok_stream ds;
     strbuf held;          /* decoded text that may still start a stop string */
@@ -151,6 +155,9 @@ struct splash_engine {
     uint64_t cache_hits, cached_tokens, prefill_tokens;
     splash_engine_stats pub; /* cache figures published under mu by the engine thread */
     lane *lanes;
+    splash_sched sched;
+    splash_sched_lane *slanes; /* [max_lanes] the scheduler's view of the lanes */
+    uint64_t admitted;
     int32_t stop_ids[8];
     int n_stop_ids;
     splash_row *rows;
@@ -458,6 +465,8 @@ static void lane_begin(splash_engine *e, lane *l, splash_gen *g) {
     l->n_out = 0;
     l->text_total = 0;
     l->decoding = 0;
+    l->overtaken = 0;
+    l->arrival = ++e->admitted;
     splash_history_clear(&l->hist);
     splash_history_add(&l->hist, g->prompt, g->n_prompt, 1);
     splash_detok_stream_init(&l->ds, e->tok, SPLASH_DECODE_SKIP_SPECIAL);
@@ -470,20 +479,29 @@ static void lane_begin(splash_engine *e, lane *l, splash_gen *g) {
     pthread_mutex_unlock(&g->mu);
 }
 
-/* Under e->mu: moves queued gens into free lanes while their pages fit; ends
- * cancelled queued gens. */
+/* Under e->mu: moves queued gens into free lanes, by priority then arrival,
+ * while their pages fit (the best waits rather than be passed by smaller
+ * ones, so it cannot starve); ends cancelled queued gens. */
 static void admit(splash_engine *e) {
     while (e->qhead) {
-        splash_gen *g = e->qhead;
-        pthread_mutex_lock(&g->mu);
-        int cancelled = g->cancel;
-        pthread_mutex_unlock(&g->mu);
+        splash_gen *g = NULL, **link = NULL;
+        int cancelled = 0;
+        for (splash_gen **p = &e->qhead; *p; p = &(*p)->next) { /* the queue is in arrival order */
+            pthread_mutex_lock(&(*p)->mu);
+            cancelled = (*p)->cancel;
+            pthread_mutex_unlock(&(*p)->mu);
+            if (cancelled || !g || splash_sched_better((*p)->priority, 1, g->priority, 0)) g = *p, link = p;
+            if (cancelled) break;
+        }
         lane *free_lane = NULL;
         for (int i = 0; i < e->max_lanes && !free_lane; i++)
             if (!e->lanes[i].g) free_lane = &e->lanes[i];
         if (!cancelled && (!free_lane || lane_claim(e, free_lane, g))) return;
-        e->qhead = g->next;
-        if (!e->qhead) e->qtail = NULL;
+        *link = g->next;
+        if (e->qtail == g) {
+            e->qtail = NULL;
+            for (splash_gen *q = e->qhead; q; q = q->next) e->qtail = q;
+        }
         e->n_queued--;
         if (cancelled) {
             gen_finish(g, SPLASH_FINISH_CANCELLED, NULL);
@@ -495,19 +513,36 @@ static void admit(splash_engine *e) {
     }
 }
 
+/* The scheduler's view of the lanes, then its plan (rows per lane). */
+static void plan(splash_engine *e) {
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        splash_sched_lane *s = &e->slanes[i];
+        memset(s, 0, sizeof *s);
+        if (l->g && lane_cancelled(l)) lane_end(e, l, SPLASH_FINISH_CANCELLED, NULL);
+        if (!l->g) continue;
+        s->active = 1;
+        s->decoding = l->decoding;
+        s->remaining = l->g->n_prompt - l->n_past;
+        s->limit = lane_next_point(e, l) - l->n_past; /* a chunk ends where a snapshot is due */
+        s->priority = l->g->priority;
+        s->arrival = l->arrival;
+        s->overtaken = l->overtaken;
+    }
+    splash_sched_plan(&e->sched, e->slanes, e->max_lanes);
+    for (int i = 0; i < e->max_lanes; i++) e->lanes[i].overtaken = e->slanes[i].overtaken;
+}
+
 static void step(splash_engine *e) {
-    int n_rows = 0, n_lanes = 0, n_logits = 0, budget = e->chunk;
+    int n_rows = 0, n_lanes = 0, n_logits = 0;
     double t0 = splash_now();
     int any_prefill = 0;
+    plan(e);
     for (int i = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
         l->in_batch = 0;
         l->logit_row = -1;
-        if (!l->g) continue;
-        if (lane_cancelled(l)) {
-            lane_end(e, l, SPLASH_FINISH_CANCELLED, NULL);
-            continue;
-        }
+        if (!l->g || !e->slanes[i].rows) continue;
         splash_lane *bl = &e->blanes[n_lanes];
         bl->slot = l->slot;
         bl->n_past = l->n_past;
@@ -521,13 +556,8 @@ static void step(splash_engine *e) {
             e->rows[n_rows++] = (splash_row){l->next, {l->n_past, l->n_past, l->n_past}, SPLASH_ROW_LOGITS, NULL};
             l->logit_row = n_logits++;
         } else {
-            int n = l->g->n_prompt - l->n_past;
-            if (n > budget) n = budget;
-            int point = lane_next_point(e, l); /* a chunk ends where a snapshot is due */
-            if (point < l->n_past + n) n = point - l->n_past;
-            if (n <= 0) continue;
-            budget -= n;
-            any_prefill = 1;
+            int n = e->slanes[i].rows;
+            any_prefill += n;
             bl->mode = SPLASH_LANE_PREFILL;
             bl->n_rows = n;
             for (int r = 0; r < n; r++) {
@@ -596,6 +626,7 @@ static void step(splash_engine *e) {
         lane_token(e, l, tok, g->sp.logprobs ? &lp : NULL);
     }
     double dt = splash_now() - t0;
+    if (any_prefill) splash_sched_observe(&e->sched, n_rows, dt);
     pthread_mutex_lock(&e->mu);
     if (any_prefill) e->prefill_seconds += dt;
     else e->decode_seconds += dt;
@@ -664,6 +695,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->max_lanes = opt->max_lanes > 0 ? opt->max_lanes : 4;
     e->max_queue = opt->max_queue > 0 ? opt->max_queue : 64;
     e->chunk = opt->prefill_chunk > 0 ? opt->prefill_chunk : 256;
+    splash_sched_init(&e->sched, e->chunk, 64, opt->slice_ms > 0 ? 1e-3 * opt->slice_ms : 0.5);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if ((rc = splash_package_open(opt->model_dir, &e->pkg, err))) goto fail;
@@ -674,7 +706,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     }
     if ((rc = splash_tokenizer_load(tj, &e->tok, err))) goto fail;
     splash_model_options mo = {.threads = opt->threads, .max_rows = e->chunk + e->max_lanes,
-                               .max_lanes = e->max_lanes, .kv_format = (splash_kv_format)opt->kv_format};
+                               .max_lanes = e->max_lanes, .kv_format = (splash_kv_format)opt->kv_format,
+                               .cpu_activations = (splash_cpu_act)opt->cpu_activations};
     if ((rc = splash_model_load(e->pkg, &mo, &e->model, err))) goto fail;
     e->needs = splash_model_get_needs(e->model);
     e->vocab = e->needs->vocab;
@@ -692,9 +725,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
             .page_bytes = e->needs->page_bytes, .state_bytes = e->needs->state_bytes,
             .page_tokens = e->needs->page_tokens, .lanes = e->max_lanes,
             .model_context = e->max_context, .max_context = opt->max_context,
-            .pool_cap = opt->pool_cap ? opt->pool_cap
-                                      : 2 * (size_t)e->max_lanes * want_pages * e->needs->page_bytes +
-                                            16 * e->needs->state_bytes};
+            .pool_cap = opt->pool_cap ? opt->pool_cap : 2 * (size_t)e->max_lanes * want_pages * e->needs->page_bytes};
         if (splash_memory_plan_make(&pi, &e->plan)) {
             strbuf b;
             sb_init(&b);
@@ -726,10 +757,11 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         goto fail;
     }
     e->lanes = calloc((size_t)e->max_lanes, sizeof *e->lanes);
+    e->slanes = calloc((size_t)e->max_lanes, sizeof *e->slanes);
     e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
     e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes);
-    if (!e->kv || !e->states || !e->lanes || !e->rows || !e->blanes || !e->logits) {
+    if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
@@ -823,6 +855,7 @@ void splash_engine_free(splash_engine *e) {
     splash_tokenizer_free(e->tok);
     splash_package_close(e->pkg);
     free(e->lanes);
+    free(e->slanes);
     free(e->rows);
     free(e->blanes);
     free(e->logits);

@@ -8,12 +8,13 @@
  * is reference counted (the submitter's reference and the engine's) and every
  * field the engine writes after submit is read under its mutex.
  *
- * This is the first scheduler and it is deliberately simple: every active lane
- * advances once per forward call (prefill lanes by a chunk, decoding lanes by
- * one row), requests join and leave between calls, and a request is admitted
- * only when the pool has the KV pages for its whole budget (prompt +
- * max_tokens), so it can never run out of memory half-way.  No prefix cache,
- * no speculation yet.
+ * Requests join and leave between calls.  Queued gens are admitted by
+ * priority, then arrival, and only when the pool has the KV pages for the
+ * whole budget (prompt + max_tokens), so a request never runs out of memory
+ * half-way.  What each forward call holds is planned by runtime/scheduler.h:
+ * every decoding lane's row, plus prefill chunks packed into a row budget
+ * (shortest prompt first, bounded overtaking) that shrinks under contention
+ * so a slice stays near a time target.  No speculation yet.
  *
  * Text is produced on the engine side: the streaming detokenizer (complete
  * UTF-8 only), stop tokens (the manifest's eos list), and stop strings
@@ -67,6 +68,7 @@ typedef struct splash_gen {
     int n_stop;
     int32_t *script; /* test hook: emit these tokens instead of sampling (owned), or NULL */
     int n_script;
+    int priority;    /* admission order: lower first, then arrival (default 0) */
     /* sp.logprobs = 1: every recorded token also gets a splash_logprobs
      * (raw log-softmax, sp.top_logprobs alternatives) */
 
@@ -123,10 +125,12 @@ typedef struct splash_engine_options {
     int max_lanes;   /* requests decoding together (default 4) */
     int max_queue;   /* requests waiting for a lane (default 64) */
     int prefill_chunk; /* rows per forward call (default 256) */
-    int kv_format;     /* splash_kv_format (0 = f32 today; serve passes its --kv-format) */
+    int slice_ms;      /* prefill slice time target while others decode (default 500, min 64 rows) */
+    int kv_format;     /* splash_kv_format (0 = f32, exact; serve passes its --kv-format, int8 by default) */
+    int cpu_activations; /* splash_cpu_act of q4/q8 products on the CPU (0 = auto: int8) */
     size_t max_memory; /* --max-memory bytes, 0 = no cap */
     size_t available;  /* usable memory override (tests), 0 = MemAvailable */
-    size_t pool_cap;   /* most bytes of KV pages + snapshots (0 = 1 GiB on the CPU) */
+    size_t pool_cap;   /* most bytes of KV pages (0 = every lane's full context twice) */
     int checkpoint_interval; /* tokens between prefill checkpoints (default 2048, page multiple) */
     int no_prefix_cache;     /* 1: every request runs cold (tests, comparisons) */
     int kv_pool_pages;       /* tests: at most this many KV pages (0 = what the plan gives) */

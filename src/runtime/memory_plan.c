@@ -45,8 +45,9 @@ int splash_memory_plan_make(const splash_memory_plan_input *in, splash_memory_pl
     }
     p->pool = p->budget - p->fixed;
     size_t rest = p->pool - p->slot_bytes;
-    if (in->pool_cap && rest > in->pool_cap) rest = in->pool_cap;
-    /* snapshots: an eighth of what is left, at most 64, at least 2 when there is room */
+    /* snapshots: an eighth of the pool, at most 64, at least 2 when there is
+     * room.  Their own allowance, decided before the KV cap: a smaller KV
+     * format must not mean fewer snapshots (more re-processing). */
     if (in->state_bytes) {
         size_t n = rest / 8 / in->state_bytes;
         if (n > 64) n = 64;
@@ -55,6 +56,7 @@ int splash_memory_plan_make(const splash_memory_plan_input *in, splash_memory_pl
         p->snapshot_bytes = n * in->state_bytes;
     }
     size_t kv = rest - p->snapshot_bytes;
+    if (in->pool_cap && kv > in->pool_cap) kv = in->pool_cap; /* the cap bounds KV pages only */
     size_t pages = in->page_bytes ? kv / in->page_bytes : 0;
     if (pages > (size_t)1 << 30) pages = (size_t)1 << 30;
     p->n_pages = (int)pages;

@@ -31,7 +31,7 @@ typedef struct splash_memory_plan_input {
     int lanes;           /* state slots */
     int model_context;   /* the model's max positions */
     int max_context;     /* --max-context, 0 = as much as fits (at most 256K) */
-    size_t pool_cap;     /* most bytes for KV pages + snapshots, 0 = no cap */
+    size_t pool_cap;     /* most bytes for KV pages (snapshots have their own allowance), 0 = no cap */
 } splash_memory_plan_input;
 
 typedef struct splash_memory_plan {

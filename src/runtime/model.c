@@ -23,6 +23,13 @@ static const struct {
     {"qwen3_5_moe", &qwen35_ops},
 };
 
+int splash_cpu_act_parse(const char *name) {
+    static const char *names[] = {"auto", "fp32", "int8", "int16"};
+    for (int i = 0; name && i < 4; i++)
+        if (!strcmp(name, names[i])) return i;
+    return -1;
+}
+
 int splash_model_load(splash_package *pkg, const splash_model_options *opt, splash_model **out, splash_error *err) {
     *out = NULL;
     const char *arch = splash_package_architecture(pkg);

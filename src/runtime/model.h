@@ -37,9 +37,23 @@ typedef enum splash_kv_format {
     SPLASH_KV_INT8, /* symmetric, one fp32 scale per (token, head) */
 } splash_kv_format;
 
+/* Activations of the CPU backend's q4/q8 matrix products (plain bf16/f16/f32
+ * weights always take fp32 activations).  docs/architecture.md, "CPU
+ * kernels", has the speeds and errors behind the default. */
+typedef enum splash_cpu_act {
+    SPLASH_CPU_ACT_AUTO = 0, /* int8 for q4/q8 weights (the fast path) */
+    SPLASH_CPU_ACT_F32,      /* fp32: the exact reference */
+    SPLASH_CPU_ACT_INT8,     /* per group of 64, one scale (llama.cpp's q8 activations) */
+    SPLASH_CPU_ACT_INT16,    /* the same with 16 bits */
+} splash_cpu_act;
+
+/* "auto", "fp32", "int8", "int16" -> SPLASH_CPU_ACT_*, or -1. */
+int splash_cpu_act_parse(const char *name);
+
 typedef struct splash_model_options {
     const char *device;       /* "cpu" (default) or "cuda" */
     int threads;              /* CPU threads; 0 = all cores */
+    splash_cpu_act cpu_activations; /* q4/q8 products on the CPU (default auto) */
     int max_rows;             /* most rows in one forward call (scratch is sized for it) */
     int max_lanes;            /* most lanes in one forward call */
     splash_kv_format kv_format;

@@ -483,11 +483,13 @@ static void write_stop(amsg *a, strbuf *b, const char *reason, int stop_index) {
     else sb_puts(b, "null");
 }
 
-static void write_usage(amsg *a, strbuf *b, int output_tokens) {
+/* cached: prompt tokens read from the prefix cache (known once the gen was
+ * admitted: 0 in message_start, the final figure in message_delta). */
+static void write_usage(amsg *a, strbuf *b, int cached, int output_tokens) {
     sb_printf(b,
-              "{\"input_tokens\":%d,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,"
+              "{\"input_tokens\":%d,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":%d,"
               "\"output_tokens\":%d}",
-              a->turn.g->n_prompt, output_tokens);
+              a->turn.g->n_prompt - cached, cached, output_tokens);
 }
 
 static void message_head(amsg *a, strbuf *b) {
@@ -515,7 +517,7 @@ static void reply_whole(amsg *a, srv_reply *r) {
     sb_puts(b, "],");
     write_stop(a, b, reason, si);
     sb_puts(b, ",\"usage\":");
-    write_usage(a, b, t.n_tokens);
+    write_usage(a, b, a->turn.g->n_cached, t.n_tokens);
     if (a->echo_prompt) {
         sb_puts(b, ",\"test_prompt\":");
         jstr(b, a->prompt.data ? a->prompt.data : "", a->prompt.len);
@@ -534,14 +536,14 @@ static void stream_produce(void *ctx, strbuf *out, int *done) {
         sb_puts(out, "{\"type\":\"message_start\",\"message\":");
         message_head(a, out);
         sb_puts(out, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":");
-        write_usage(a, out, 0);
+        write_usage(a, out, 0, 0);
         sb_puts(out, "}}\n\n");
         srv_sse_event(out, "ping");
         sb_puts(out, "{\"type\":\"ping\"}\n\n");
         return;
     }
     splash_gen_take t;
-    int st = srv_turn_step(&a->turn, 2000, &t);
+    int st = srv_turn_step(&a->turn, srv_keepalive_ms(a->srv), &t);
     if (st == SRV_TURN_IDLE) {
         srv_sse_event(out, "ping");
         sb_puts(out, "{\"type\":\"ping\"}\n\n");
@@ -564,7 +566,7 @@ static void stream_produce(void *ctx, strbuf *out, int *done) {
     sb_puts(out, "{\"type\":\"message_delta\",\"delta\":{");
     write_stop(a, out, reason, si);
     sb_puts(out, "},\"usage\":");
-    write_usage(a, out, t.n_tokens);
+    write_usage(a, out, a->turn.g->n_cached, t.n_tokens);
     sb_puts(out, "}\n\n");
     srv_sse_event(out, "message_stop");
     sb_puts(out, "{\"type\":\"message_stop\"}\n\n");

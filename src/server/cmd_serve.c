@@ -42,7 +42,9 @@ static void usage(FILE *f) {
             "  --max-lanes      requests decoding together (default 4)\n"
             "  --max-queue      requests waiting for a lane before 429 (default 64)\n"
             "  --max-memory     most bytes the runtime may use (default: available RAM minus a margin)\n"
-            "  --kv-format      f32|bf16|int8: KV page storage (default f32 until int8 lands on the CPU)\n"
+            "  --kv-format      int8|bf16|f32: KV page storage (default int8)\n"
+            "  --cpu-activations auto|fp32|int8|int16: activations of q4/q8 products on the CPU\n"
+            "                   (default auto = int8; fp32 is the exact reference)\n"
             "  --prefix-cache   on|off: reuse cached prompt pages and recurrent-state snapshots (default on)\n"
             "  --default-reasoning-effort  none|minimal|low|medium|high|xhigh|max for requests that\n"
             "                   do not set one (none = thinking off; the others think as usual)\n"
@@ -82,6 +84,7 @@ int splash_cmd_serve(int argc, char **argv) {
     const char *model = NULL;
     int offline = 0;
     splash_engine_options eo = {0};
+    eo.kv_format = SPLASH_KV_INT8;
     const char *env = getenv("SPLASH_PORT");
     if (env && *env) srv.opt.port = atoi(env);
     env = getenv("SPLASH_API_KEY");
@@ -125,6 +128,7 @@ int splash_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-context") && (n = parse_size(v)) > 0 && n <= 262144) eo.max_context = (int)n;
         else if (!strcmp(a, "--max-request-size") && (n = parse_size(v)) > 0) srv.opt.max_request_size = (size_t)n;
         else if (!strcmp(a, "--max-memory") && (n = parse_size(v)) > 0) eo.max_memory = (size_t)n;
+        else if (!strcmp(a, "--cpu-activations") && splash_cpu_act_parse(v) >= 0) eo.cpu_activations = splash_cpu_act_parse(v);
         else if (!strcmp(a, "--kv-format") && (!strcmp(v, "int8") || !strcmp(v, "bf16") || !strcmp(v, "f32")))
             eo.kv_format = !strcmp(v, "int8") ? SPLASH_KV_INT8 : !strcmp(v, "bf16") ? SPLASH_KV_BF16 : SPLASH_KV_F32;
         else if (!strcmp(a, "--checkpoint-interval") && atoi(v) > 0) eo.checkpoint_interval = atoi(v); /* hidden: tests */
@@ -170,10 +174,11 @@ int splash_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "splash serve: %s\n", err.msg);
         return 1;
     }
-    model = model_dir; /* lives until exit */
+    model = model_dir; /* freed on every return below */
     eo.model_dir = model;
     if (splash_engine_start(&eo, &srv.engine, &err)) {
         fprintf(stderr, "splash serve: %s\n", err.msg);
+        free(model_dir);
         return 1;
     }
     char *tmpl = NULL, diff[256];
@@ -193,6 +198,7 @@ int splash_cmd_serve(int argc, char **argv) {
     if (srv_http_start(&srv, &http, herr, sizeof herr)) {
         fprintf(stderr, "splash serve: %s\n", herr);
         splash_engine_free(srv.engine);
+        free(model_dir);
         return 1;
     }
     int ctx = splash_engine_max_context(srv.engine);
@@ -219,5 +225,6 @@ int splash_cmd_serve(int argc, char **argv) {
     }
     srv_http_stop(http);
     splash_engine_free(srv.engine);
+    free(model_dir);
     return 0;
 }

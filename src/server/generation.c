@@ -119,6 +119,8 @@ int srv_test_echo_prompt(const srv_request *q, const json_value *req, srv_reply 
     return v->type == JSON_TRUE;
 }
 
+int srv_keepalive_ms(const srv_server *s) { return s->opt.keepalive_ms > 0 ? s->opt.keepalive_ms : 2000; }
+
 int srv_count_tokens(const srv_server *s, const char *text, size_t n) {
     if (!n) return 0;
     splash_token_vec v = {0};

@@ -42,6 +42,9 @@ int srv_stop_strings(const json_value *s, const char *param, splash_gen *g, srv_
  * 400 when the server runs without --test-hooks. */
 int srv_test_echo_prompt(const srv_request *q, const json_value *req, srv_reply *r);
 
+/* The SSE keep-alive interval (--keepalive-ms, default 2000). */
+int srv_keepalive_ms(const srv_server *s);
+
 /* Tokens of a text (no special tokens), 0 on failure. */
 int srv_count_tokens(const srv_server *s, const char *text, size_t n);
 

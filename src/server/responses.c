@@ -143,7 +143,11 @@ static int add_item(srv_convo *cv, const json_value *it, size_t i, srv_reply *r)
             json_free(pa);
             rc = (srv_error(r, 400, param, "invalid_value", "%s.arguments is not a JSON object", param), -1);
         } else {
-            srv_convo_tool_call(cv, json_get_string(it, "call_id", NULL), name->str, pa);
+            /* a call of a namespace's tool: the model saw (and wrote) NS__NAME */
+            const char *ns = json_get_string(it, "namespace", NULL);
+            char full[512];
+            snprintf(full, sizeof full, "%s%s%s", ns ? ns : "", ns ? "__" : "", name->str);
+            srv_convo_tool_call(cv, json_get_string(it, "call_id", NULL), full, pa);
         }
     } else if (!strcmp(type, "function_call_output")) {
         const json_value *out = json_get(it, "output");
@@ -360,6 +364,19 @@ static void ev_text(rsp *a, const char *key, const char *s, size_t n) {
     jstr(a->sse, s, n);
 }
 
+/* NS when name is NS__CHILD for a namespace tool of the request: its length, else 0. */
+static size_t namespace_len(const json_value *req, const char *name) {
+    const json_value *ts = json_get(req, "tools");
+    for (size_t k = 0; ts && ts->type == JSON_ARRAY && k < ts->count; k++) {
+        const char *ns = json_get_string(ts->items[k], "name", NULL);
+        size_t n = ns ? strlen(ns) : 0;
+        if (n && !strcmp(json_get_string(ts->items[k], "type", ""), "namespace") && !strncmp(name, ns, n) &&
+            !strncmp(name + n, "__", 2))
+            return n;
+    }
+    return 0;
+}
+
 /* The open item as JSON (status "in_progress" while open). */
 static void write_item(rsp *a, strbuf *b, const char *status, int full) {
     const char *acc = a->acc.data ? a->acc.data : "";
@@ -393,8 +410,13 @@ static void write_item(rsp *a, strbuf *b, const char *status, int full) {
         jstr(b, acc, n);
         sb_puts(b, ",\"call_id\":");
         jstr(b, a->call_id, strlen(a->call_id));
+        size_t ns = namespace_len(a->req, a->call_name);
+        if (ns) {
+            sb_puts(b, ",\"namespace\":");
+            jstr(b, a->call_name, ns);
+        }
         sb_puts(b, ",\"name\":");
-        jstr(b, a->call_name, strlen(a->call_name));
+        jstr(b, a->call_name + (ns ? ns + 2 : 0), strlen(a->call_name) - (ns ? ns + 2 : 0));
         sb_puts(b, "}");
     }
 }
@@ -462,7 +484,8 @@ static void item_stop(rsp *a, const char *status) {
         } else {
             ev_item(a, "response.function_call_arguments.done");
             ev_text(a, "arguments", acc, a->acc.len);
-            ev_text(a, "name", a->call_name, strlen(a->call_name));
+            size_t ns = namespace_len(a->req, a->call_name);
+            ev_text(a, "name", a->call_name + (ns ? ns + 2 : 0), strlen(a->call_name) - (ns ? ns + 2 : 0));
             ev_end(a);
         }
         ev(a, "response.output_item.done");
@@ -560,9 +583,9 @@ static void write_response(rsp *a, strbuf *b, const char *status, const splash_g
         int reasoning = srv_count_tokens(a->srv, a->reasoning.data, a->reasoning.len);
         if (reasoning > t->n_tokens) reasoning = t->n_tokens;
         sb_printf(b,
-                  "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":%d,"
+                  "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":%d},\"output_tokens\":%d,"
                   "\"output_tokens_details\":{\"reasoning_tokens\":%d},\"total_tokens\":%d}",
-                  a->turn.g->n_prompt, t->n_tokens, reasoning, a->turn.g->n_prompt + t->n_tokens);
+                  a->turn.g->n_prompt, a->turn.g->n_cached, t->n_tokens, reasoning, a->turn.g->n_prompt + t->n_tokens);
     } else {
         sb_puts(b, "null");
     }
@@ -625,7 +648,7 @@ static void stream_produce(void *ctx, strbuf *out, int *done) {
         return;
     }
     splash_gen_take t;
-    int st = srv_turn_step(&a->turn, 2000, &t);
+    int st = srv_turn_step(&a->turn, srv_keepalive_ms(a->srv), &t);
     if (st == SRV_TURN_IDLE) sb_puts(out, ": keep-alive\n\n");
     if (st == SRV_TURN_IDLE || st == SRV_TURN_MORE) return;
     *done = 1;

@@ -6,15 +6,13 @@
 // scripted model turns the tests choose (serve --test-hooks).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import http from "node:http";
 import Anthropic from "@anthropic-ai/sdk";
-import { KEY, chatWeather, countTokens, jinjaPrompt, namedEvents, raw, script, startApiServer, weatherSchema } from "./api_util.mjs";
-import { startServer, testModel } from "./serve_util.mjs";
+import { KEY, chatWeather, countTokens, jinjaPrompt, namedEvents, raw, script, startApiServer, streamThenSigterm, weatherSchema } from "./api_util.mjs";
 
 let srv, client;
 
 before(async () => {
-    srv = await startApiServer();
+    srv = await startApiServer(["--keepalive-ms", "5"]);
     client = new Anthropic({ apiKey: KEY, baseURL: srv.base, maxRetries: 0 });
 });
 
@@ -50,7 +48,7 @@ test("scripted turn: thinking with a signature, text, tool_use; streamed through
     assert.match(m.content[2].id, /^toolu_[A-Za-z0-9]{24}$/);
     assert.equal(m.content[2].name, "get_weather");
     assert.deepEqual(m.content[2].input, { city: "Paris", days: 3 });
-    assert.equal(m.usage.input_tokens, countTokens(prompt1));
+    assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, countTokens(prompt1));
     assert.equal(m.usage.output_tokens, countTokens(script) + 1); // + the stop token
 
     const stream = client.messages.stream(req);
@@ -69,7 +67,9 @@ test("scripted turn: thinking with a signature, text, tool_use; streamed through
     assert.deepEqual(fin.content[2].input, { city: "Paris", days: 3 });
     assert.equal(fin.stop_reason, "tool_use");
     assert.equal(fin.usage.output_tokens, m.usage.output_tokens);
-    assert.equal(fin.usage.input_tokens, m.usage.input_tokens);
+    // the same prompt again: the prefix cache holds it (input_tokens counts only what was not cached)
+    assert.equal(fin.usage.input_tokens + fin.usage.cache_read_input_tokens, countTokens(prompt1));
+    assert.ok(fin.usage.cache_read_input_tokens >= countTokens(prompt1) - 32, JSON.stringify(fin.usage));
     // the event sequence of api.md
     const types = events.map((e) => e.type);
     assert.equal(types[0], "message_start");
@@ -200,32 +200,17 @@ test("raw stream: event names match data types, ping first; SIGTERM mid-stream e
     assert.deepEqual(evs.slice(0, 2).map((e) => e.event), ["message_start", "ping"]);
     assert.equal(evs[evs.length - 2].data.delta.stop_reason, "max_tokens");
     assert.equal(evs[evs.length - 2].data.usage.output_tokens, 3);
+    // a long prompt: pings keep the stream alive while it is read (--keepalive-ms 5)
+    const long = await raw(srv, { path: "/v1/messages", body: { model: "tiny", max_tokens: 1, stream: true, messages: [{ role: "user", content: "hello ".repeat(900) }] } });
+    const lev = namedEvents(long.text);
+    assert.ok(lev.slice(2).some((e) => e.event === "ping"), "no keep-alive ping");
+    assert.equal(lev[lev.length - 1].event, "message_stop");
 
-    const s2 = await startServer(["--model", testModel(), "--threads", "1"]);
-    try {
-        const body = await new Promise((resolve, reject) => {
-            const req = http.request({ host: "127.0.0.1", port: s2.port, method: "POST", path: "/v1/messages?beta=true", agent: false,
-                headers: { "content-type": "application/json" } }, (res) => {
-                let seen = "", sent = false;
-                res.on("data", (d) => {
-                    seen += d;
-                    if (!sent && seen.includes("content_block_delta")) {
-                        sent = true;
-                        s2.proc.kill("SIGTERM");
-                    }
-                });
-                res.on("close", () => resolve(seen));
-            });
-            req.on("error", reject);
-            req.end(JSON.stringify({ model: "x", max_tokens: 3000, stream: true, messages: ask }));
-        });
-        const ev = namedEvents(body);
-        const last = ev[ev.length - 1];
-        assert.equal(last.event, "error");
-        assert.equal(last.data.type, "error");
-        assert.equal(last.data.error.type, "overloaded_error");
-        assert.equal((await s2.exited).code, 0);
-    } finally {
-        await s2.stop("SIGKILL");
-    }
+    const { text, exit } = await streamThenSigterm("/v1/messages?beta=true", { model: "x", max_tokens: 3000, stream: true, messages: ask }, "content_block_delta");
+    const ev = namedEvents(text);
+    const last = ev[ev.length - 1];
+    assert.equal(last.event, "error");
+    assert.equal(last.data.type, "error");
+    assert.equal(last.data.error.type, "overloaded_error");
+    assert.equal(exit.code, 0);
 });

@@ -8,7 +8,7 @@ import http from "node:http";
 import path from "node:path";
 import { Template } from "@huggingface/jinja";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { here, startServer, testModel } from "./serve_util.mjs";
+import { here, rawRequest, startServer, testModel } from "./serve_util.mjs";
 
 export const KEY = "sk-api-test-9d2e";
 
@@ -28,25 +28,34 @@ export function jinjaPrompt(request) {
     return new Template(templateSource).render({ add_generation_prompt: true, ...request });
 }
 
-export function raw(srv, { method = "POST", path: p, headers = {}, body, key = KEY }) {
-    return new Promise((resolve, reject) => {
-        const h = { ...headers };
-        if (key) h.authorization = `Bearer ${key}`;
-        if (body !== undefined && !("content-type" in h)) h["content-type"] = "application/json";
-        const req = http.request({ host: "127.0.0.1", port: srv.port, method, path: p, headers: h, agent: false }, (res) => {
-            const chunks = [];
-            res.on("data", (c) => chunks.push(c));
-            res.on("end", () => {
-                const text = Buffer.concat(chunks).toString("utf8");
-                let json;
-                try { json = JSON.parse(text); } catch { json = undefined; }
-                resolve({ status: res.statusCode, headers: res.headers, text, json });
+export const raw = (srv, opts) => rawRequest(srv.port, { key: KEY, ...opts });
+
+// A server without test hooks gets a stream request and SIGTERM as soon as
+// `marker` shows in the stream; resolves { text, exit } (what the client got,
+// the exit status).
+export async function streamThenSigterm(path, body, marker) {
+    const s = await startServer(["--model", testModel(), "--threads", "1"]);
+    try {
+        const text = await new Promise((resolve, reject) => {
+            const req = http.request({ host: "127.0.0.1", port: s.port, method: "POST", path, agent: false,
+                headers: { "content-type": "application/json" } }, (res) => {
+                let seen = "", sent = false;
+                res.on("data", (d) => {
+                    seen += d;
+                    if (!sent && seen.includes(marker)) {
+                        sent = true;
+                        s.proc.kill("SIGTERM");
+                    }
+                });
+                res.on("close", () => resolve(seen));
             });
+            req.on("error", reject);
+            req.end(JSON.stringify(body));
         });
-        req.on("error", reject);
-        if (body !== undefined) req.write(typeof body === "string" ? body : JSON.stringify(body));
-        req.end();
-    });
+        return { text, exit: await s.exited };
+    } finally {
+        await s.stop("SIGKILL");
+    }
 }
 
 // Parses an SSE body into [{event, data}] (data parsed as JSON); comments are skipped.

@@ -13,6 +13,7 @@ import { bin, testModel, startServer } from "./serve_util.mjs";
 let srv, pkg;
 before(async () => {
     pkg = testModel();
+    // the serve default KV format (int8): snapshots have their own allowance in the memory plan
     srv = await startServer(["--model", pkg, "--test-hooks", "--max-context", "2048", "--checkpoint-interval", "256"]);
 });
 after(async () => srv && (await srv.stop()));
@@ -127,7 +128,8 @@ test("a memory plan that cannot fit exits with the breakdown", () => {
     assert.notEqual(r.status, 0);
     assert.match(r.stderr, /working_set_too_small/);
     for (const w of ["budget", "weights", "scratch", "reserves", "fixed", "kv pages", "deficit"]) assert.match(r.stderr, new RegExp(w));
-    const r2 = spawnSync(bin, ["serve", "--model", pkg, "--port", "0", "--max-context", "4K", "--max-memory", "64M"], { encoding: "utf8", timeout: 20000 });
+    // 64M holds 4K tokens of int8 KV but not of f32 KV
+    const r2 = spawnSync(bin, ["serve", "--model", pkg, "--port", "0", "--max-context", "4K", "--max-memory", "64M", "--kv-format", "f32"], { encoding: "utf8", timeout: 20000 });
     assert.notEqual(r2.status, 0);
     assert.match(r2.stderr, /kv_pool_does_not_fit/);
 });

@@ -6,15 +6,13 @@
 // scripted model turns the tests choose (serve --test-hooks).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import http from "node:http";
 import OpenAI from "openai";
-import { KEY, chatWeather, countTokens, jinjaPrompt, namedEvents, raw, script, startApiServer, weatherSchema } from "./api_util.mjs";
-import { startServer, testModel } from "./serve_util.mjs";
+import { KEY, chatWeather, countTokens, jinjaPrompt, namedEvents, raw, script, startApiServer, streamThenSigterm, weatherSchema } from "./api_util.mjs";
 
 let srv, client;
 
 before(async () => {
-    srv = await startApiServer();
+    srv = await startApiServer(["--keepalive-ms", "5"]);
     client = new OpenAI({ apiKey: KEY, baseURL: `${srv.base}/v1`, maxRetries: 0 });
 });
 
@@ -55,6 +53,7 @@ test("scripted turn: reasoning item with encrypted_content, message, function_ca
     assert.equal(fc.name, "get_weather");
     assert.deepEqual(JSON.parse(fc.arguments), { city: "Paris", days: 3 });
     assert.equal(r.usage.input_tokens, countTokens(prompt1));
+    assert.ok(r.usage.input_tokens_details.cached_tokens <= r.usage.input_tokens);
     assert.equal(r.usage.output_tokens, countTokens(script) + 1);
     assert.equal(r.usage.output_tokens_details.reasoning_tokens, countTokens("I should call the tool."));
 
@@ -66,6 +65,7 @@ test("scripted turn: reasoning item with encrypted_content, message, function_ca
     const fin = await s.finalResponse();
     assert.equal(text, "Checking.");
     assert.deepEqual(fin.output.map((i) => i.type), ["reasoning", "message", "function_call"]);
+    assert.ok(fin.usage.input_tokens_details.cached_tokens >= countTokens(prompt1) - 32, JSON.stringify(fin.usage)); // the same prompt again
     assert.equal(fin.output[0].encrypted_content, r.output[0].encrypted_content);
     assert.deepEqual(JSON.parse(fin.output[2].arguments), { city: "Paris", days: 3 });
     // every event has type and consecutive sequence numbers; the order of api.md
@@ -164,32 +164,15 @@ test("raw stream: event names match data types, no [DONE]; SIGTERM mid-stream en
     assert.equal(last.type, "response.incomplete");
     assert.equal(last.response.status, "incomplete");
     assert.equal(last.response.usage.output_tokens, 3);
+    // a long prompt: comments keep the stream alive while it is read (--keepalive-ms 5)
+    const long = await raw(srv, { path: "/v1/responses", body: { model: "tiny", input: "hello ".repeat(900), max_output_tokens: 1, stream: true } });
+    assert.match(long.text, /^: keep-alive$/m);
 
-    const s2 = await startServer(["--model", testModel(), "--threads", "1"]);
-    try {
-        const body = await new Promise((resolve, reject) => {
-            const req = http.request({ host: "127.0.0.1", port: s2.port, method: "POST", path: "/v1/responses", agent: false,
-                headers: { "content-type": "application/json" } }, (res) => {
-                let seen = "", sent = false;
-                res.on("data", (d) => {
-                    seen += d;
-                    if (!sent && seen.includes(".delta")) {
-                        sent = true;
-                        s2.proc.kill("SIGTERM");
-                    }
-                });
-                res.on("close", () => resolve(seen));
-            });
-            req.on("error", reject);
-            req.end(JSON.stringify({ model: "x", input: "Hi", stream: true }));
-        });
-        const ev = namedEvents(body);
-        const end = ev[ev.length - 1].data;
-        assert.equal(end.type, "response.failed");
-        assert.equal(end.response.status, "failed");
-        assert.match(end.response.error.message, /stopping/);
-        assert.equal((await s2.exited).code, 0);
-    } finally {
-        await s2.stop("SIGKILL");
-    }
+    const { text, exit } = await streamThenSigterm("/v1/responses", { model: "x", input: "Hi", stream: true }, ".delta");
+    const ev = namedEvents(text);
+    const end = ev[ev.length - 1].data;
+    assert.equal(end.type, "response.failed");
+    assert.equal(end.response.status, "failed");
+    assert.match(end.response.error.message, /stopping/);
+    assert.equal(exit.code, 0);
 });

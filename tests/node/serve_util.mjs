@@ -6,6 +6,7 @@
 import { spawn, spawnSync } from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
+import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -87,4 +88,27 @@ export function sseEvents(text) {
         }
     }
     return events;
+}
+
+// One HTTP request without an SDK (for what SDKs never send); resolves
+// { status, headers, text, json }.  key: sent as a Bearer token when set.
+export function rawRequest(port, { method = "POST", path: p, headers = {}, body, key }) {
+    return new Promise((resolve, reject) => {
+        const h = { ...headers };
+        if (key) h.authorization = `Bearer ${key}`;
+        if (body !== undefined && !("content-type" in h)) h["content-type"] = "application/json";
+        const req = http.request({ host: "127.0.0.1", port, method, path: p, headers: h, agent: false }, (res) => {
+            const chunks = [];
+            res.on("data", (c) => chunks.push(c));
+            res.on("end", () => {
+                const text = Buffer.concat(chunks).toString("utf8");
+                let json;
+                try { json = JSON.parse(text); } catch { json = undefined; }
+                resolve({ status: res.statusCode, headers: res.headers, text, json });
+            });
+        });
+        req.on("error", reject);
+        if (body !== undefined) req.write(typeof body === "string" || Buffer.isBuffer(body) ? body : JSON.stringify(body));
+        req.end();
+    });
 }

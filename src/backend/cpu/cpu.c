@@ -43,39 +43,71 @@ int cpu_ctx_init(cpu_ctx *c, int threads, int max_m, int max_cols) {
     memset(c, 0, sizeof *c);
     if (max_m < 1) max_m = 1;
     if (max_cols < SPLASH_QGROUP) max_cols = SPLASH_QGROUP;
-    c->pool = splash_pool_create(threads);
-    c->n_threads = splash_pool_size(c->pool);
+    c->max_cols = (max_cols + SPLASH_QGROUP - 1) / SPLASH_QGROUP * SPLASH_QGROUP;
     c->max_m = max_m;
-    c->max_cols = max_cols;
-    size_t groups = (size_t)(max_cols + SPLASH_QGROUP - 1) / SPLASH_QGROUP;
+    size_t groups = (size_t)c->max_cols / SPLASH_QGROUP;
     c->xsum = splash_aligned_alloc(64, (size_t)max_m * groups * sizeof(float));
-    c->xq = splash_aligned_alloc(64, (size_t)max_m * groups * SPLASH_QGROUP * 2);
-    c->xd = splash_aligned_alloc(64, (size_t)max_m * groups * sizeof(float));
-    const char *act = getenv("SPLASH_CPU_ACT");
-    c->act = !act ? CPU_ACT_F32 : !strcmp(act, "int8") ? CPU_ACT_I8 : !strcmp(act, "int16") ? CPU_ACT_I16 : CPU_ACT_F32;
-    if (!c->xsum || !c->xq || !c->xd) {
+    c->act = -1;
+    if (!c->xsum || cpu_set_act(c, CPU_ACT_F32)) {
         cpu_ctx_free(c);
         return SPLASH_E_NOMEM;
     }
+    c->pool = splash_pool_create(threads);
+    c->n_threads = splash_pool_size(c->pool);
     cpu_simd();
     return 0;
+}
+
+static void free_act(cpu_ctx *c) {
+    free(c->xp);
+    free(c->xq4);
+    free(c->xq8);
+    free(c->xd);
+    c->xp = NULL, c->xq4 = c->xq8 = NULL, c->xd = NULL;
 }
 
 void cpu_ctx_free(cpu_ctx *c) {
     if (!c) return;
     splash_pool_destroy(c->pool);
     free(c->xsum);
-    free(c->xq);
-    free(c->xd);
+    free_act(c);
     memset(c, 0, sizeof *c);
 }
 
-size_t cpu_ctx_scratch_bytes(const cpu_ctx *c) {
-    size_t groups = (size_t)(c->max_cols + SPLASH_QGROUP - 1) / SPLASH_QGROUP;
-    return (size_t)c->max_m * groups * (2 * sizeof(float) + 2 * SPLASH_QGROUP);
+static size_t act_bytes(const cpu_ctx *c, int act) {
+    size_t n = (size_t)c->max_m * (size_t)c->max_cols, groups = (size_t)c->max_cols / SPLASH_QGROUP;
+    if (act == CPU_ACT_F32) return n * sizeof(float);
+    return 2 * n * (act == CPU_ACT_I8 ? 1 : 2) + (size_t)c->max_m * groups * 2 * sizeof(float);
 }
 
-void cpu_set_act(cpu_ctx *c, int act) { c->act = act; }
+size_t cpu_ctx_scratch_bytes(const cpu_ctx *c) {
+    size_t groups = (size_t)c->max_cols / SPLASH_QGROUP;
+    return (size_t)c->max_m * groups * sizeof(float) + act_bytes(c, c->act);
+}
+
+int cpu_set_act(cpu_ctx *c, int act) {
+    if (act == c->act) return 0;
+    size_t n = (size_t)c->max_m * (size_t)c->max_cols, groups = (size_t)c->max_cols / SPLASH_QGROUP;
+    cpu_ctx t = *c;
+    t.xp = NULL, t.xq4 = t.xq8 = NULL, t.xd = NULL;
+    if (act == CPU_ACT_F32) {
+        t.xp = splash_aligned_alloc(64, n * sizeof(float));
+        if (!t.xp) return SPLASH_E_NOMEM;
+    } else {
+        size_t es = act == CPU_ACT_I8 ? 1 : 2;
+        t.xq4 = splash_aligned_alloc(64, n * es);
+        t.xq8 = splash_aligned_alloc(64, n * es);
+        t.xd = splash_aligned_alloc(64, (size_t)c->max_m * groups * 2 * sizeof(float));
+        if (!t.xq4 || !t.xq8 || !t.xd) {
+            free_act(&t);
+            return SPLASH_E_NOMEM;
+        }
+    }
+    free_act(c);
+    c->xp = t.xp, c->xq4 = t.xq4, c->xq8 = t.xq8, c->xd = t.xd;
+    c->act = act;
+    return 0;
+}
 
 void cpu_parallel(cpu_ctx *c, size_t n, splash_task_fn fn, void *ctx) {
     splash_pool_run(c->pool, n, fn, ctx);

@@ -21,19 +21,21 @@
  *   dot of plain rows:   column c accumulates into lane c % 32 (fmaf), lanes
  *                        reduced (l + l+8) + (l+16 + l+24), then 8 -> 1 as
  *                        ((0+4)+(2+6)) + ((1+5)+(3+7)).
- *   dot of q4/q8 rows:   per group g of 64 columns, p_g[l] (8 lanes) =
- *                        sum over the group's 8 column blocks, even blocks and
- *                        odd blocks in two fmaf chains then added; acc[l] =
- *                        fmaf(scale_g, p_g[l], acc[l]); bsum = fmaf(bias_g,
- *                        xsum_g, bsum) with xsum_g the group's sum of x
- *                        (8 lanes then 8 -> 1); result = hsum8(acc) + bsum.
- *                        (w = scale*q + bias, so sum w x = scale * sum q x +
- *                        bias * sum x: half the multiplies of dequantising.)
- *   int8/int16 activations (opt-in, cpu_set_act; matmul_act.c): x quantised
- *                        per group to xq = round(x * Q/amax), Q = 127 or 32767;
- *                        per group 8 lanes of exact integer partial sums I[l] of
- *                        q xq, acc[l] = fmaf(scale_g * amax_g/Q, I[l], acc[l]);
- *                        the bias term uses the exact fp32 xsum as above.
+ *   dot of q4/q8 rows:   per group g of 64 columns, 8 lanes P_g[l] of the
+ *                        group's sum of q x: on fp32 activations two fmaf
+ *                        chains over the group's 8 code vectors (q8: column
+ *                        blocks 0,2,4,6 and 1,3,5,7; q4: the low nibbles of
+ *                        bytes 8j..8j+7 (even columns) and their high nibbles
+ *                        (odd columns)), then added; on int8/int16
+ *                        activations exact integer sums (matmul_act.c).
+ *                        acc_(g mod 2)[l] = fmaf(S_g, P_g[l], acc_(g mod 2)[l])
+ *                        with S_g = scale_g (fp32 x) or scale_g * d_g (the
+ *                        activations' group scale); bias lanes bl[g mod 8] =
+ *                        fmaf(bias_g, xsum_g, bl[g mod 8]) with xsum_g the
+ *                        group's sum of x (8 lanes then 8 -> 1); result =
+ *                        hsum8(acc_0 + acc_1) + hsum8(bl).  (w = scale*q + bias,
+ *                        so sum w x = scale * sum q x + bias * sum x: half the
+ *                        multiplies of dequantising.)
  *
  * A cpu_ctx holds the worker pool and the scratch the kernels need; it is
  * sized once (max rows, widest matrix) so nothing allocates during a forward.
@@ -56,16 +58,18 @@ typedef struct cpu_ctx {
     int max_cols;       /* widest matrix input dimension */
     float *xsum;        /* [max_m][max_cols/64] group sums of the input rows */
     /* Activations of q4/q8 products (CPU_ACT_*).  F32 is the reference;
-     * I16 and I8 quantise each input row per group of 64 and use integer dot
-     * products (AVX2 madd / maddubs), about 2x and 2.5x the speed on a
-     * compute-bound core.  SPLASH_CPU_ACT=int16|int8 chooses at init. */
+     * I8 (and I16) quantise each input row per group of 64 and use integer
+     * dot products (AVX2 maddubs / madd), about 2x the speed on a
+     * compute-bound core.  Chosen with cpu_set_act (default F32). */
     int act;
-    void *xq;           /* [max_m][max_cols] quantised inputs (int8 or int16) */
-    float *xd;          /* [max_m][max_cols/64] their scales */
+    float *xp;          /* F32:  [max_m][max_cols] inputs in q4 order */
+    void *xq4, *xq8;    /* I8/I16: [max_m][max_cols] quantised inputs, q4 / column order */
+    float *xd;          /* I8/I16: [max_m][2][max_cols/64] their scales, compensation sums */
 } cpu_ctx;
 
-/* Creates the pool (threads <= 0: all cores) and the scratch.  Returns 0 or
- * SPLASH_E_NOMEM.  cpu_ctx_scratch_bytes: what that scratch takes. */
+/* Creates the pool (threads <= 0: all cores) and the scratch for fp32
+ * activations.  Returns 0 or SPLASH_E_NOMEM.  cpu_ctx_scratch_bytes: what
+ * that scratch takes. */
 int cpu_ctx_init(cpu_ctx *c, int threads, int max_m, int max_cols);
 void cpu_ctx_free(cpu_ctx *c);
 size_t cpu_ctx_scratch_bytes(const cpu_ctx *c);
@@ -84,14 +88,35 @@ void cpu_parallel(cpu_ctx *c, size_t n, splash_task_fn fn, void *ctx);
 /* y[i][o] = sum_c W[o][c] * x[i][c] for i < m, o < rows(W).  W is a 2-D
  * tensor (or one slice of a stack) of any dtype; x rows are ldx floats apart,
  * y rows ldy.  Parallel over output rows; each weight row is read once per
- * call, whatever m. */
+ * call, whatever m.  m <= max_m, cols <= max_cols of the context. */
 void cpu_matmul(cpu_ctx *c, const splash_tensor *w, int m, const float *x, size_t ldx, float *y,
                 size_t ldy);
+/* y[i][o] += (W x)[i][o]: the same bits as cpu_matmul into a buffer and then
+ * adding it to y (the residual stream), without the extra pass. */
+void cpu_matmul_add(cpu_ctx *c, const splash_tensor *w, int m, const float *x, size_t ldx, float *y,
+                    size_t ldy);
+/* Several matrices with the same input width over the same x, in one pool
+ * run (x prepared once): part k writes (or, with add, adds) W_k x into y_k.
+ * Each output has the bits cpu_matmul would give it. */
+#define CPU_MM_MAX_PARTS 8
+typedef struct cpu_mm_part {
+    const splash_tensor *w;
+    float *y;
+    size_t ldy;
+    int add;
+} cpu_mm_part;
+void cpu_matmul_parts(cpu_ctx *c, const cpu_mm_part *parts, int n, int m, const float *x, size_t ldx);
+/* h = silu(gate x) * (up x) (SwiGLU) in one run; tmp receives up x.  The
+ * bits of two cpu_matmul calls followed by cpu_silu_mul. */
+void cpu_matmul_swiglu(cpu_ctx *c, const splash_tensor *gate, const splash_tensor *up, int m, const float *x,
+                       size_t ldx, float *h, size_t ldh, float *tmp, size_t ldt);
 /* Row r of W as fp32 (q: scale * q + bias). */
 void cpu_dequant_row(const splash_tensor *w, int64_t r, float *out);
-/* Activations for q4/q8 products (see cpu_ctx). */
+/* Activations for q4/q8 products (see cpu_ctx).  cpu_set_act allocates the
+ * scratch the mode needs: 0 or SPLASH_E_NOMEM (the mode is then unchanged).
+ * Not during a forward. */
 enum { CPU_ACT_F32 = 0, CPU_ACT_I16 = 1, CPU_ACT_I8 = 2 };
-void cpu_set_act(cpu_ctx *c, int act);
+int cpu_set_act(cpu_ctx *c, int act);
 /* The fixed-order fp32 dot product described above. */
 float cpu_dot(const float *a, const float *b, int n);
 
@@ -128,21 +153,33 @@ void cpu_rope(float *x, int n_heads, int head_dim, int rot_dim, double theta, in
 /* ---- attention over paged KV (attention.c) ------------------------------- */
 
 /* Where K and V of one attention layer live in a page.  A page holds, for
- * each attention layer in order, K then V, each [kv_heads][page_tokens]
- * [head_dim] values (f32 now; bf16/int8 slot in as other value widths, int8
- * with a [kv_heads][page_tokens] fp32 scale array after the values). */
+ * each attention layer in order, four parts, each starting on a 64-byte
+ * boundary (the same layout on every backend):
+ *   K values [kv_heads][page_tokens][head_dim]  f32 | bf16 | int8
+ *   K scales [kv_heads][page_tokens]            fp32, int8 only (empty otherwise)
+ *   V values, V scales                          likewise
+ * int8: symmetric, scale = max|x|/127 per (token, kv head), x ~= q * scale. */
 typedef struct cpu_kv_layout {
     int format;          /* SPLASH_KV_* */
     int page_tokens, kv_heads, head_dim, n_layers;
-    size_t k_bytes;      /* one layer's K block (values + scales) */
-    size_t layer_bytes;  /* one layer's K + V */
+    int value_size;      /* bytes per stored value: 4, 2, 1 */
+    size_t k_off, ks_off, v_off, vs_off; /* the parts inside one layer's block */
+    size_t layer_bytes;  /* one layer's block */
     size_t page_bytes;   /* all layers */
 } cpu_kv_layout;
 
-/* Fills l for f32 pages; returns 0, or SPLASH_E_UNSUPPORTED for a format the
- * CPU backend does not implement yet. */
+#define CPU_KV_MAX_HEAD_DIM 1024
+
+/* Fills l for a SPLASH_KV_* format; returns 0, SPLASH_E_UNSUPPORTED for an
+ * unknown format, SPLASH_E_INVALID for bad sizes (head_dim above
+ * CPU_KV_MAX_HEAD_DIM). */
 int cpu_kv_layout_init(cpu_kv_layout *l, int format, int n_layers, int kv_heads, int head_dim,
                        int page_tokens);
+
+/* The int8 quantiser of KV rows: *scale = max|x| / 127, q[i] = rintf(x[i] /
+ * scale) (nearest, ties to even) clamped to [-127, 127] (0 when the row is
+ * all zero).  Scalar and AVX2 paths store the same bits (finite inputs). */
+void cpu_kv_quant_int8(const float *x, int n, int8_t *q, float *scale);
 
 /* One lane's view for attention. */
 typedef struct cpu_attn_lane {

@@ -8,16 +8,26 @@
  * AVX2 maddubs (u8 codes x s8 activations -> s16 pairs), one madd against
  * ones (-> 8 int32 lanes), exact; then one int->float conversion and one fma
  * by s_g * d_g per 8 lanes.  The bias term uses the exact fp32 group sums, as
- * the fp32 path does.  Rounding x to the nearest of 2Q+1 levels moves each
- * term by at most |w| * d / 2, so |error| <= sum_c |w_c| * d_g(c) / 2 plus
- * fp32 rounding (the bound tests/unit/test_cpu_kernels.c checks).
+ * the fp32 path does.
+ *
+ * Mean-code compensation: with e_c = x_c - d xq_c the rounding error, the
+ * product is s sum q_c x_c = s d sum q_c xq_c + s sum q_c e_c.  The codes of
+ * an affine group sit around the middle of their range, qbar = 7.5 (q4) or
+ * 127.5 (q8), so sum q_c e_c ~ qbar sum e_c = qbar (xsum - d sum xq), which
+ * costs one fma per group on numbers known per input group (c_g = xsum_g -
+ * d_g sum xq, computed when quantising).  What is left is s sum (q_c - qbar)
+ * e_c: |error| <= sum_c |s_g (q_c - qbar)| d_g / 2 (half the uncompensated
+ * bound, and in practice 2-3x less error on weights quantised from a
+ * bell-shaped distribution), plus fp32 rounding: the bound
+ * tests/unit/test_cpu_kernels.c checks.
  *
  * Order of the sums (identical in the scalar path, so both give the same
  * bits, and independent of the number of rows, so results are
  * batch-invariant): per group g, 8 lanes of exact integer sums I_g[l];
  * acc_(g mod 2)[l] = fma(s_g * d_g, I_g[l], acc_(g mod 2)[l]); bias lanes
- * bl[g mod 8] = fma(b_g, xsum_g, bl[g mod 8]); y = hsum8(acc_0 + acc_1) +
- * hsum8(bl) (reduce.h: finish_q).
+ * bl[g mod 8] = fma(b_g, xsum_g, bl[g mod 8]), then bl[g mod 8] = fma(s_g,
+ * qbar * c_g, bl[g mod 8]); y = hsum8(acc_0 + acc_1) + hsum8(bl) (reduce.h:
+ * finish_q).
  *
  * Layout of the quantised row (positions p of a group, element e(p)) follows
  * the instructions that read it, so codes need no reordering:
@@ -34,6 +44,9 @@
 #include "backend/cpu/reduce.h"
 
 #define G SPLASH_QGROUP
+#define PF_DIST 4096 /* bytes of codes prefetched ahead (decode streams rows from DRAM) */
+#define QBAR4 7.5f   /* the middle of the code range: mean-code compensation */
+#define QBAR8 127.5f
 
 static int elem_of(int act, int bits, int p) {
     if (bits == 8) return p;
@@ -56,19 +69,23 @@ static inline float quant1(float v, float Q) {
     return v >= -Q ? v : -Q;
 }
 
-/* One group in column order; returns the scale. */
-static float quant_group_scalar(int act, const float *xg, void *out) {
+/* One group in column order; returns the scale, *sum = the sum of the
+ * quantised values. */
+static float quant_group_scalar(int act, const float *xg, void *out, int32_t *sum) {
     float Q = act == CPU_ACT_I8 ? 127.0f : 32767.0f;
     float amax = 0.0f;
     for (int j = 0; j < G; j++) amax = fabsf(xg[j]) > amax ? fabsf(xg[j]) : amax;
     float id = amax > 0.0f ? Q / amax : 0.0f;
+    int32_t t = 0;
     for (int j = 0; j < G; j++) {
         float v = quant1(xg[j] * id, Q);
+        t += (int32_t)v;
         if (act == CPU_ACT_I8)
             ((int8_t *)out)[j] = (int8_t)v;
         else
             ((int16_t *)out)[j] = (int16_t)v;
     }
+    *sum = t;
     return amax / Q;
 }
 
@@ -77,9 +94,9 @@ static float quant_group_scalar(int act, const float *xg, void *out) {
 #define LOADU(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 #define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
 
-/* One group to int8 in column order; returns the scale.  Same rounding and
- * clamping as quant_group_scalar. */
-AVX static float quant_group_i8_avx(const float *xg, int8_t *out) {
+/* One group to int8 in column order; returns the scale and *sum.  Same
+ * rounding and clamping as quant_group_scalar. */
+AVX static float quant_group_i8_avx(const float *xg, int8_t *out, int32_t *sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[8], m = _mm256_setzero_ps();
     for (int k = 0; k < 8; k++) {
@@ -94,15 +111,20 @@ AVX static float quant_group_i8_avx(const float *xg, int8_t *out) {
     const __m256 vid = _mm256_set1_ps(id);
     const __m256i hi = _mm256_set1_epi32(127), lo = _mm256_set1_epi32(-127);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i tot = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
         __m256i q[4];
         for (int k = 0; k < 4; k++) {
             __m256i r = _mm256_cvtps_epi32(_mm256_mul_ps(v[4 * h + k], vid));
             q[k] = _mm256_max_epi32(_mm256_min_epi32(r, hi), lo);
+            tot = _mm256_add_epi32(tot, q[k]);
         }
         __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256((__m256i *)(void *)(out + 32 * h), _mm256_permutevar8x32_epi32(w, order));
     }
+    int32_t part[8];
+    _mm256_storeu_si256((__m256i *)(void *)part, tot);
+    *sum = part[0] + part[1] + part[2] + part[3] + part[4] + part[5] + part[6] + part[7];
     return amax / 127.0f;
 }
 
@@ -119,8 +141,8 @@ AVX static void evens_odds_i8_avx(const int8_t *in, int8_t *out) {
 #define HAVE_X86 0
 #endif
 
-void cpu_act_prepare(int act, int m, const float *x, size_t ldx, int groups, void *xq4, void *xq8, size_t xq_stride,
-                     float *xd, int simd) {
+void cpu_act_prepare(int act, int m, const float *x, size_t ldx, const float *xs, int groups, void *xq4, void *xq8,
+                     size_t xq_stride, float *xd, int simd) {
     size_t es = act == CPU_ACT_I8 ? 1 : 2;
     int pos_elem[G];
     for (int p = 0; p < G; p++) pos_elem[p] = elem_of(act, 4, p);
@@ -130,14 +152,18 @@ void cpu_act_prepare(int act, int m, const float *x, size_t ldx, int groups, voi
             size_t off = (size_t)i * xq_stride + (size_t)g * G * es;
             uint8_t nat[G * 2];
             uint8_t *dst8 = xq8 ? (uint8_t *)xq8 + off : nat;
+            float *d = xd + (size_t)i * 2 * groups + g;
+            int32_t sum;
 #if HAVE_X86
             if (simd && act == CPU_ACT_I8) {
-                xd[(size_t)i * groups + g] = quant_group_i8_avx(xg, (int8_t *)dst8);
+                d[0] = quant_group_i8_avx(xg, (int8_t *)dst8, &sum);
+                d[groups] = fmaf(-d[0], (float)sum, xs[(size_t)i * groups + g]);
                 if (xq4) evens_odds_i8_avx((const int8_t *)dst8, (int8_t *)((uint8_t *)xq4 + off));
                 continue;
             }
 #endif
-            xd[(size_t)i * groups + g] = quant_group_scalar(act, xg, dst8);
+            d[0] = quant_group_scalar(act, xg, dst8, &sum);
+            d[groups] = fmaf(-d[0], (float)sum, xs[(size_t)i * groups + g]);
             if (!xq4) continue;
             uint8_t *dst4 = (uint8_t *)xq4 + off;
             for (int p = 0; p < G; p++) memcpy(dst4 + p * es, dst8 + (size_t)pos_elem[p] * es, es);
@@ -157,9 +183,10 @@ static float dot_scalar(int act, int bits, const uint8_t *qrow, const uint16_t *
             int32_t xv = act == CPU_ACT_I8 ? ((const int8_t *)xq)[(size_t)g * G + p] : ((const int16_t *)xq)[(size_t)g * G + p];
             I[lane_of(act, bits, p)] += q * xv;
         }
-        float sd = splash_bf16_to_f32(sc[g]) * xd[g];
+        float s = splash_bf16_to_f32(sc[g]), sd = s * xd[g];
         for (int l = 0; l < 8; l++) acc[g & 1][l] = fmaf(sd, (float)I[l], acc[g & 1][l]);
         bl[g & 7] = fmaf(splash_bf16_to_f32(bi[g]), xs[g], bl[g & 7]);
+        bl[g & 7] = fmaf(s, (bits == 4 ? QBAR4 : QBAR8) * xd[groups + g], bl[g & 7]);
     }
     return finish_q(acc[0], acc[1], bl);
 }
@@ -189,6 +216,7 @@ AVX static inline __m256i grp_i16_q4(const uint8_t *q, const int16_t *x) {
 
 AVX static inline __m256i grp_i8_q8(const uint8_t *q, const int8_t *x) {
     __m256i I = _mm256_setzero_si256();
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
         I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_cvtepu8_epi16(LOAD128(q + 16 * k)),
                                                   _mm256_cvtepi8_epi16(LOAD128(x + 16 * k))));
@@ -197,6 +225,7 @@ AVX static inline __m256i grp_i8_q8(const uint8_t *q, const int8_t *x) {
 
 AVX static inline __m256i grp_i16_q8(const uint8_t *q, const int16_t *x) {
     __m256i I = _mm256_setzero_si256();
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
         I = _mm256_add_epi32(I, _mm256_madd_epi16(_mm256_cvtepu8_epi16(LOAD128(q + 16 * k)), LOADU(x + 16 * k)));
     return I;
@@ -205,22 +234,22 @@ AVX static inline __m256i grp_i16_q8(const uint8_t *q, const int16_t *x) {
 /* One row . one input: blocks of 8 groups (their scales s*d and bias terms
  * vectorised), then the remaining groups one by one into the same lanes.
  * QB: code bytes per group; XT: activation type. */
-#define DEFINE_ROW(name, GRP, QB, XT)                                                                                  \
+#define DEFINE_ROW(name, GRP, QB, XT, QBAR)                                                                            \
     AVX static float name(const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi, int groups, const XT *xq,       \
                           const float *xd, const float *xs) {                                                          \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, bl = a0;                                                             \
         float S[8] __attribute__((aligned(32)));                                                                       \
+        const float *xc = xd + groups;                                                                                 \
         int g = 0;                                                                                                     \
         for (; g + 8 <= groups; g += 8) {                                                                              \
-            _mm256_store_ps(S, _mm256_mul_ps(bf16x8_avx(sc + g), _mm256_loadu_ps(xd + g)));                            \
+            __m256 s8 = bf16x8_avx(sc + g);                                                                            \
+            _mm256_store_ps(S, _mm256_mul_ps(s8, _mm256_loadu_ps(xd + g)));                                            \
             bl = _mm256_fmadd_ps(bf16x8_avx(bi + g), _mm256_loadu_ps(xs + g), bl);                                     \
+            bl = _mm256_fmadd_ps(s8, _mm256_mul_ps(_mm256_set1_ps(QBAR), _mm256_loadu_ps(xc + g)), bl);                \
             const uint8_t *q = qrow + (size_t)g * QB;                                                                  \
             const XT *x = xq + (size_t)g * G;                                                                          \
-            _mm_prefetch((const char *)(q + 8 * QB), _MM_HINT_T0);                                                     \
-            _mm_prefetch((const char *)(q + 8 * QB + 64), _MM_HINT_T0);                                                \
-            _mm_prefetch((const char *)(q + 8 * QB + 128), _MM_HINT_T0);                                               \
-            _mm_prefetch((const char *)(q + 8 * QB + 192), _MM_HINT_T0);                                               \
-            for (int k = 0; k < 8; k += 2) {                                                                           \
+            for (int pf = 0; pf < 8 * QB; pf += 64) _mm_prefetch((const char *)(q + PF_DIST + pf), _MM_HINT_T0);       \
+            _Pragma("GCC unroll 4") for (int k = 0; k < 8; k += 2) {                                                   \
                 __m256i I0 = GRP(q + (size_t)k * QB, x + (size_t)k * G);                                               \
                 __m256i I1 = GRP(q + (size_t)(k + 1) * QB, x + (size_t)(k + 1) * G);                                   \
                 a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(S + k), _mm256_cvtepi32_ps(I0), a0);                          \
@@ -232,20 +261,132 @@ AVX static inline __m256i grp_i16_q8(const uint8_t *q, const int16_t *x) {
         _mm256_storeu_ps(blv, bl);                                                                                     \
         for (; g < groups; g++) {                                                                                      \
             __m256 I = _mm256_cvtepi32_ps(GRP(qrow + (size_t)g * QB, xq + (size_t)g * G));                             \
-            __m256 s = _mm256_set1_ps(splash_bf16_to_f32(sc[g]) * xd[g]);                                              \
+            float sg = splash_bf16_to_f32(sc[g]);                                                                      \
+            __m256 s = _mm256_set1_ps(sg * xd[g]);                                                                     \
             if (g & 1)                                                                                                 \
                 a1 = _mm256_fmadd_ps(s, I, a1);                                                                        \
             else                                                                                                       \
                 a0 = _mm256_fmadd_ps(s, I, a0);                                                                        \
             blv[g & 7] = fmaf(splash_bf16_to_f32(bi[g]), xs[g], blv[g & 7]);                                           \
+            blv[g & 7] = fmaf(sg, QBAR * xc[g], blv[g & 7]);                                                           \
         }                                                                                                              \
         return hsum8_avx(_mm256_add_ps(a0, a1)) + hsum8(blv);                                                          \
     }
 
-DEFINE_ROW(row_i8_q4, grp_i8_q4, 32, int8_t)
-DEFINE_ROW(row_i16_q4, grp_i16_q4, 32, int16_t)
-DEFINE_ROW(row_i8_q8, grp_i8_q8, 64, int8_t)
-DEFINE_ROW(row_i16_q8, grp_i16_q8, 64, int16_t)
+DEFINE_ROW(row_i8_q4, grp_i8_q4, 32, int8_t, QBAR4)
+DEFINE_ROW(row_i16_q4, grp_i16_q4, 32, int16_t, QBAR4)
+DEFINE_ROW(row_i8_q8, grp_i8_q8, 64, int8_t, QBAR8)
+DEFINE_ROW(row_i16_q8, grp_i16_q8, 64, int16_t, QBAR8)
+
+/* ---- blocks of rows x inputs (verify, prefill) ----------------------------------
+ * Each group of OB weight rows is unpacked once (q4: the low and high nibble
+ * vectors; q8: codes widened to 16 bits) and dotted with MB inputs; per (row,
+ * input) the integer lanes, scales and sums are exactly those of the row
+ * kernels above, so a row's result does not depend on the block. */
+#define OB 1
+#define MB 8
+
+AVX static inline void unp_q4_i8(const uint8_t *q, __m256i u[4]) {
+    const __m256i mask = _mm256_set1_epi8(15);
+    __m256i b = LOADU(q);
+    u[0] = _mm256_and_si256(b, mask);
+    u[1] = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+}
+AVX static inline __m256i dot_q4_i8(const __m256i u[4], const int8_t *x) {
+    __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u[0], LOADU(x)), _mm256_maddubs_epi16(u[1], LOADU(x + 32)));
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+}
+AVX static inline void unp_q4_i16(const uint8_t *q, __m256i u[4]) {
+    const __m256i mask = _mm256_set1_epi8(15), z = _mm256_setzero_si256();
+    __m256i b = LOADU(q);
+    __m256i lo = _mm256_and_si256(b, mask), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), mask);
+    u[0] = _mm256_unpacklo_epi8(lo, z), u[1] = _mm256_unpackhi_epi8(lo, z);
+    u[2] = _mm256_unpacklo_epi8(hi, z), u[3] = _mm256_unpackhi_epi8(hi, z);
+}
+AVX static inline __m256i dot_q4_i16(const __m256i u[4], const int16_t *x) {
+    __m256i I = _mm256_madd_epi16(u[0], LOADU(x));
+    I = _mm256_add_epi32(I, _mm256_madd_epi16(u[1], LOADU(x + 16)));
+    I = _mm256_add_epi32(I, _mm256_madd_epi16(u[2], LOADU(x + 32)));
+    return _mm256_add_epi32(I, _mm256_madd_epi16(u[3], LOADU(x + 48)));
+}
+AVX static inline void unp_q8(const uint8_t *q, __m256i u[4]) {
+    for (int k = 0; k < 4; k++) u[k] = _mm256_cvtepu8_epi16(LOAD128(q + 16 * k));
+}
+AVX static inline __m256i dot_q8_i8(const __m256i u[4], const int8_t *x) {
+    __m256i I = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) I = _mm256_add_epi32(I, _mm256_madd_epi16(u[k], _mm256_cvtepi8_epi16(LOAD128(x + 16 * k))));
+    return I;
+}
+AVX static inline __m256i dot_q8_i16(const __m256i u[4], const int16_t *x) {
+    __m256i I = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) I = _mm256_add_epi32(I, _mm256_madd_epi16(u[k], LOADU(x + 16 * k)));
+    return I;
+}
+
+/* nr <= OB rows (codes q, row_bytes apart; their scales and biases gs apart)
+ * x ni <= MB inputs (xq rows xq_stride bytes apart, xd rows 2 gs apart (the
+ * scales, then the compensation sums), xs rows gs apart); y[i * ldy + r] (+)=
+ * the dot. */
+#define DEFINE_BLOCK(name, UNP, DOT, QB, XT, QBAR)                                                                     \
+    AVX static void name(const uint8_t *q, size_t row_bytes, const uint16_t *sc, const uint16_t *bi, int gs, int nr,    \
+                         const uint8_t *xq, size_t xq_stride, const float *xd, const float *xs, int ni, float *y,      \
+                         size_t ldy, int add) {                                                                        \
+        __m256 acc[OB][MB][2], bl[OB][MB];                                                                             \
+        for (int r = 0; r < nr; r++)                                                                                   \
+            for (int i = 0; i < ni; i++) acc[r][i][0] = acc[r][i][1] = bl[r][i] = _mm256_setzero_ps();                  \
+        for (int g8 = 0; g8 < gs; g8 += 8) {                                                                           \
+            int nk = gs - g8 < 8 ? gs - g8 : 8;                                                                        \
+            float S[OB][MB][8] __attribute__((aligned(32)));                                                           \
+            for (int r = 0; r < nr; r++) {                                                                             \
+                const uint16_t *sr = sc + (size_t)r * gs + g8, *br = bi + (size_t)r * gs + g8;                         \
+                if (nk == 8) {                                                                                         \
+                    __m256 s = bf16x8_avx(sr), b = bf16x8_avx(br);                                                     \
+                    for (int i = 0; i < ni; i++) {                                                                     \
+                        const float *di = xd + (size_t)i * 2 * gs + g8;                                                \
+                        _mm256_store_ps(S[r][i], _mm256_mul_ps(s, _mm256_loadu_ps(di)));                               \
+                        bl[r][i] = _mm256_fmadd_ps(b, _mm256_loadu_ps(xs + (size_t)i * gs + g8), bl[r][i]);            \
+                        bl[r][i] = _mm256_fmadd_ps(s, _mm256_mul_ps(_mm256_set1_ps(QBAR), _mm256_loadu_ps(di + gs)),   \
+                                                   bl[r][i]);                                                          \
+                    }                                                                                                  \
+                } else {                                                                                               \
+                    for (int i = 0; i < ni; i++) {                                                                     \
+                        float blv[8];                                                                                  \
+                        const float *di = xd + (size_t)i * 2 * gs + g8;                                                \
+                        _mm256_storeu_ps(blv, bl[r][i]);                                                               \
+                        for (int k = 0; k < nk; k++) {                                                                 \
+                            float sk = splash_bf16_to_f32(sr[k]);                                                      \
+                            S[r][i][k] = sk * di[k];                                                                   \
+                            blv[k] = fmaf(splash_bf16_to_f32(br[k]), xs[(size_t)i * gs + g8 + k], blv[k]);             \
+                            blv[k] = fmaf(sk, QBAR * di[gs + k], blv[k]);                                              \
+                        }                                                                                              \
+                        bl[r][i] = _mm256_loadu_ps(blv);                                                               \
+                    }                                                                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (int k = 0; k < nk; k++) {                                                                             \
+                int g = g8 + k;                                                                                        \
+                __m256i u[OB][4];                                                                                      \
+                for (int r = 0; r < nr; r++) UNP(q + (size_t)r * row_bytes + (size_t)g * QB, u[r]);                    \
+                for (int i = 0; i < ni; i++) {                                                                         \
+                    const XT *xg = (const XT *)(const void *)(xq + (size_t)i * xq_stride) + (size_t)g * G;             \
+                    for (int r = 0; r < nr; r++)                                                                       \
+                        acc[r][i][k & 1] = _mm256_fmadd_ps(_mm256_broadcast_ss(&S[r][i][k]),                           \
+                                                           _mm256_cvtepi32_ps(DOT(u[r], xg)), acc[r][i][k & 1]);       \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int r = 0; r < nr; r++)                                                                                   \
+            for (int i = 0; i < ni; i++) {                                                                             \
+                float v = hsum8_avx(_mm256_add_ps(acc[r][i][0], acc[r][i][1])) + hsum8_avx(bl[r][i]);                  \
+                float *yo = y + (size_t)i * ldy + r;                                                                   \
+                *yo = add ? *yo + v : v;                                                                               \
+            }                                                                                                          \
+    }
+
+DEFINE_BLOCK(block_q4_i8, unp_q4_i8, dot_q4_i8, 32, int8_t, QBAR4)
+DEFINE_BLOCK(block_q4_i16, unp_q4_i16, dot_q4_i16, 32, int16_t, QBAR4)
+DEFINE_BLOCK(block_q8_i8, unp_q8, dot_q8_i8, 64, int8_t, QBAR8)
+DEFINE_BLOCK(block_q8_i16, unp_q8, dot_q8_i16, 64, int16_t, QBAR8)
 #endif
 
 static float act_dot(int act, int bits, int simd, const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi,
@@ -266,13 +407,38 @@ void cpu_act_rows(int bits, const uint8_t *q, size_t row_bytes, const uint16_t *
                   int r1, const mm_in *in, float *y, size_t ldy, int add, int simd) {
     int gs = in->groups;
     const uint8_t *xq = bits == 4 ? in->xq4 : in->xq8;
+#if HAVE_X86
+    if (simd && in->m > 1) {
+        int i8 = in->act == CPU_ACT_I8;
+        for (int r = r0; r < r1; r += OB) {
+            int nr = r1 - r < OB ? r1 - r : OB;
+            for (int i = 0; i < in->m; i += MB) {
+                int ni = in->m - i < MB ? in->m - i : MB;
+                const uint8_t *qr = q + (size_t)r * row_bytes;
+                const uint16_t *sr = sc + (size_t)r * gs, *br = bi + (size_t)r * gs;
+                const uint8_t *xi = xq + (size_t)i * in->xq_stride;
+                const float *xd = in->xd + (size_t)i * 2 * gs, *xs = in->xs + (size_t)i * gs;
+                float *yo = y + (size_t)i * ldy + r;
+                if (bits == 4 && i8)
+                    block_q4_i8(qr, row_bytes, sr, br, gs, nr, xi, in->xq_stride, xd, xs, ni, yo, ldy, add);
+                else if (bits == 4)
+                    block_q4_i16(qr, row_bytes, sr, br, gs, nr, xi, in->xq_stride, xd, xs, ni, yo, ldy, add);
+                else if (i8)
+                    block_q8_i8(qr, row_bytes, sr, br, gs, nr, xi, in->xq_stride, xd, xs, ni, yo, ldy, add);
+                else
+                    block_q8_i16(qr, row_bytes, sr, br, gs, nr, xi, in->xq_stride, xd, xs, ni, yo, ldy, add);
+            }
+        }
+        return;
+    }
+#endif
     /* row-major: a weight row stays in L1 while every input passes over it */
     for (int r = r0; r < r1; r++) {
         const uint8_t *qr = q + (size_t)r * row_bytes;
         const uint16_t *sr = sc + (size_t)r * gs, *br = bi + (size_t)r * gs;
         for (int i = 0; i < in->m; i++) {
             float v = act_dot(in->act, bits, simd, qr, sr, br, gs, xq + (size_t)i * in->xq_stride,
-                              in->xd + (size_t)i * gs, in->xs + (size_t)i * gs);
+                              in->xd + (size_t)i * 2 * gs, in->xs + (size_t)i * gs);
             float *yo = y + (size_t)i * ldy + r;
             *yo = add ? *yo + v : v;
         }

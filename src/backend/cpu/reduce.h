@@ -63,16 +63,17 @@ typedef struct mm_in {
     const void *xq4;  /* [m][cols] quantised x in the q4 kernels' order */
     const void *xq8;  /* [m][cols] quantised x in column order (q8 kernels) */
     size_t xq_stride; /* bytes between rows of xq4 / xq8 */
-    const float *xd;  /* [m][groups] their scales (amax / Q) */
+    const float *xd;  /* [m][2][groups] their scales d_g (amax / Q), then
+                         c_g = xsum_g - d_g * sum(xq) (matmul_act.c) */
 } mm_in;
 
-/* matmul_act.c: quantises input rows (x rows ldx apart) per group of 64:
- * xq8 in column order, xq4 in the q4 layout, xd the scales.  Either
- * destination may be NULL. */
-void cpu_act_prepare(int act, int m, const float *x, size_t ldx, int groups, void *xq4, void *xq8, size_t xq_stride,
-                     float *xd, int simd);
-/* y[i * ldy + r - r0] (+)= row r of a q4/q8 matrix . input i, for rows
- * [r0, r1) and inputs [0, in->m), on quantised activations. */
+/* matmul_act.c: quantises input rows (x rows ldx apart, their group sums xs
+ * rows groups apart) per group of 64: xq8 in column order, xq4 in the q4
+ * layout, xd as in mm_in.  Either destination may be NULL. */
+void cpu_act_prepare(int act, int m, const float *x, size_t ldx, const float *xs, int groups, void *xq4, void *xq8,
+                     size_t xq_stride, float *xd, int simd);
+/* y[i * ldy + r] (+)= row r of a q4/q8 matrix . input i, for rows [r0, r1)
+ * and inputs [0, in->m), on quantised activations. */
 void cpu_act_rows(int bits, const uint8_t *q, size_t row_bytes, const uint16_t *sc, const uint16_t *bi, int r0,
                   int r1, const mm_in *in, float *y, size_t ldy, int add, int simd);
 

@@ -4,7 +4,11 @@
  *   q = rope(rmsnorm(q) * q_norm),  k = rope(rmsnorm(k) * k_norm)
  *   K, V of row r -> the lane's page at position n_past + r
  *   o = softmax(q K^T / sqrt(hd)) V  (causal, GQA)  * sigmoid(gate)
- *   out = o_proj(o)                                  -> f->m->fo
+ *   x += o_proj(o)                                   (the residual)
+ *
+ * Pool runs: q/k/v together, the attention, o_proj adding into the
+ * residual; plus the norms/rotary and the gate when the batch has more than
+ * one row (a single row runs them inline).
  */
 #include <math.h>
 
@@ -51,14 +55,13 @@ void qwen35_attn_layer(qwen35_fwd *f, const qwen35_layer *L) {
     const qwen35_dims *d = &m->d;
     int R = f->R, hd = d->head_dim;
     size_t H = (size_t)d->hidden, qw = (size_t)d->heads * hd, kvw = (size_t)d->kv_heads * hd;
-    cpu_matmul(&m->cpu, L->q_proj, R, m->xn, H, m->qkv, 2 * qw);
-    cpu_matmul(&m->cpu, L->k_proj, R, m->xn, H, m->mix2, kvw);
-    cpu_matmul(&m->cpu, L->v_proj, R, m->xn, H, m->mix3, kvw);
+    cpu_mm_part in[3] = {{L->q_proj, m->qkv, 2 * qw, 0}, {L->k_proj, m->mix2, kvw, 0}, {L->v_proj, m->mix3, kvw, 0}};
+    cpu_matmul_parts(&m->cpu, in, 3, R, m->xn, H);
     attn_job j = {f, L};
     qwen35_rows(m, R, prep_task, &j);
     cpu_kv_write(&m->cpu, &m->kv, m->kv_pool, L->index, m->alanes, f->b->n_lanes, m->mix2, kvw, m->mix3, kvw);
     cpu_attention(&m->cpu, &m->kv, m->kv_pool, L->index, m->alanes, f->b->n_lanes, d->heads, m->mix1, qw, m->mix4, qw,
                   (float)pow((double)hd, -0.5), m->scores, m->scores_stride);
     qwen35_rows(m, R, gate_task, &j);
-    cpu_matmul(&m->cpu, L->o_proj, R, m->mix4, qw, m->fo, H);
+    cpu_matmul_add(&m->cpu, L->o_proj, R, m->mix4, qw, m->x, H);
 }

@@ -1,6 +1,7 @@
 /* ffn.c - the feed-forward half of a Qwen3.5 layer.
  *
- * Dense:  out = down(silu(gate x) * up x)
+ * Dense:  x += down(silu(gate x) * up x)    (gate and up in one pool run,
+ *         down adding into the residual)
  * MoE:    p = softmax(router x) (fp32); the top_k experts, weights
  *         renormalised by their sum; out = sum over the chosen experts in
  *         ascending expert id of w_e * expert_e(x)  +  sigmoid(shared_gate x) *
@@ -18,24 +19,13 @@
 
 typedef struct ffn_job {
     qwen35_fwd *f;
-    int width; /* hidden width of the silu_mul rows */
 } ffn_job;
-
-static void silu_mul_task(void *ctx, size_t r, int worker) {
-    (void)worker;
-    const ffn_job *j = ctx;
-    float *g = j->f->m->ff1 + r * (size_t)j->width;
-    cpu_silu_mul(g, j->f->m->ff2 + r * (size_t)j->width, j->width, g);
-}
 
 void qwen35_ffn_layer(qwen35_fwd *f, const qwen35_layer *L) {
     qwen35_model *m = f->m;
     size_t H = (size_t)m->d.hidden, I = (size_t)m->d.intermediate;
-    cpu_matmul(&m->cpu, L->gate, f->R, m->xn, H, m->ff1, I);
-    cpu_matmul(&m->cpu, L->up, f->R, m->xn, H, m->ff2, I);
-    ffn_job j = {f, (int)I};
-    qwen35_rows(m, f->R, silu_mul_task, &j);
-    cpu_matmul(&m->cpu, L->down, f->R, m->ff1, I, m->fo, H);
+    cpu_matmul_swiglu(&m->cpu, L->gate, L->up, f->R, m->xn, H, m->ff1, I, m->ff2, I);
+    cpu_matmul_add(&m->cpu, L->down, f->R, m->ff1, I, m->x, H);
 }
 
 /* softmax, top-k, renormalisation; the choice sorted by expert id */
@@ -72,15 +62,19 @@ static void route_task(void *ctx, size_t r, int worker) {
         }
 }
 
+/* out += sigmoid(shared gate) * shared; then x += out */
 static void shared_add_task(void *ctx, size_t r, int worker) {
     (void)worker;
     const ffn_job *j = ctx;
     qwen35_model *m = j->f->m;
     size_t H = (size_t)m->d.hidden;
     float s = cpu_sigmoid(m->sgate[r]);
-    float *fo = m->fo + r * H;
+    float *fo = m->fo + r * H, *x = m->x + r * H;
     const float *mo = m->mo + r * H;
-    for (size_t i = 0; i < H; i++) fo[i] = fo[i] + s * mo[i];
+    for (size_t i = 0; i < H; i++) {
+        fo[i] = fo[i] + s * mo[i];
+        x[i] = fo[i] + x[i];
+    }
 }
 
 void qwen35_moe_layer(qwen35_fwd *f, const qwen35_layer *L) {
@@ -88,8 +82,9 @@ void qwen35_moe_layer(qwen35_fwd *f, const qwen35_layer *L) {
     const qwen35_dims *d = &m->d;
     int R = f->R;
     size_t H = (size_t)d->hidden, Ie = (size_t)d->expert_inter, Is = (size_t)d->shared_inter;
-    cpu_matmul(&m->cpu, L->router, R, m->xn, H, m->router, (size_t)d->experts);
-    ffn_job j = {f, (int)Ie};
+    cpu_mm_part rp[2] = {{L->router, m->router, (size_t)d->experts, 0}, {L->shared_expert_gate, m->sgate, 1, 0}};
+    cpu_matmul_parts(&m->cpu, rp, 2, R, m->xn, H);
+    ffn_job j = {f};
     qwen35_rows(m, R, route_task, &j);
     memset(m->fo, 0, (size_t)R * H * sizeof(float));
     for (int e = 0; e < d->experts; e++) {
@@ -105,9 +100,7 @@ void qwen35_moe_layer(qwen35_fwd *f, const qwen35_layer *L) {
         splash_tensor gate = splash_tensor_slice(L->experts_gate, e);
         splash_tensor up = splash_tensor_slice(L->experts_up, e);
         splash_tensor down = splash_tensor_slice(L->experts_down, e);
-        cpu_matmul(&m->cpu, &gate, n, m->mx, H, m->ff1, Ie);
-        cpu_matmul(&m->cpu, &up, n, m->mx, H, m->ff2, Ie);
-        qwen35_rows(m, n, silu_mul_task, &j);
+        cpu_matmul_swiglu(&m->cpu, &gate, &up, n, m->mx, H, m->ff1, Ie, m->ff2, Ie);
         cpu_matmul(&m->cpu, &down, n, m->ff1, Ie, m->mo, H);
         for (int i = 0; i < n; i++) {
             float *fo = m->fo + (size_t)m->erows[i] * H, w = m->erw[i];
@@ -115,11 +108,7 @@ void qwen35_moe_layer(qwen35_fwd *f, const qwen35_layer *L) {
             for (size_t c = 0; c < H; c++) fo[c] = fo[c] + mo[c] * w;
         }
     }
-    cpu_matmul(&m->cpu, L->shared_gate, R, m->xn, H, m->ff1, Is);
-    cpu_matmul(&m->cpu, L->shared_up, R, m->xn, H, m->ff2, Is);
-    j.width = (int)Is;
-    qwen35_rows(m, R, silu_mul_task, &j);
+    cpu_matmul_swiglu(&m->cpu, L->shared_gate, L->shared_up, R, m->xn, H, m->ff1, Is, m->ff2, Is);
     cpu_matmul(&m->cpu, L->shared_down, R, m->ff1, Is, m->mo, H);
-    cpu_matmul(&m->cpu, L->shared_expert_gate, R, m->xn, H, m->sgate, 1);
     qwen35_rows(m, R, shared_add_task, &j);
 }

@@ -7,6 +7,8 @@
  * anything is written, so a bad batch fails without touching KV or state.
  *
  * Per layer:  x += Mixer(rmsnorm(x) * (1+w_in));  x += FFN(rmsnorm(x) * (1+w_post))
+ * (each block adds its output into x itself: the last matrix product of the
+ * block accumulates into the residual, same bits as adding afterwards)
  * then the LOGITS rows: rmsnorm(x) * (1+w_final) -> lm_head.
  */
 #include <string.h>
@@ -112,13 +114,6 @@ static void norm_task(void *ctx, size_t r, int worker) {
     cpu_rmsnorm(j->in + r * H, j->factor, (int)H, j->f->m->d.rms_eps, j->out + r * H);
 }
 
-static void add_task(void *ctx, size_t r, int worker) {
-    (void)worker;
-    qwen35_fwd *f = ctx;
-    size_t H = (size_t)f->m->d.hidden;
-    cpu_add(f->m->fo + r * H, f->m->x + r * H, (int)H);
-}
-
 /* xn = rmsnorm(x) * factor for every row */
 static void norm_rows(qwen35_fwd *f, const float *factor) {
     row_job j = {f, factor, f->m->x, f->m->xn};
@@ -162,17 +157,15 @@ int qwen35_forward(void *impl, const splash_batch *b, splash_error *err) {
     for (int li = 0; li < d->n_layers; li++) {
         const qwen35_layer *L = &m->w.layers[li];
         norm_rows(&f, L->input_norm);
-        if (L->is_attn)
+        if (L->is_attn) /* each block adds its output into x */
             qwen35_attn_layer(&f, L);
         else
             qwen35_gdn_layer(&f, L);
-        qwen35_rows(m, f.R, add_task, &f);
         norm_rows(&f, L->post_norm);
         if (d->moe)
             qwen35_moe_layer(&f, L);
         else
             qwen35_ffn_layer(&f, L);
-        qwen35_rows(m, f.R, add_task, &f);
         if (m->n_taps) write_taps(&f, li);
     }
     /* the LOGITS rows, compacted in row order, through the final norm and lm_head */

@@ -5,7 +5,12 @@
  *   q, k = l2norm per key head; q *= dk^-0.5
  *   beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias)
  *   o = gated delta rule per value head j (key head j / (Hv/Hk))
- *   out = out_proj(rmsnorm_gated(o, z) per value head)      -> f->m->fo
+ *   x += out_proj(rmsnorm_gated(o, z) per value head)     (the residual)
+ *
+ * Three pool runs per layer: the four input projections together; then one
+ * task per (lane, key head) doing everything between the projections for
+ * that head's channels (conv, l2 norms, g and beta, the delta rule of its
+ * value heads, the gated norm); then out_proj adding into the residual.
  *
  * Lanes differ in what happens to the state:
  *   PREFILL, >= QWEN35_CHUNKED_MIN_ROWS rows: chunked algorithm, in place;
@@ -21,46 +26,20 @@
 
 #include "models/qwen35/qwen35.h"
 
-#define CONV_BLOCK 256 /* channels per conv task */
-
 typedef struct gdn_job {
     qwen35_fwd *f;
     const qwen35_layer *L;
-    int conv_blocks;
     float qscale;
 } gdn_job;
 
-static void conv_task(void *ctx, size_t task, int worker) {
-    (void)worker;
-    const gdn_job *j = ctx;
+/* The conv of one lane's rows for channels [c0, c1) */
+static void conv_range(const gdn_job *j, const splash_lane *l, int c0, int c1) {
     qwen35_model *m = j->f->m;
     const qwen35_dims *d = &m->d;
-    const splash_lane *l = &j->f->b->lanes[task / (size_t)j->conv_blocks];
-    int C = d->conv_dim, c0 = (int)(task % (size_t)j->conv_blocks) * CONV_BLOCK;
-    int c1 = c0 + CONV_BLOCK < C ? c0 + CONV_BLOCK : C;
+    int C = d->conv_dim;
     size_t first = (size_t)l->first_row * C;
     cpu_gdn_conv(j->L->conv_t, C, d->conv_kernel, qwen35_conv_state(m, l->slot, j->L->index),
                  l->mode == SPLASH_LANE_PREFILL, m->qkv + first, (size_t)C, l->n_rows, m->mix1 + first, (size_t)C, c0, c1);
-}
-
-/* l2norm of q and k, q scaling, beta and g, one row */
-static void prep_task(void *ctx, size_t r, int worker) {
-    (void)worker;
-    const gdn_job *j = ctx;
-    qwen35_model *m = j->f->m;
-    const qwen35_dims *d = &m->d;
-    float *row = m->mix1 + r * (size_t)d->conv_dim;
-    for (int h = 0; h < d->hk; h++) {
-        float *q = row + (size_t)h * d->dk, *k = row + d->key_dim + (size_t)h * d->dk;
-        cpu_l2norm(q, d->dk, 1e-6f);
-        cpu_l2norm(k, d->dk, 1e-6f);
-        for (int i = 0; i < d->dk; i++) q[i] *= j->qscale;
-    }
-    size_t o = r * (size_t)d->hv;
-    for (int h = 0; h < d->hv; h++) {
-        m->gbeta[o + h] = cpu_sigmoid(m->gb[o + h]);
-        m->gg[o + h] = j->L->neg_a[h] * cpu_softplus(m->ga[o + h] + j->L->dt_bias[h]);
-    }
 }
 
 /* what commit needs from each verify row */
@@ -84,13 +63,11 @@ static void save_verify_rows(gdn_job *j) {
     }
 }
 
-/* one (lane, value head) */
-static void delta_task(void *ctx, size_t task, int worker) {
-    const gdn_job *j = ctx;
+/* The delta rule of one (lane, value head) over the lane's rows. */
+static void delta_head(const gdn_job *j, int li, int h, int worker) {
     qwen35_model *m = j->f->m;
     const qwen35_dims *d = &m->d;
     const splash_batch *b = j->f->b;
-    int li = (int)(task / (size_t)d->hv), h = (int)(task % (size_t)d->hv);
     const splash_lane *l = &b->lanes[li];
     int kh = h / (d->hv / d->hk), C = d->conv_dim;
     size_t hs = (size_t)d->dk * d->dv;
@@ -116,16 +93,37 @@ static void delta_task(void *ctx, size_t task, int worker) {
                      beta[(size_t)t * d->hv], o + (size_t)t * d->value_dim);
 }
 
-static void norm_task(void *ctx, size_t r, int worker) {
-    (void)worker;
+/* Everything between the projections for one (lane, key head): the conv of
+ * its q, k and value-head channels, the l2 norms and q scaling, g and beta of
+ * its value heads, their delta rule, and their gated norms. */
+static void head_task(void *ctx, size_t task, int worker) {
     const gdn_job *j = ctx;
     qwen35_model *m = j->f->m;
     const qwen35_dims *d = &m->d;
-    size_t o = r * (size_t)d->value_dim;
-    for (int h = 0; h < d->hv; h++) {
-        size_t p = o + (size_t)h * d->dv;
-        cpu_rmsnorm_gated(m->mix3 + p, j->L->gnorm, m->mix2 + p, d->dv, d->rms_eps, m->mix4 + p);
+    int li = (int)(task / (size_t)d->hk), kh = (int)(task % (size_t)d->hk);
+    const splash_lane *l = &j->f->b->lanes[li];
+    int per = d->hv / d->hk, h0 = kh * per, C = d->conv_dim;
+    conv_range(j, l, kh * d->dk, (kh + 1) * d->dk);
+    conv_range(j, l, d->key_dim + kh * d->dk, d->key_dim + (kh + 1) * d->dk);
+    conv_range(j, l, 2 * d->key_dim + h0 * d->dv, 2 * d->key_dim + (h0 + per) * d->dv);
+    for (int r = l->first_row; r < l->first_row + l->n_rows; r++) {
+        float *row = m->mix1 + (size_t)r * C;
+        float *q = row + (size_t)kh * d->dk, *k = row + d->key_dim + (size_t)kh * d->dk;
+        cpu_l2norm(q, d->dk, 1e-6f);
+        cpu_l2norm(k, d->dk, 1e-6f);
+        for (int i = 0; i < d->dk; i++) q[i] *= j->qscale;
+        size_t o = (size_t)r * d->hv;
+        for (int h = h0; h < h0 + per; h++) {
+            m->gbeta[o + h] = cpu_sigmoid(m->gb[o + h]);
+            m->gg[o + h] = j->L->neg_a[h] * cpu_softplus(m->ga[o + h] + j->L->dt_bias[h]);
+        }
     }
+    for (int h = h0; h < h0 + per; h++) delta_head(j, li, h, worker);
+    for (int r = l->first_row; r < l->first_row + l->n_rows; r++)
+        for (int h = h0; h < h0 + per; h++) {
+            size_t p = (size_t)r * d->value_dim + (size_t)h * d->dv;
+            cpu_rmsnorm_gated(m->mix3 + p, j->L->gnorm, m->mix2 + p, d->dv, d->rms_eps, m->mix4 + p);
+        }
 }
 
 void qwen35_gdn_layer(qwen35_fwd *f, const qwen35_layer *L) {
@@ -133,17 +131,15 @@ void qwen35_gdn_layer(qwen35_fwd *f, const qwen35_layer *L) {
     const qwen35_dims *d = &m->d;
     int R = f->R;
     size_t H = (size_t)d->hidden;
-    cpu_matmul(&m->cpu, L->in_qkv, R, m->xn, H, m->qkv, (size_t)d->conv_dim);
-    cpu_matmul(&m->cpu, L->in_z, R, m->xn, H, m->mix2, (size_t)d->value_dim);
-    cpu_matmul(&m->cpu, L->in_b, R, m->xn, H, m->gb, (size_t)d->hv);
-    cpu_matmul(&m->cpu, L->in_a, R, m->xn, H, m->ga, (size_t)d->hv);
-    gdn_job j = {f, L, (d->conv_dim + CONV_BLOCK - 1) / CONV_BLOCK, (float)pow((double)d->dk, -0.5)};
-    cpu_parallel(&m->cpu, (size_t)f->b->n_lanes * j.conv_blocks, conv_task, &j);
-    qwen35_rows(m, R, prep_task, &j);
+    cpu_mm_part in[4] = {{L->in_qkv, m->qkv, (size_t)d->conv_dim, 0},
+                         {L->in_z, m->mix2, (size_t)d->value_dim, 0},
+                         {L->in_b, m->gb, (size_t)d->hv, 0},
+                         {L->in_a, m->ga, (size_t)d->hv, 0}};
+    cpu_matmul_parts(&m->cpu, in, 4, R, m->xn, H);
+    gdn_job j = {f, L, (float)pow((double)d->dk, -0.5)};
+    cpu_parallel(&m->cpu, (size_t)f->b->n_lanes * d->hk, head_task, &j);
     if (m->n_pending) save_verify_rows(&j);
-    cpu_parallel(&m->cpu, (size_t)f->b->n_lanes * d->hv, delta_task, &j);
-    qwen35_rows(m, R, norm_task, &j);
-    cpu_matmul(&m->cpu, L->out_proj, R, m->mix4, (size_t)d->value_dim, m->fo, H);
+    cpu_matmul_add(&m->cpu, L->out_proj, R, m->mix4, (size_t)d->value_dim, m->x, H);
 }
 
 /* ---- commit ------------------------------------------------------------------ */

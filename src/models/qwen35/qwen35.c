@@ -97,6 +97,22 @@ static int alloc_scratch(qwen35_model *m, splash_error *err) {
     return 0;
 }
 
+/* The activations of q4/q8 products: auto = int8 when the package has q4/q8
+ * matrices (bf16 packages have none, so the choice does not matter there). */
+static int cpu_act_of(const splash_package *pkg, splash_cpu_act a) {
+    switch (a) {
+    case SPLASH_CPU_ACT_F32: return CPU_ACT_F32;
+    case SPLASH_CPU_ACT_INT8: return CPU_ACT_I8;
+    case SPLASH_CPU_ACT_INT16: return CPU_ACT_I16;
+    default: break;
+    }
+    for (size_t i = 0; i < splash_package_tensor_count(pkg); i++) {
+        splash_dtype t = splash_package_tensor_at(pkg, i)->dtype;
+        if (t == SPLASH_Q4 || t == SPLASH_Q8) return QWEN35_DEFAULT_Q_ACT;
+    }
+    return CPU_ACT_F32;
+}
+
 static int q_load(splash_package *pkg, const splash_model_options *opt, void **impl, splash_error *err) {
     *impl = NULL;
     splash_model_options o;
@@ -114,10 +130,9 @@ static int q_load(splash_package *pkg, const splash_model_options *opt, void **i
     const json_value *model = json_get(splash_package_manifest(pkg), "model");
     if ((rc = qwen35_dims_parse(model, splash_package_architecture(pkg), &m->d, err))) goto fail;
     const qwen35_dims *d = &m->d;
-    if (o.kv_format != SPLASH_KV_F32 || cpu_kv_layout_init(&m->kv, o.kv_format, d->n_attn, d->kv_heads, d->head_dim,
-                                                           QWEN35_PAGE_TOKENS)) {
-        rc = splash_fail(err, SPLASH_E_UNSUPPORTED, "KV format %d: the CPU backend implements f32 KV pages only",
-                         (int)o.kv_format);
+    if ((rc = cpu_kv_layout_init(&m->kv, o.kv_format, d->n_attn, d->kv_heads, d->head_dim, QWEN35_PAGE_TOKENS))) {
+        rc = splash_fail(err, rc, "KV format %d with head_dim %d: the CPU backend implements f32, bf16 and int8 "
+                         "pages, head_dim up to %d", (int)o.kv_format, d->head_dim, CPU_KV_MAX_HEAD_DIM);
         goto fail;
     }
     for (int i = 0; i < o.n_taps; i++)
@@ -139,6 +154,14 @@ static int q_load(splash_package *pkg, const splash_model_options *opt, void **i
     }
     if (cpu_ctx_init(&m->cpu, o.threads, m->max_rows, m->w.max_cols)) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory creating the CPU context");
+        goto fail;
+    }
+    if ((unsigned)o.cpu_activations > SPLASH_CPU_ACT_INT16) {
+        rc = splash_fail(err, SPLASH_E_INVALID, "model options: cpu_activations %d unknown", (int)o.cpu_activations);
+        goto fail;
+    }
+    if (cpu_set_act(&m->cpu, cpu_act_of(pkg, o.cpu_activations))) {
+        rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the quantised activations");
         goto fail;
     }
     m->gdn_state_floats = d->n_gdn ? (size_t)(d->conv_kernel - 1) * d->conv_dim + (size_t)d->hv * d->dk * d->dv : 0;

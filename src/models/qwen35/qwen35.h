@@ -43,6 +43,8 @@ extern const splash_model_ops qwen35_ops;
 /* PREFILL lanes with at least this many rows use the chunked GDN algorithm;
  * shorter ones (and every VERIFY lane) the recurrence. */
 #define QWEN35_CHUNKED_MIN_ROWS 64
+/* Activations of q4/q8 products when the options say auto (CPU_ACT_*). */
+#define QWEN35_DEFAULT_Q_ACT CPU_ACT_I8
 
 typedef struct qwen35_dims {
     int moe;               /* architecture qwen3_5_moe */
