@@ -586,7 +586,18 @@ static void test_gdn_step_paths(void **state) {
     cpu_gdn_step(Sa, dk, dv, in.q, in.k, in.v, in.g[0], in.beta[0], oa);
     cpu_gdn_step(Sc, dk, dv, NULL, in.k, in.v, in.g[0], in.beta[0], NULL);
     assert_memory_equal(Sa, Sc, sizeof(float) * dk * dv);
-    free(Sa), free(Sb), free(Sc);
+    /* reading the state from elsewhere (a verify lane's first row) = copy, then step; both paths */
+    float *Sd = malloc(sizeof(float) * dk * dv);
+    for (int p = 0; p < 2; p++) {
+        memcpy(Sc, Sb, sizeof(float) * dk * dv);
+        if (p) cpu_simd_set(0);
+        cpu_gdn_step(Sc, dk, dv, in.q, in.k, in.v, in.g[1], in.beta[1], oa);
+        cpu_gdn_step_from(Sb, Sd, dk, dv, in.q, in.k, in.v, in.g[1], in.beta[1], ob);
+        cpu_simd_set(-1);
+        assert_memory_equal(Sc, Sd, sizeof(float) * dk * dv);
+        assert_memory_equal(oa, ob, sizeof oa);
+    }
+    free(Sa), free(Sb), free(Sc), free(Sd);
     gdn_free(&in);
 }
 

@@ -217,6 +217,10 @@ void cpu_gdn_conv_advance(float *state, int C, int K, const float *x, size_t ldx
  * o = S^T q (skipped when q is NULL: commit replays without output). */
 void cpu_gdn_step(float *S, int dk, int dv, const float *q, const float *k, const float *v, float g,
                   float beta, float *o);
+/* The same step reading the state from Sin and writing it to S (Sin may be
+ * S): the bits of copying Sin to S and stepping there. */
+void cpu_gdn_step_from(const float *Sin, float *S, int dk, int dv, const float *q, const float *k, const float *v,
+                       float g, float beta, float *o);
 /* n tokens of one head by the chunked algorithm (chunk 64, UT transform), as
  * transformers' torch_chunk_gated_delta_rule.  q, k rows ldqk apart; v, o
  * rows ldv apart; g and beta ldgb apart.  S is updated in place.  scratch:

@@ -41,7 +41,7 @@
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define PF_DIST 4096 /* bytes of codes prefetched ahead (decode streams rows from DRAM) */
 #define OB 4 /* weight rows unpacked together (fp32 q paths, m > 1) */
-#define MB 8 /* input rows per accumulator block (fp32 q paths, m > 1) */
+#define MB 16 /* input rows per accumulator block (fp32 q paths, m > 1) */
 
 enum { MM_PARTS, MM_SWIGLU };
 
@@ -313,21 +313,9 @@ AVX static ALWAYS_INLINE void block_q_avx_t(int bits, const uint8_t *q, size_t r
             __m256 qv[OB][8];
             for (int r = 0; r < nr; r++) unpack_avx(bits, q + (size_t)r * row_bytes + (size_t)g * qb, qv[r]);
             for (int i = 0; i < ni; i++) {
-                /* the input's 8 vectors stay in registers for all rows */
                 const float *xg = x + (size_t)i * ldx + (size_t)g * G;
-                const int *off = bits == 4 ? off_q4 : off_q8;
-                __m256 xv[8];
-                for (int v = 0; v < 8; v++) xv[v] = _mm256_loadu_ps(xg + off[v]);
-                for (int r = 0; r < nr; r++) {
-                    __m256 p0 = _mm256_mul_ps(qv[r][0], xv[0]), p1 = _mm256_mul_ps(qv[r][1], xv[1]);
-                    p0 = _mm256_fmadd_ps(qv[r][2], xv[2], p0);
-                    p1 = _mm256_fmadd_ps(qv[r][3], xv[3], p1);
-                    p0 = _mm256_fmadd_ps(qv[r][4], xv[4], p0);
-                    p1 = _mm256_fmadd_ps(qv[r][5], xv[5], p1);
-                    p0 = _mm256_fmadd_ps(qv[r][6], xv[6], p0);
-                    p1 = _mm256_fmadd_ps(qv[r][7], xv[7], p1);
-                    acc[r][i][k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(S[r][k]), _mm256_add_ps(p0, p1), acc[r][i][k & 1]);
-                }
+                for (int r = 0; r < nr; r++)
+                    acc[r][i][k & 1] = _mm256_fmadd_ps(_mm256_set1_ps(S[r][k]), group_dot_avx(bits, qv[r], xg), acc[r][i][k & 1]);
             }
         }
     }

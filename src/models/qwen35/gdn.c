@@ -77,20 +77,20 @@ static void delta_head(const gdn_job *j, int li, int h, int worker) {
     const float *v = row0 + 2 * (size_t)d->key_dim + (size_t)h * d->dv;
     const float *g = m->gg + (size_t)l->first_row * d->hv + h, *beta = m->gbeta + (size_t)l->first_row * d->hv + h;
     float *o = m->mix3 + (size_t)l->first_row * d->value_dim + (size_t)h * d->dv;
+    const float *Sin = S;
     if (l->mode == SPLASH_LANE_VERIFY) {
+        /* on a scratch copy: the first step reads the slot and writes the copy */
         int vl = 0; /* this lane's index among the batch's verify lanes */
         for (int i = 0; i < li; i++) vl += b->lanes[i].mode == SPLASH_LANE_VERIFY;
-        float *Sv = m->verify_state + ((size_t)vl * d->hv + h) * hs;
-        memcpy(Sv, S, hs * sizeof(float));
-        S = Sv;
+        S = m->verify_state + ((size_t)vl * d->hv + h) * hs;
     } else if (l->n_rows >= QWEN35_CHUNKED_MIN_ROWS) {
         cpu_gdn_chunked(S, d->dk, d->dv, l->n_rows, q, k, (size_t)C, v, (size_t)C, g, beta, (size_t)d->hv, o,
                         (size_t)d->value_dim, m->gdn_chunk + (size_t)worker * m->gdn_chunk_stride);
         return;
     }
     for (int t = 0; t < l->n_rows; t++)
-        cpu_gdn_step(S, d->dk, d->dv, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C, g[(size_t)t * d->hv],
-                     beta[(size_t)t * d->hv], o + (size_t)t * d->value_dim);
+        cpu_gdn_step_from(t ? S : Sin, S, d->dk, d->dv, q + (size_t)t * C, k + (size_t)t * C, v + (size_t)t * C,
+                          g[(size_t)t * d->hv], beta[(size_t)t * d->hv], o + (size_t)t * d->value_dim);
 }
 
 /* Everything between the projections for one (lane, key head): the conv of
