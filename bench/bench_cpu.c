@@ -8,11 +8,12 @@
  *       real architecture, realistic proportions) to PKG.ckpt and packs it
  *       into PKG with the packer (q4 by default), then removes the checkpoint.
  *   bench_cpu --model PKG [--threads T] [--prompt 256] [--decode 64]
- *             [--verify-reps 5] [--act fp32,int8,int16] [--no-bandwidth]
+ *             [--verify-reps 5] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]
  *       measures, for each activation path of the q4/q8 products asked for
  *       (fp32 is the exact reference; int8 the fast path; the default runs
  *       fp32 and int8): prefill of --prompt rows in one PREFILL lane,
- *       --decode decode cycles (VERIFY 1 row + commit 1), VERIFY blocks of
+ *       --decode decode cycles (VERIFY 1 row + commit 1, as the engine does;
+ *       with --decode-prefill PREFILL 1 row, no commit), VERIFY blocks of
  *       8 and 16 rows (commit 0); the logits of the decode steps against the
  *       fp32 path's (relative L2, top-1 agreement); then peak RSS and the
  *       memory bandwidth (read, copy, triad over 1 GiB).
@@ -347,7 +348,7 @@ static int forward(splash_model *m, splash_batch *b, splash_lane *lane, splash_r
 
 /* One load of the model with activation path `act` (fp32, int8, int16). */
 static int bench_model(const char *dir, int threads, int prompt, int decode, int vreps, const char *act,
-                       bench_result *res) {
+                       int decode_prefill, bench_result *res) {
     splash_error err = {0};
     memset(res, 0, sizeof *res);
     splash_package *pkg;
@@ -393,12 +394,13 @@ static int bench_model(const char *dir, int threads, int prompt, int decode, int
     }
     res->prefill_tps = prompt / (now() - t0);
     res->prefill_cpu = (cpu_seconds() - c0) / prompt;
-    /* decode: VERIFY 1 + commit 1 per token */
+    /* decode: VERIFY 1 + commit 1 per token (the engine's cycle), or PREFILL 1 */
     double *steps = calloc((size_t)decode + 1, sizeof *steps);
     c0 = cpu_seconds();
     for (int i = 0; i < decode; i++) {
         t0 = now();
-        if (forward(m, &b, &lane, rows, prompt + i, 1, SPLASH_LANE_VERIFY, V) || splash_model_commit(m, 0, 1, &err)) {
+        int mode = decode_prefill ? SPLASH_LANE_PREFILL : SPLASH_LANE_VERIFY;
+        if (forward(m, &b, &lane, rows, prompt + i, 1, mode, V) || (!decode_prefill && splash_model_commit(m, 0, 1, &err))) {
             fprintf(stderr, "decode: %s\n", err.msg);
             return 1;
         }
@@ -496,7 +498,7 @@ static double load_average(void) {
 
 int main(int argc, char **argv) {
     const char *model = NULL, *make = NULL, *weights = "q4", *act_list = "fp32,int8";
-    int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 24, V = 32000, I = 3584, bw = 1;
+    int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 24, V = 32000, I = 3584, bw = 1, dprefill = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--model")) model = v, i++;
@@ -512,11 +514,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--vocab")) V = atoi(v), i++;
         else if (!strcmp(a, "--intermediate")) I = atoi(v), i++;
         else if (!strcmp(a, "--no-bandwidth")) bw = 0;
+        else if (!strcmp(a, "--decode-prefill")) dprefill = 1;
         else {
             fprintf(stderr, "usage: bench_cpu --make-random PKG [--weights q4|q8|bf16] [--hidden N] [--layers N]\n"
                             "                 [--vocab N] [--intermediate N]\n"
                             "       bench_cpu --model PKG [--threads T] [--prompt N] [--decode N] [--verify-reps N]\n"
-                            "                 [--act fp32,int8,int16] [--no-bandwidth]\n");
+                            "                 [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]\n");
             return 2;
         }
     }
@@ -561,7 +564,7 @@ int main(int argc, char **argv) {
     bench_result r[3];
     printf("model %s, %d threads, load average %.2f\n", model, threads, load_average());
     for (int i = 0; i < n_acts; i++)
-        if (bench_model(model, threads, prompt, decode, vreps, acts[i], &r[i])) return 1;
+        if (bench_model(model, threads, prompt, decode, vreps, acts[i], dprefill, &r[i])) return 1;
     for (int i = 1; i < n_acts; i++) {
         double rel, top1;
         compare_logits(&r[0], &r[i], decode, &rel, &top1);

@@ -157,6 +157,7 @@ static void test_matmul_all_dtypes(void **state) {
         check_matmul(&c, dt, 3, 64, 9);
         check_matmul(&c, dt, 21, 704, 1);  /* 11 groups: a vector block of 8 and a tail of 3 */
         check_matmul(&c, dt, 21, 1024, 10);
+        check_matmul(&c, dt, 9, 704, 40); /* more inputs than one accumulator block (32) */
     }
     cpu_ctx_free(&c);
 }
@@ -166,8 +167,8 @@ static void test_matmul_all_dtypes(void **state) {
 static void test_matmul_threads_and_paths(void **state) {
     (void)state;
     cpu_ctx c1, c2;
-    assert_int_equal(cpu_ctx_init(&c1, 1, 16, 704), 0);
-    assert_int_equal(cpu_ctx_init(&c2, 2, 16, 704), 0);
+    assert_int_equal(cpu_ctx_init(&c1, 1, 40, 704), 0);
+    assert_int_equal(cpu_ctx_init(&c2, 2, 40, 704), 0);
     const splash_dtype all[] = {SPLASH_F32, SPLASH_BF16, SPLASH_F16, SPLASH_Q8, SPLASH_Q4};
     const int acts[3] = {CPU_ACT_F32, CPU_ACT_I16, CPU_ACT_I8};
     int simd = cpu_simd();
@@ -177,7 +178,9 @@ static void test_matmul_threads_and_paths(void **state) {
         for (int d = 0; d < 5; d++) {
             if (acts[a] != CPU_ACT_F32 && all[d] < SPLASH_Q8) continue;
             int rows = 67, cols = all[d] >= SPLASH_Q8 ? 704 : 232;
-            for (int m = 1; m <= 11; m += 10) {
+            for (int mi = 0; mi < 3; mi++) { /* decode, a verify block, more than one input block */
+                const int ms[3] = {1, 11, 40};
+                int m = ms[mi];
                 test_mat w = make_mat(all[d], rows, cols);
                 float *x = rand_vec((size_t)m * cols, 1.0f);
                 float *ya = calloc((size_t)m * rows, sizeof(float)), *yb = calloc((size_t)m * rows, sizeof(float));
@@ -309,6 +312,17 @@ static void test_matmul_fused(void **state) {
             cpu_matmul_add(&c, &w[1].t, m, x, cols, fused[1], 20);
             for (int i = 0; i < m * 20; i++) base1[i] = base1[i] + sep[1][i];
             assert_memory_equal(fused[1], base1, sizeof(float) * m * 20);
+            /* parts of different input widths (the first 192 columns of x) run
+             * separately, with the same bits */
+            test_mat narrow = make_mat(SPLASH_Q4, 6, 192);
+            float *yn = calloc((size_t)m * 6, sizeof(float)), *yn2 = calloc((size_t)m * 6, sizeof(float));
+            cpu_matmul(&c, &narrow.t, m, x, cols, yn, 6);
+            cpu_mm_part mixed[2] = {{&w[0].t, fused[0], 37, 0}, {&narrow.t, yn2, 6, 0}};
+            cpu_matmul_parts(&c, mixed, 2, m, x, cols);
+            assert_memory_equal(fused[0], sep[0], sizeof(float) * m * 37);
+            assert_memory_equal(yn, yn2, sizeof(float) * m * 6);
+            free(yn), free(yn2);
+            free_mat(&narrow);
             /* SwiGLU: gate = w[0], up = a second q4 matrix of the same shape */
             test_mat up = make_mat(SPLASH_Q4, 37, cols);
             float *u = calloc((size_t)m * 37, sizeof(float)), *h = calloc((size_t)m * 37, sizeof(float));

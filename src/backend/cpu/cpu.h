@@ -32,7 +32,10 @@
  *                        with S_g = scale_g (fp32 x) or scale_g * d_g (the
  *                        activations' group scale); bias lanes bl[g mod 8] =
  *                        fmaf(bias_g, xsum_g, bl[g mod 8]) with xsum_g the
- *                        group's sum of x (8 lanes then 8 -> 1); result =
+ *                        group's sum of x (8 lanes then 8 -> 1), and on
+ *                        int8/int16 activations then bl[g mod 8] =
+ *                        fmaf(scale_g, qbar * c_g, bl[g mod 8]) (the mean-code
+ *                        compensation, matmul_act.c); result =
  *                        hsum8(acc_0 + acc_1) + hsum8(bl).  (w = scale*q + bias,
  *                        so sum w x = scale * sum q x + bias * sum x: half the
  *                        multiplies of dequantising.)
@@ -95,9 +98,10 @@ void cpu_matmul(cpu_ctx *c, const splash_tensor *w, int m, const float *x, size_
  * adding it to y (the residual stream), without the extra pass. */
 void cpu_matmul_add(cpu_ctx *c, const splash_tensor *w, int m, const float *x, size_t ldx, float *y,
                     size_t ldy);
-/* Several matrices with the same input width over the same x, in one pool
- * run (x prepared once): part k writes (or, with add, adds) W_k x into y_k.
- * Each output has the bits cpu_matmul would give it. */
+/* Several matrices over the same x, in one pool run (x prepared once): part
+ * k writes (or, with add, adds) W_k x into y_k.  Each output has the bits
+ * cpu_matmul would give it.  Consecutive parts of the same input width, up
+ * to CPU_MM_MAX_PARTS, share a run. */
 #define CPU_MM_MAX_PARTS 8
 typedef struct cpu_mm_part {
     const splash_tensor *w;
@@ -106,8 +110,9 @@ typedef struct cpu_mm_part {
     int add;
 } cpu_mm_part;
 void cpu_matmul_parts(cpu_ctx *c, const cpu_mm_part *parts, int n, int m, const float *x, size_t ldx);
-/* h = silu(gate x) * (up x) (SwiGLU) in one run; tmp receives up x.  The
- * bits of two cpu_matmul calls followed by cpu_silu_mul. */
+/* h = silu(gate x) * (up x) (SwiGLU) in one run when gate and up have the
+ * same shape; tmp receives up x.  The bits of two cpu_matmul calls followed
+ * by cpu_silu_mul. */
 void cpu_matmul_swiglu(cpu_ctx *c, const splash_tensor *gate, const splash_tensor *up, int m, const float *x,
                        size_t ldx, float *h, size_t ldh, float *tmp, size_t ldt);
 /* Row r of W as fp32 (q: scale * q + bias). */

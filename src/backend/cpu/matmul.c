@@ -41,7 +41,7 @@
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 #define PF_DIST 4096 /* bytes of codes prefetched ahead (decode streams rows from DRAM) */
 #define OB 4 /* weight rows unpacked together (fp32 q paths, m > 1) */
-#define MB 16 /* input rows per accumulator block (fp32 q paths, m > 1) */
+#define MB 32 /* input rows per accumulator block (fp32 q paths, m > 1) */
 
 enum { MM_PARTS, MM_SWIGLU };
 
@@ -533,19 +533,29 @@ static void mm_run(cpu_ctx *c, mm_job *j, size_t total_bytes, int m, const float
     cpu_parallel(c, (size_t)n_tasks, mm_task, j);
 }
 
+static int64_t input_width(const splash_tensor *w) {
+    int64_t rows, cols, count;
+    splash_tensor_matrix_dims(w, &rows, &cols, &count);
+    return cols;
+}
+
 void cpu_matmul_parts(cpu_ctx *c, const cpu_mm_part *parts, int n, int m, const float *x, size_t ldx) {
     if (m <= 0 || n <= 0) return;
+    /* one run for up to CPU_MM_MAX_PARTS matrices of the same input width */
+    int k = 1;
+    while (k < n && k < CPU_MM_MAX_PARTS && input_width(parts[k].w) == input_width(parts[0].w)) k++;
     mm_job j;
     memset(&j, 0, sizeof j);
     size_t total = 0;
     int cols = 0;
-    for (int k = 0; k < n && k < CPU_MM_MAX_PARTS; k++) {
-        total += bind_mat(&j.mats[k], parts[k].w, parts[k].y, parts[k].ldy, &cols);
-        j.mats[k].add = parts[k].add;
-        j.n_mats++;
+    for (int i = 0; i < k; i++) {
+        total += bind_mat(&j.mats[i], parts[i].w, parts[i].y, parts[i].ldy, &cols);
+        j.mats[i].add = parts[i].add;
     }
+    j.n_mats = k;
     j.mode = MM_PARTS;
     mm_run(c, &j, total, m, x, ldx, cols);
+    if (k < n) cpu_matmul_parts(c, parts + k, n - k, m, x, ldx);
 }
 
 void cpu_matmul(cpu_ctx *c, const splash_tensor *w, int m, const float *x, size_t ldx, float *y, size_t ldy) {
@@ -561,6 +571,15 @@ void cpu_matmul_add(cpu_ctx *c, const splash_tensor *w, int m, const float *x, s
 void cpu_matmul_swiglu(cpu_ctx *c, const splash_tensor *gate, const splash_tensor *up, int m, const float *x,
                        size_t ldx, float *h, size_t ldh, float *tmp, size_t ldt) {
     if (m <= 0) return;
+    int64_t gr, gc, gn, ur, uc, un;
+    splash_tensor_matrix_dims(gate, &gr, &gc, &gn);
+    splash_tensor_matrix_dims(up, &ur, &uc, &un);
+    if (gr != ur || gc != uc) { /* not a pair: the same arithmetic, unfused */
+        cpu_matmul(c, gate, m, x, ldx, h, ldh);
+        cpu_matmul(c, up, m, x, ldx, tmp, ldt);
+        for (int i = 0; i < m; i++) cpu_silu_mul(h + (size_t)i * ldh, tmp + (size_t)i * ldt, (int)gr, h + (size_t)i * ldh);
+        return;
+    }
     mm_job j;
     memset(&j, 0, sizeof j);
     int cols;

@@ -284,7 +284,7 @@ DEFINE_ROW(row_i16_q8, grp_i16_q8, 64, int16_t, QBAR8)
  * input) the integer lanes, scales and sums are exactly those of the row
  * kernels above, so a row's result does not depend on the block. */
 #define OB 1
-#define MB 8
+#define MB 32
 
 AVX static inline void unp_q4_i8(const uint8_t *q, __m256i u[4]) {
     const __m256i mask = _mm256_set1_epi8(15);

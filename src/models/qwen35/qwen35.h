@@ -135,7 +135,7 @@ typedef struct qwen35_model {
     float *scores;           /* [n_threads][scores_stride] attention scores */
     size_t scores_stride;
     /* activations, [max_rows][width] each */
-    float *x, *xn, *fo;      /* residual, normed, block output   [R][H] */
+    float *x, *xn, *fo;      /* residual, normed, MoE block output [R][H] */
     float *qkv;              /* attn q+gate / GDN pre-conv        [R][max(2*heads*hd, conv_dim)] */
     float *mix1;             /* attn q / GDN conv out (q|k|v)     [R][max(heads*hd, conv_dim)] */
     float *mix2;             /* attn k / GDN z                    [R][max(kvh*hd, Hv*dv)] */
