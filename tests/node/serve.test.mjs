@@ -11,7 +11,7 @@ import http from "node:http";
 import path from "node:path";
 import OpenAI from "openai";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { here, sseEvents, startServer, testModel } from "./serve_util.mjs";
+import { here, rawRequest, sseEvents, startServer, testModel } from "./serve_util.mjs";
 
 const KEY = "sk-test-4f1c";
 let srv, client, ref;
@@ -32,24 +32,7 @@ after(async () => {
 });
 
 function raw({ method = "POST", path: p = "/v1/chat/completions", headers = {}, body, key = KEY }) {
-    return new Promise((resolve, reject) => {
-        const h = { ...headers };
-        if (key) h.authorization = `Bearer ${key}`;
-        if (body !== undefined && !("content-type" in h)) h["content-type"] = "application/json";
-        const req = http.request({ host: "127.0.0.1", port: srv.port, method, path: p, headers: h, agent: false }, (res) => {
-            const chunks = [];
-            res.on("data", (c) => chunks.push(c));
-            res.on("end", () => {
-                const text = Buffer.concat(chunks).toString("utf8");
-                let json;
-                try { json = JSON.parse(text); } catch { json = undefined; }
-                resolve({ status: res.statusCode, headers: res.headers, text, json });
-            });
-        });
-        req.on("error", reject);
-        if (body !== undefined) req.write(typeof body === "string" || Buffer.isBuffer(body) ? body : JSON.stringify(body));
-        req.end();
-    });
+    return rawRequest(srv.port, { method, path: p, headers, body, key });
 }
 
 function assertOpenAIError(r, status, param) {

@@ -14,7 +14,7 @@ import net from "node:net";
 import path from "node:path";
 import OpenAI from "openai";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { bin, here, sseEvents, startServer, testModel } from "./serve_util.mjs";
+import { bin, here, rawRequest, sseEvents, startServer, testModel } from "./serve_util.mjs";
 
 let srv, client, ref;
 
@@ -33,22 +33,7 @@ after(async () => {
 });
 
 function raw({ method = "POST", path: p = "/v1/chat/completions", body }) {
-    return new Promise((resolve, reject) => {
-        const headers = body === undefined ? {} : { "content-type": "application/json" };
-        const req = http.request({ host: "127.0.0.1", port: srv.port, method, path: p, headers, agent: false }, (res) => {
-            const chunks = [];
-            res.on("data", (c) => chunks.push(c));
-            res.on("end", () => {
-                const text = Buffer.concat(chunks).toString("utf8");
-                let json;
-                try { json = JSON.parse(text); } catch { json = undefined; }
-                resolve({ status: res.statusCode, text, json });
-            });
-        });
-        req.on("error", reject);
-        if (body !== undefined) req.end(typeof body === "string" ? body : JSON.stringify(body));
-        else req.end();
-    });
+    return rawRequest(srv.port, { method, path: p, body });
 }
 
 const status = async () => (await raw({ method: "GET", path: "/status" })).json;
