@@ -17,6 +17,7 @@
 
 #include "base/fs.h"
 #include "base/mem.h"
+#include "base/name_index.h"
 #include "base/sha256.h"
 
 typedef struct pkg_file {
@@ -36,8 +37,7 @@ struct splash_package {
     size_t n_files;
     splash_tensor *tensors;
     size_t n_tensors;
-    size_t *table; /* index + 1, 0 = empty */
-    size_t table_size;
+    splash_name_index by_name; /* tensors by name */
 };
 
 /* ---- manifest reading (shared by open and verify) ------------------------ */
@@ -117,19 +117,7 @@ static int read_files(const char *dir, const json_value *m, pkg_file **out, size
 
 /* ---- open ---------------------------------------------------------------- */
 
-static uint64_t hash_name(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-static size_t *slot_for(const splash_package *p, const char *name) {
-    size_t mask = p->table_size - 1;
-    for (size_t i = hash_name(name) & mask;; i = (i + 1) & mask) {
-        size_t *s = &p->table[i];
-        if (!*s || !strcmp(p->tensors[*s - 1].name, name)) return s;
-    }
-}
+static const char *tensor_name_at(const void *items, size_t i) { return ((const splash_tensor *)items)[i].name; }
 
 static const char *shape_str(int ndim, const int64_t *shape, char *buf, size_t size) {
     size_t o = 0;
@@ -226,15 +214,10 @@ int splash_package_open(const char *dir, splash_package **out, splash_error *err
         for (size_t i = 0; !rc && i < p->n_tensors; i++) rc = load_tensor(p, i, tensors->items[i], err);
     }
     if (!rc) {
-        size_t n = 16;
-        while (n < p->n_tensors * 2) n *= 2;
-        p->table = xcalloc(n, sizeof *p->table);
-        p->table_size = n;
-        for (size_t i = 0; !rc && i < p->n_tensors; i++) {
-            size_t *s = slot_for(p, p->tensors[i].name);
-            if (*s) rc = splash_fail(err, SPLASH_E_FORMAT, "%s/manifest.json: tensor %s listed twice", dir, p->tensors[i].name);
-            else *s = i + 1;
-        }
+        splash_name_index_init(&p->by_name, p->n_tensors, tensor_name_at, p->tensors);
+        for (size_t i = 0; !rc && i < p->n_tensors; i++)
+            if (splash_name_index_add(&p->by_name, i) >= 0)
+                rc = splash_fail(err, SPLASH_E_FORMAT, "%s/manifest.json: tensor %s listed twice", dir, p->tensors[i].name);
     }
     if (rc) {
         splash_package_close(p);
@@ -252,7 +235,7 @@ void splash_package_close(splash_package *p) {
     }
     free(p->files);
     free(p->tensors);
-    free(p->table);
+    splash_name_index_free(&p->by_name);
     json_free(p->manifest);
     free(p->dir);
     free(p);
@@ -267,9 +250,8 @@ const splash_tensor *splash_package_tensor_at(const splash_package *p, size_t i)
 }
 
 const splash_tensor *splash_package_find(const splash_package *p, const char *name) {
-    if (!p->table_size) return NULL;
-    size_t *s = slot_for(p, name);
-    return *s ? &p->tensors[*s - 1] : NULL;
+    long i = splash_name_index_find(&p->by_name, name);
+    return i >= 0 ? &p->tensors[i] : NULL;
 }
 
 int splash_package_get(const splash_package *p, const char *name, int ndim, const int64_t *shape,

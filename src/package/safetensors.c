@@ -14,6 +14,7 @@
 #include "base/fs.h"
 #include "base/json.h"
 #include "base/mem.h"
+#include "base/name_index.h"
 #include "package/tensor.h"
 
 #define MAX_HEADER_BYTES (256u << 20) /* a header bigger than this is not a checkpoint */
@@ -29,8 +30,7 @@ struct splash_st {
     size_t n_files;
     splash_st_tensor *tensors;
     size_t n_tensors, cap_tensors;
-    size_t *table; /* index + 1 into tensors, 0 = empty */
-    size_t table_size;
+    splash_name_index by_name; /* tensors by name, built once all are read */
 };
 
 static const struct {
@@ -76,31 +76,11 @@ const char *splash_st_shape_str(int ndim, const int64_t *shape, char *buf, size_
 
 /* ---- lookup table -------------------------------------------------------- */
 
-static uint64_t hash_name(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-static size_t *slot_for(const splash_st *st, const char *name) {
-    size_t mask = st->table_size - 1;
-    for (size_t i = hash_name(name) & mask;; i = (i + 1) & mask) {
-        size_t *s = &st->table[i];
-        if (!*s || !strcmp(st->tensors[*s - 1].name, name)) return s;
-    }
-}
+static const char *tensor_name_at(const void *items, size_t i) { return ((const splash_st_tensor *)items)[i].name; }
 
 const splash_st_tensor *splash_st_find(const splash_st *st, const char *name) {
-    if (!st->table_size) return NULL;
-    size_t *s = slot_for(st, name);
-    return *s ? &st->tensors[*s - 1] : NULL;
-}
-
-static void build_table(splash_st *st) {
-    size_t n = 16;
-    while (n < st->n_tensors * 2) n *= 2;
-    st->table = xcalloc(n, sizeof *st->table);
-    st->table_size = n;
+    long i = splash_name_index_find(&st->by_name, name);
+    return i >= 0 ? &st->tensors[i] : NULL;
 }
 
 /* ---- one file ------------------------------------------------------------ */
@@ -307,14 +287,12 @@ int splash_st_open(const char *path, splash_st **out, splash_error *err) {
     }
     for (size_t i = 0; !rc && i < st->n_files; i++) rc = parse_file(st, &st->files[i], err);
     if (!rc) {
-        build_table(st);
+        splash_name_index_init(&st->by_name, st->n_tensors, tensor_name_at, st->tensors);
         for (size_t i = 0; i < st->n_tensors && !rc; i++) {
-            size_t *s = slot_for(st, st->tensors[i].name);
-            if (*s)
+            long j = splash_name_index_add(&st->by_name, i);
+            if (j >= 0)
                 rc = splash_fail(err, SPLASH_E_FORMAT, "tensor %s is in both %s and %s", st->tensors[i].name,
-                                 st->tensors[*s - 1].file, st->tensors[i].file);
-            else
-                *s = i + 1;
+                                 st->tensors[j].file, st->tensors[i].file);
         }
     }
     if (!rc && index) {
@@ -347,7 +325,7 @@ void splash_st_close(splash_st *st) {
     }
     free(st->files);
     free(st->tensors);
-    free(st->table);
+    splash_name_index_free(&st->by_name);
     free(st);
 }
 
