@@ -13,12 +13,14 @@
 static void pack_usage(FILE *f) {
     fprintf(f,
             "usage: splash pack --from HF_DIR --out PKG [--weights q4|q8|bf16] [--draft DRAFT_DIR]\n"
-            "                   [--threads N] [--force] [--quiet]\n"
+            "                   [--threads N] [--force] [--quiet] [--default-reasoning-effort none|...|max]\n"
             "\n"
             "Turns a Qwen3.5 checkpoint (Hugging Face or mlx-lm: config.json, *.safetensors,\n"
             "tokenizer files) into a Splash package directory (docs/package-format.md).\n"
             "  --weights  q4 (default): affine 4-bit group 64; q8: 8-bit; bf16: unquantised\n"
             "  --force    replace an existing PKG\n"
+            "  --default-reasoning-effort  what `splash serve` uses when neither the request nor\n"
+            "             its own flag sets one (none: a model trained without thinking)\n"
             "  --threads  quantisation threads (default: every CPU)\n"
             "Nothing is left at PKG when packing fails.\n");
 }
@@ -52,6 +54,16 @@ int splash_cmd_pack(int argc, char **argv) {
             opt.from = v, i++;
         } else if (!strcmp(a, "--out")) {
             opt.out = v, i++;
+        } else if (!strcmp(a, "--default-reasoning-effort") && v) {
+            static const char *const efforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+            int ok = 0;
+            for (size_t k = 0; k < sizeof efforts / sizeof efforts[0]; k++) ok |= !strcmp(v, efforts[k]);
+            if (!ok) {
+                fprintf(stderr, "splash pack: --default-reasoning-effort %s: expected none, minimal, low, medium, high, "
+                                "xhigh or max\n", v);
+                return 2;
+            }
+            opt.default_reasoning_effort = v, i++;
         } else if (!strcmp(a, "--draft")) {
             opt.draft = v, i++;
         } else if (!strcmp(a, "--threads")) {

@@ -81,15 +81,22 @@ typedef struct model_cfg {
     int *full; /* per layer: 1 = full attention */
 } model_cfg;
 
-/* A DFlash v1 draft (z-lab DFlashDraftModel), packed beside the target. */
+/* A DFlash draft packed beside the target: v1 (z-lab DFlashDraftModel) or
+ * DFlash 2 (DFlash2DraftModel: v1 plus the per-layer dynamic convolutions,
+ * the candidate selector and the logit transforms). */
 #define DRAFT_MAX_TAPS 64
 typedef struct draft_cfg {
+    int v2; /* DFlash2DraftModel */
     int64_t hidden, layers, heads, kv_heads, head_dim, inter;
     int64_t block_size, mask_token_id, sliding_window;
     int64_t n_taps, taps[DRAFT_MAX_TAPS];
     double rms_eps, rope_theta;
     const json_value *rms_eps_v, *rope_theta_v; /* the config's lexemes, when present */
     int *sliding, *causal; /* per layer */
+    /* v2 only */
+    int64_t conv_kernel, conv_group, sel_rank, sel_top_k;
+    double out_mult, softcap, embed_scale;    /* 1 / 0 (none) / 1 when absent */
+    const json_value *out_mult_v, *softcap_v, *embed_scale_v; /* lexemes, when present */
 } draft_cfg;
 
 typedef struct out_file {
@@ -1479,7 +1486,14 @@ static double now_s(void) {
  * and fc / hidden_norm / layers.N.* / norm tensors.  Its tensors go to
  * draft/model.bin (fc, hidden_norm, norm) and draft/layer-<i>.bin under
  * "draft." names, quantised by the same rules as the target's; its norms are
- * plain Qwen3 RMSNorm factors, stored as is (K_VEC), not 1 + w. */
+ * plain Qwen3 RMSNorm factors, stored as is (K_VEC), not 1 + w.
+ *
+ * A DFlash2DraftModel checkpoint adds, per layer, attention_conv.* and
+ * mlp_conv.* (base_kernel [2, K, H] f32 as is; kernel_projection [2*K*H/group,
+ * H] a matrix) in the layer's file, and candidate_selector.* (hidden_projection
+ * [rank, H], the two codebooks [vocab, rank], matrices) in draft/selector.bin;
+ * the manifest's draft object says "dflash2" and carries the conv, selector
+ * and logit values. */
 
 static const json_value *dcfg_get(packer *p, const char *key) {
     const json_value *d = json_get(p->dconfig, "dflash_config");
@@ -1500,6 +1514,55 @@ static int dcfg_int(packer *p, const char *key, int64_t dflt, int64_t *out, spla
     return SPLASH_OK;
 }
 
+/* A positive finite number from dflash_config or the top level (z-lab's
+ * _draft_value order), or dflt when absent; *lex keeps the config's value. */
+static int dcfg_num(packer *p, const char *key, double dflt, int allow_zero, double *out, const json_value **lex,
+                    splash_error *err) {
+    const json_value *v = dcfg_get(p, key);
+    *lex = NULL;
+    if (!v) {
+        *out = dflt;
+        return SPLASH_OK;
+    }
+    if (v->type != JSON_NUMBER || !isfinite(v->num) || v->num < 0 || (!allow_zero && v->num == 0))
+        return splash_fail(err, SPLASH_E_FORMAT, "%s: \"%s\" must be a %s number", p->dconfig_path, key,
+                           allow_zero ? "non-negative" : "positive");
+    *out = v->num;
+    *lex = v;
+    return SPLASH_OK;
+}
+
+/* DFlash 2's additions (dflash_config, else the top level, as z-lab's
+ * _draft_value and llama.cpp's converter read them): conv_kernel_size,
+ * conv_group_size, selector_rank, selector_top_k (required), and
+ * output_multiplier, final_logit_softcapping, input_embedding_scale
+ * (absent: 1, no cap, 1). */
+static int read_draft2_config(packer *p, splash_error *err) {
+    draft_cfg *d = &p->dc;
+    int rc;
+    if ((rc = dcfg_int(p, "conv_kernel_size", -1, &d->conv_kernel, err)) ||
+        (rc = dcfg_int(p, "conv_group_size", -1, &d->conv_group, err)) ||
+        (rc = dcfg_int(p, "selector_rank", -1, &d->sel_rank, err)) ||
+        (rc = dcfg_int(p, "selector_top_k", -1, &d->sel_top_k, err)))
+        return rc;
+    const char *bad = NULL;
+    if (d->conv_kernel < 1 || d->conv_kernel > 16) bad = "conv_kernel_size must be 1..16";
+    else if (d->conv_group < 1 || d->hidden % d->conv_group) bad = "conv_group_size must divide hidden_size";
+    else if (d->sel_rank < 1 || d->sel_rank > 65536) bad = "selector_rank must be 1..65536";
+    else if (d->sel_top_k < 1 || d->sel_top_k > 64 || d->sel_top_k > p->cfg.vocab) bad = "selector_top_k must be 1..64";
+    if (bad) return splash_fail(err, SPLASH_E_FORMAT, "%s: %s", p->dconfig_path, bad);
+    const json_value *vs = json_get(p->dconfig, "vocab_size");
+    int64_t vocab;
+    if (vs && (json_int64(vs, &vocab) || vocab != p->cfg.vocab))
+        return splash_fail(err, SPLASH_E_FORMAT, "%s: vocab_size differs from the target's (%" PRId64 "): the selector's "
+                           "codebooks are indexed by target tokens", p->dconfig_path, p->cfg.vocab);
+    if ((rc = dcfg_num(p, "output_multiplier", 1.0, 0, &d->out_mult, &d->out_mult_v, err)) ||
+        (rc = dcfg_num(p, "final_logit_softcapping", 0.0, 1, &d->softcap, &d->softcap_v, err)) ||
+        (rc = dcfg_num(p, "input_embedding_scale", 1.0, 0, &d->embed_scale, &d->embed_scale_v, err)))
+        return rc;
+    return SPLASH_OK;
+}
+
 static int read_draft_config(packer *p, splash_error *err) {
     char *text = NULL;
     size_t len = 0;
@@ -1512,10 +1575,11 @@ static int read_draft_config(packer *p, splash_error *err) {
     if (p->dconfig->type != JSON_OBJECT) return splash_fail(err, SPLASH_E_FORMAT, "%s: not a JSON object", p->dconfig_path);
     const json_value *archs = json_get(p->dconfig, "architectures");
     const char *arch = archs && archs->type == JSON_ARRAY && archs->count ? json_string(archs->items[0]) : NULL;
-    if (!arch || strcmp(arch, "DFlashDraftModel"))
-        return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: architectures[0] is %s: splash packs DFlash v1 drafts "
-                           "(\"DFlashDraftModel\"; DFlash 2 is not packed yet)", p->dconfig_path, arch ? arch : "missing");
+    if (!arch || (strcmp(arch, "DFlashDraftModel") && strcmp(arch, "DFlash2DraftModel")))
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: architectures[0] is %s: splash packs DFlash drafts "
+                           "(\"DFlashDraftModel\" or \"DFlash2DraftModel\")", p->dconfig_path, arch ? arch : "missing");
     draft_cfg *d = &p->dc;
+    d->v2 = !strcmp(arch, "DFlash2DraftModel");
     struct {
         const char *key;
         int64_t dflt;
@@ -1577,6 +1641,24 @@ static int read_draft_config(packer *p, splash_error *err) {
             return splash_fail(err, SPLASH_E_FORMAT, "%s: layer %" PRId64 " is sliding_attention but sliding_window is "
                                "missing or 0", p->dconfig_path, i);
     }
+    return d->v2 ? read_draft2_config(p, err) : SPLASH_OK;
+}
+
+/* DFlash 2's base_kernel [2, K, H] (before / after the sublayer, tap, channel),
+ * stored f32 as is: two [K, H] matrices of the one checkpoint tensor. */
+static int plan_conv_base(packer *p, int file, const char *canon, int64_t layer, const char *suffix, int64_t k,
+                          int64_t h, splash_error *err) {
+    char hf[256];
+    hf_name(p, hf, sizeof hf, layer, suffix);
+    int64_t shape[3] = {2, k, h};
+    spec *s = add_spec(p, file, canon, K_VEC, 3, shape);
+    const splash_st_tensor *t = lookup(p, hf);
+    if (!t) return missing(p, hf, canon, err);
+    if (!splash_st_is_float(t->dtype) || !same_shape(t, 3, shape)) return misshapen(t, canon, 3, shape, " (float)", err);
+    for (int i = 0; i < 2; i++) {
+        s->slices[i].w = t;
+        s->slices[i].elem = i * k * h;
+    }
     return SPLASH_OK;
 }
 
@@ -1613,7 +1695,32 @@ static int plan_draft(packer *p, splash_error *err) {
             (rc = plan_matrix(p, f, DCANON("ffn.up"), K_MATRIX, L, "mlp.up_proj.weight", I, H, err)) ||
             (rc = plan_matrix(p, f, DCANON("ffn.down"), K_MATRIX, L, "mlp.down_proj.weight", H, I, err)))
             break;
+        if (d->v2) {
+            int64_t K = d->conv_kernel, proj = 2 * K * (H / d->conv_group);
+            if ((rc = plan_conv_base(p, f, DCANON("attn_conv.base"), L, "attention_conv.base_kernel", K, H, err)) ||
+                (rc = plan_matrix(p, f, DCANON("attn_conv.proj"), K_MATRIX, L, "attention_conv.kernel_projection.weight",
+                                  proj, H, err)) ||
+                (rc = plan_conv_base(p, f, DCANON("ffn_conv.base"), L, "mlp_conv.base_kernel", K, H, err)) ||
+                (rc = plan_matrix(p, f, DCANON("ffn_conv.proj"), K_MATRIX, L, "mlp_conv.kernel_projection.weight", proj,
+                                  H, err)))
+                break;
+        }
 #undef DCANON
+    }
+    if (!rc && d->v2) {
+        /* the codebooks are embeddings [vocab, rank]: z-lab names them without
+         * ".weight" (its loader maps them); accept both spellings */
+        f = add_file(p, "draft/selector.bin");
+        int64_t R = d->sel_rank, V = p->cfg.vocab;
+        const char *books[2][3] = {{"draft.selector.pred_codebook", "candidate_selector.predecessor_codebook",
+                                    "candidate_selector.predecessor_codebook.weight"},
+                                   {"draft.selector.succ_codebook", "candidate_selector.successor_codebook",
+                                    "candidate_selector.successor_codebook.weight"}};
+        rc = plan_matrix(p, f, "draft.selector.hidden_proj", K_MATRIX, -1, "candidate_selector.hidden_projection.weight",
+                         R, H, err);
+        for (int b = 0; b < 2 && !rc; b++)
+            rc = plan_matrix(p, f, books[b][0], K_MATRIX, -1, splash_st_find(p->st, books[b][1]) ? books[b][1] : books[b][2],
+                             V, R, err);
     }
     if (!rc) {
         size_t n_st = splash_st_count(p->dst), unused = 0;
@@ -1643,7 +1750,8 @@ static json_value *int_array(const int64_t *v, int64_t n) {
 static json_value *draft_json(packer *p) {
     const draft_cfg *d = &p->dc;
     json_value *m = json_new(JSON_OBJECT);
-    json_obj_set(m, "architecture", json_new_string("dflash"));
+    json_obj_set(m, "architecture", json_new_string(d->v2 ? "dflash2" : "dflash"));
+    if (d->v2) json_obj_set(m, "source_architecture", json_new_string("DFlash2DraftModel"));
     char *abs = realpath(p->opt->draft, NULL);
     json_obj_set(m, "source", json_new_string(abs ? abs : p->opt->draft));
     free(abs);
@@ -1666,6 +1774,15 @@ static json_value *draft_json(packer *p) {
     json_obj_set(m, "layer_types", lt);
     json_obj_set(m, "causal", ca);
     json_obj_set(m, "sliding_window", json_new_int(d->sliding_window));
+    if (d->v2) {
+        json_obj_set(m, "conv_kernel_size", json_new_int(d->conv_kernel));
+        json_obj_set(m, "conv_group_size", json_new_int(d->conv_group));
+        json_obj_set(m, "selector_rank", json_new_int(d->sel_rank));
+        json_obj_set(m, "selector_top_k", json_new_int(d->sel_top_k));
+        json_obj_set(m, "output_multiplier", num_from_config(p, d->out_mult_v, d->out_mult));
+        json_obj_set(m, "final_logit_softcapping", num_from_config(p, d->softcap_v, d->softcap));
+        json_obj_set(m, "input_embedding_scale", num_from_config(p, d->embed_scale_v, d->embed_scale));
+    }
     return m;
 }
 
@@ -1705,6 +1822,11 @@ static int write_package(packer *p, splash_error *err) {
     json_obj_set(manifest, "quantization", q);
     json_obj_set(manifest, "model", model_json(p));
     if (p->dst) json_obj_set(manifest, "draft", draft_json(p));
+    if (p->opt->default_reasoning_effort) {
+        json_value *serving = json_new(JSON_OBJECT);
+        json_obj_set(serving, "reasoning_effort", json_new_string(p->opt->default_reasoning_effort));
+        json_obj_set(manifest, "serving", serving);
+    }
     if (!rc) rc = build_tokens(p, manifest, err);
     if (!rc) {
         json_obj_set(manifest, "tensors", tensors);

@@ -25,6 +25,8 @@ typedef struct splash_pack_options {
     int threads;          /* <= 0: every CPU */
     int force;            /* replace an existing package at `out` */
     int progress;         /* print a line per layer on stderr */
+    const char *default_reasoning_effort; /* manifest "serving.reasoning_effort" (a model trained
+                                             without thinking: "none"), or NULL */
 } splash_pack_options;
 
 typedef struct splash_pack_stats {
