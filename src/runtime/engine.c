@@ -1,11 +1,13 @@
 /* engine.c - the engine thread (see engine.h).
  *
  * One loop: admit queued gens into free lanes while the pool has their pages,
- * drop cancelled lanes, ask the scheduler (runtime/scheduler.h) how many rows
- * each lane gets, build one ragged batch (prefill chunks for lanes still
- * reading their prompt, one VERIFY row for decoding lanes), run it,
- * commit the decode rows, sample every lane that produced logits and turn the
- * token into text.  All model calls happen on this thread.
+ * drop cancelled lanes, ask the scheduler (runtime/scheduler.h) which lanes
+ * run and how many prompt rows each prefill lane gets, let the draft propose
+ * for every decoding lane, build one ragged batch (prefill chunks for lanes
+ * still reading their prompt, a VERIFY block [feed, proposals] for decoding
+ * lanes), run it, then per lane: decide (runtime/spec.h), commit, feed the
+ * draft the committed positions' taps, turn the tokens into text.  All model
+ * and draft calls happen on this thread.
  */
 #include "runtime/engine.h"
 
@@ -16,11 +18,13 @@
 
 #include "base/log.h"
 #include "package/package.h"
+#include "runtime/draft.h"
 #include "runtime/kv_pool.h"
 #include "runtime/memory_plan.h"
 #include "runtime/model.h"
 #include "runtime/prefix_cache.h"
 #include "runtime/scheduler.h"
+#include "runtime/spec.h"
 #include "runtime/state_cache.h"
 #include "text/tokenizer.h"
 
@@ -98,6 +102,9 @@ int splash_gen_wait(splash_gen *g, int timeout_ms, strbuf *out, splash_gen_take 
     memcpy(t->error, g->error, sizeof t->error);
     if (g->t_first > 0) t->prefill_ms = 1e3 * (g->t_first - g->t_start);
     if (g->t_end > 0 && g->t_first > 0) t->decode_ms = 1e3 * (g->t_end - g->t_first);
+    t->drafted = g->n_drafted;
+    t->accepted = g->n_accepted;
+    t->cycles = g->n_cycles;
     pthread_mutex_unlock(&g->mu);
     return got;
 }
@@ -127,7 +134,13 @@ typedef struct lane {
     splash_pc_node *decode_node; /* ... and its node (pinned by the lane) */
     int n_past;           /* tokens in the KV and state */
     int n_out;            /* tokens generated */
-    int32_t next;         /* sampled, not yet fed */
+    int32_t feed[SPLASH_DRAFT_MAX_BLOCK]; /* known tokens at n_past.. not committed yet; the last is the anchor */
+    int n_feed;
+    int32_t props[SPLASH_DRAFT_MAX_BLOCK]; /* this step's proposals */
+    int n_props, dkind;   /* ... how many, SPLASH_DRAFT_LOGITS / _TOKENS */
+    float *dlogits;       /* [max_block - 1][vocab] the draft's logits of this step (with a draft) */
+    int taps_from;        /* first prompt position whose taps the draft gets (the last window positions) */
+    int tap_row, tap_first; /* this step: the lane's first row in the batch's taps, and its row in the lane */
     int logit_row;        /* this step: index into logits, or -1 */
     int in_batch, decoding;
     int overtaken;        /* the scheduler's count (scheduler.h) */
@@ -137,6 +150,10 @@ typedef struct lane {
     strbuf held;          /* decoded text that may still start a stop string */
     uint32_t text_total;  /* bytes the detokenizer produced so far */
 } lane;
+
+typedef struct spec_times {
+    double draft, verify, accept, commit; /* seconds */
+} spec_times;
 
 struct splash_engine {
     splash_package *pkg;
@@ -162,7 +179,19 @@ struct splash_engine {
     int n_stop_ids;
     splash_row *rows;
     splash_lane *blanes;
-    float *logits;
+    float *logits;        /* [max_lanes * max_block][vocab] */
+    float *taps;          /* [rows][n_taps * hidden] when the draft reads taps */
+    /* the speculative cycle */
+    splash_draft *draft;  /* NULL: block size 1 */
+    int own_draft;
+    int block, max_block; /* default rows per decoding lane, and the most a gen may ask */
+    splash_dist q;        /* draft distribution scratch (spec.h) */
+    size_t model_snap;    /* bytes of the model's part of a snapshot (the draft's follows) */
+    void (*on_logits)(void *ctx, const splash_gen *g, int index, const float *row, int vocab);
+    void (*on_propose)(void *ctx, const splash_gen *g, int n_seq, const int32_t *props, int n);
+    void *hook_ctx;
+    uint64_t spec_cycles, spec_drafted, spec_accepted, spec_steps;
+    spec_times spec_t;
 
     pthread_t thread;
     int started;
@@ -257,6 +286,8 @@ static int lane_snapshot(splash_engine *e, lane *l, int kind) {
         splash_state_cache_drop(&e->sc, i);
         return -1;
     }
+    if (e->draft && e->draft->snapshot_bytes) /* the draft's state at the same position follows */
+        e->draft->ops->snapshot(e->draft->impl, l->slot, (char *)e->sc.snaps[i].buf + e->model_snap);
     e->sc.snaps[i].node = n;
     n->snap = i;
     return i;
@@ -402,7 +433,6 @@ static int lane_token(splash_engine *e, lane *l, int32_t tok, const splash_logpr
         lane_end(e, l, SPLASH_FINISH_LENGTH, NULL);
         return 1;
     }
-    l->next = tok;
     l->decoding = 1;
     return 0;
 }
@@ -435,13 +465,23 @@ static int lane_claim(splash_engine *e, lane *l, splash_gen *g) {
     if (j) {
         splash_snap *s = &e->sc.snaps[path[j - 1]->snap];
         splash_model_restore(e->model, l->slot, s->buf);
+        splash_error derr = {0};
+        if (e->draft && e->draft->snapshot_bytes &&
+            e->draft->ops->restore(e->draft->impl, l->slot, (char *)s->buf + e->model_snap, &derr)) {
+            LOG_WARN("draft state not restored (%s): the draft starts empty", derr.msg);
+            e->draft->ops->reset(e->draft->impl, l->slot);
+        }
         s->last_used = ++e->pc.tick;
         e->sc.restored++;
         e->cache_hits++;
         e->cached_tokens += (uint64_t)(j * pt);
     } else {
         splash_model_reset_slot(e->model, l->slot);
+        if (e->draft) e->draft->ops->reset(e->draft->impl, l->slot);
     }
+    /* the draft reads at most `window` positions: the prompt's earlier ones get no taps */
+    l->taps_from = e->draft ? g->n_prompt - e->draft->window : 0;
+    l->n_feed = 0;
     memcpy(l->seq, g->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
     l->n_past = j * pt;
     l->junction = m > j ? m * pt : 0;
@@ -465,6 +505,7 @@ static void lane_begin(splash_engine *e, lane *l, splash_gen *g) {
     l->n_out = 0;
     l->text_total = 0;
     l->decoding = 0;
+    l->n_feed = 0;
     l->overtaken = 0;
     l->arrival = ++e->admitted;
     splash_history_clear(&l->hist);
@@ -503,7 +544,8 @@ static void admit(splash_engine *e) {
             for (splash_gen *q = e->qhead; q; q = q->next) e->qtail = q;
         }
         e->n_queued--;
-        if (cancelled) {
+        if (cancelled) { /* ended in the queue: still a request done */
+            e->requests_done++;
             gen_finish(g, SPLASH_FINISH_CANCELLED, NULL);
             splash_gen_release(g);
             continue;
@@ -514,6 +556,8 @@ static void admit(splash_engine *e) {
 }
 
 /* The scheduler's view of the lanes, then its plan (rows per lane). */
+static int lane_block(const splash_engine *e, const splash_gen *g);
+
 static void plan(splash_engine *e) {
     for (int i = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
@@ -523,6 +567,7 @@ static void plan(splash_engine *e) {
         if (!l->g) continue;
         s->active = 1;
         s->decoding = l->decoding;
+        s->decode_rows = l->decoding ? lane_block(e, l->g) : 0;
         s->remaining = l->g->n_prompt - l->n_past;
         s->limit = lane_next_point(e, l) - l->n_past; /* a chunk ends where a snapshot is due */
         s->priority = l->g->priority;
@@ -533,11 +578,176 @@ static void plan(splash_engine *e) {
     for (int i = 0; i < e->max_lanes; i++) e->lanes[i].overtaken = e->slanes[i].overtaken;
 }
 
+/* ---- the decode cycle -------------------------------------------------------------
+ * Per decoding lane and step: propose (the draft, then splash_spec_select),
+ * verify [feed..., proposals] in the shared forward, decide
+ * (splash_spec_decide), commit the rows whose inputs stood, feed the draft
+ * their taps, emit.  `feed` holds the lane's known tokens that the target
+ * has not committed yet: normally just the anchor (the last emitted token);
+ * more when a commit stopped at a page boundary so the state there could be
+ * snapshotted - those rows run again (same bits) at the head of the next
+ * block instead of being lost.  Block size 1 (no draft) is the same code with
+ * no proposals: one VERIFY row, commit 1, the token drawn as splash_sample. */
+
+static int lane_block(const splash_engine *e, const splash_gen *g) {
+    int b = g->block_size > 0 ? g->block_size : e->block;
+    return b < 1 ? 1 : b > e->max_block ? e->max_block : b;
+}
+
+static int is_stop(const splash_engine *e, int32_t tok) {
+    for (int i = 0; i < e->n_stop_ids; i++)
+        if (tok == e->stop_ids[i]) return 1;
+    return 0;
+}
+
+/* The scripted token (test hook) of output index i. */
+static int32_t script_token(const splash_engine *e, const splash_gen *g, int i) {
+    return i < g->n_script ? g->script[i] : (e->n_stop_ids ? e->stop_ids[0] : 0);
+}
+
+/* Emits out[0..n) decided by the target rows [n][vocab]; 1 when the lane ended. */
+static int lane_emit(splash_engine *e, lane *l, const float *rows, const int32_t *out, int n) {
+    for (int i = 0; i < n; i++) {
+        splash_gen *g = l->g;
+        const float *row = rows + (size_t)i * e->vocab;
+        if (e->on_logits) e->on_logits(e->hook_ctx, g, l->n_out, row, e->vocab);
+        splash_logprobs lp;
+        splash_error err = {0};
+        if (g->sp.logprobs && splash_sampler_logprobs(e->sampler, row, out[i], g->sp.top_logprobs, &lp, &err)) {
+            lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+            return 1;
+        }
+        if (lane_token(e, l, out[i], g->sp.logprobs ? &lp : NULL)) return 1;
+    }
+    return 0;
+}
+
+/* Before the forward: the lane's proposals.  0, or 1 when the lane ended. */
+static int cycle_propose(splash_engine *e, lane *l) {
+    splash_gen *g = l->g;
+    int np = lane_block(e, g) - l->n_feed, left = g->max_tokens - l->n_out - 1; /* the last token needs no proposal */
+    if (np > left) np = left;
+    if (!e->draft || np < 0) np = 0;
+    l->n_props = np;
+    l->dkind = 0;
+    if (!np) return 0;
+    int n_seq = l->n_past + l->n_feed; /* seq[n_seq - 1] is the anchor */
+    splash_draft_req r = {l->slot, l->seq, n_seq, np, &g->sp};
+    splash_error err = {0};
+    int kind = e->draft->ops->propose(e->draft->impl, &r, l->dlogits, l->props, &err);
+    if (kind == SPLASH_DRAFT_LOGITS &&
+        splash_spec_select(e->sampler, &e->q, &g->sp, &l->hist, l->dlogits, np, (uint64_t)n_seq, l->props, &err))
+        kind = SPLASH_E_INVALID;
+    if (kind != SPLASH_DRAFT_LOGITS && kind != SPLASH_DRAFT_TOKENS) {
+        lane_end(e, l, SPLASH_FINISH_ERROR, err.msg[0] ? err.msg : "the draft failed");
+        return 1;
+    }
+    for (int i = 0; i < np; i++)
+        if (l->props[i] < 0 || l->props[i] >= e->vocab) {
+            lane_end(e, l, SPLASH_FINISH_ERROR, "the draft proposed a token outside the vocabulary");
+            return 1;
+        }
+    l->dkind = kind;
+    if (e->on_propose) e->on_propose(e->hook_ctx, g, n_seq, l->props, np);
+    return 0;
+}
+
+/* Taps rows [r0, r1) of the lane's rows this step (row r at position
+ * n_past0 + r; the lane's first TAPS row is row `first`) into the draft. */
+static int draft_append(splash_engine *e, lane *l, int n_past0, int first, int r0, int r1) {
+    if (!e->draft || !e->draft->n_taps || r1 <= r0) return 0;
+    size_t w = (size_t)e->draft->n_taps * e->needs->hidden;
+    splash_error err = {0};
+    if (e->draft->ops->append(e->draft->impl, l->slot, n_past0 + r0, e->taps + (size_t)(l->tap_row + r0 - first) * w,
+                              r1 - r0, &err)) {
+        lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* Decoding crossed into a new page: keep the state there (only the lane's latest). */
+static void lane_decode_snapshot(splash_engine *e, lane *l) {
+    if (l->n_past % e->needs->page_tokens) return;
+    int prev = l->decode_snap;
+    int now = lane_snapshot(e, l, SPLASH_SNAP_REPLAY);
+    if (now >= 0) {
+        if (prev >= 0 && l->decode_node && l->decode_node->snap == prev) splash_state_cache_drop(&e->sc, prev);
+        l->decode_node = e->sc.snaps[now].node;
+        l->decode_snap = now;
+    }
+}
+
+/* After the verify forward: decide, commit, feed the draft, emit. */
+static void cycle_finish(splash_engine *e, lane *l, spec_times *tm) {
+    splash_gen *g = l->g;
+    int nf = l->n_feed, np = l->n_props, pt = e->needs->page_tokens, n0 = l->n_past;
+    const float *rows = e->logits + (size_t)l->logit_row * e->vocab; /* rows nf-1 .. nf-1+np */
+    int32_t forced[SPLASH_DRAFT_MAX_BLOCK], out[SPLASH_DRAFT_MAX_BLOCK];
+    if (g->script)
+        for (int i = 0; i <= np; i++) forced[i] = script_token(e, g, l->n_out + i);
+    splash_spec_block b = {rows, l->dkind == SPLASH_DRAFT_LOGITS ? l->dlogits : NULL, l->props, np,
+                           (uint64_t)(g->n_prompt + l->n_out), g->script ? forced : NULL};
+    splash_error err = {0};
+    double t = splash_now();
+    int k = splash_spec_decide(e->sampler, &e->q, &g->sp, &l->hist, &b, out, &err);
+    tm->accept += splash_now() - t;
+    if (k < 0) {
+        lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+        return;
+    }
+    t = splash_now();
+    /* rows whose inputs stand: the feed and the accepted proposals before any stop token */
+    int j = k;
+    for (int i = 0; i <= k; i++)
+        if (is_stop(e, out[i])) {
+            j = i;
+            break;
+        }
+    int good = nf + j, c = good;
+    if (e->use_cache && (n0 / pt + 1) * pt < n0 + c) c = (n0 / pt + 1) * pt - n0; /* stop on the page boundary */
+    if (splash_model_commit(e->model, l->slot, c, &err)) {
+        lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+        return;
+    }
+    l->n_past += c;
+    /* the draft holds positions before the anchor (row nf-1): first up to the commit, so a
+     * snapshot there has both states at the same position, then the rest */
+    for (int r = nf; r < good; r++) l->seq[n0 + r] = l->props[r - nf];
+    l->seq[n0 + good] = out[j];
+    if (draft_append(e, l, n0, nf - 1, nf - 1, c)) return;
+    lane_insert_pages(e, l);
+    lane_decode_snapshot(e, l);
+    if (draft_append(e, l, n0, nf - 1, c > nf - 1 ? c : nf - 1, good)) return;
+    l->n_feed = 0;
+    for (int r = c; r < good; r++) l->feed[l->n_feed++] = r < nf ? l->feed[r] : l->props[r - nf];
+    l->feed[l->n_feed++] = out[j];
+    pthread_mutex_lock(&g->mu);
+    g->n_drafted += np;
+    g->n_accepted += k;
+    g->n_cycles++;
+    pthread_mutex_unlock(&g->mu);
+    e->spec_drafted += (uint64_t)np;
+    e->spec_accepted += (uint64_t)k;
+    e->spec_cycles++;
+    tm->commit += splash_now() - t;
+    t = splash_now();
+    lane_emit(e, l, rows, out, j + 1);
+    tm->accept += splash_now() - t;
+}
+
 static void step(splash_engine *e) {
-    int n_rows = 0, n_lanes = 0, n_logits = 0;
+    int n_rows = 0, n_lanes = 0, n_logits = 0, n_taps = 0;
     double t0 = splash_now();
-    int any_prefill = 0;
+    int any_prefill = 0, any_decode = 0;
+    int taps = e->draft && e->draft->n_taps;
+    spec_times tm = {0};
     plan(e);
+    for (int i = 0; i < e->max_lanes; i++) { /* the drafts first: their proposals go in the batch */
+        lane *l = &e->lanes[i];
+        if (l->g && e->slanes[i].rows && l->decoding) cycle_propose(e, l);
+    }
+    tm.draft = splash_now() - t0;
     for (int i = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
         l->in_batch = 0;
@@ -549,21 +759,36 @@ static void step(splash_engine *e) {
         bl->first_row = n_rows;
         bl->pages = l->pages;
         bl->n_pages = l->n_pages;
+        l->tap_row = n_taps;
         if (l->decoding) {
+            int nf = l->n_feed, n = nf + l->n_props;
+            any_decode = 1;
             bl->mode = SPLASH_LANE_VERIFY;
-            bl->n_rows = 1;
-            l->seq[l->n_past] = l->next;
-            e->rows[n_rows++] = (splash_row){l->next, {l->n_past, l->n_past, l->n_past}, SPLASH_ROW_LOGITS, NULL};
-            l->logit_row = n_logits++;
+            bl->n_rows = n;
+            for (int r = 0; r < n; r++) {
+                int p = l->n_past + r;
+                uint32_t fl = r >= nf - 1 ? SPLASH_ROW_LOGITS | (taps ? SPLASH_ROW_TAPS : 0) : 0;
+                e->rows[n_rows++] = (splash_row){r < nf ? l->feed[r] : l->props[r - nf], {p, p, p}, fl, NULL};
+            }
+            l->logit_row = n_logits;
+            n_logits += l->n_props + 1;
+            if (taps) n_taps += l->n_props + 1;
         } else {
             int n = e->slanes[i].rows;
             any_prefill += n;
             bl->mode = SPLASH_LANE_PREFILL;
             bl->n_rows = n;
+            l->tap_first = -1;
             for (int r = 0; r < n; r++) {
                 int p = l->n_past + r;
                 int last = p == l->g->n_prompt - 1;
-                e->rows[n_rows++] = (splash_row){l->g->prompt[p], {p, p, p}, last ? SPLASH_ROW_LOGITS : 0, NULL};
+                uint32_t fl = last ? SPLASH_ROW_LOGITS : 0;
+                if (taps && p >= l->taps_from) {
+                    fl |= SPLASH_ROW_TAPS;
+                    if (l->tap_first < 0) l->tap_first = r;
+                    n_taps++;
+                }
+                e->rows[n_rows++] = (splash_row){l->g->prompt[p], {p, p, p}, fl, NULL};
                 if (last) l->logit_row = n_logits++;
             }
         }
@@ -576,9 +801,11 @@ static void step(splash_engine *e) {
         pthread_mutex_unlock(&e->mu);
         return;
     }
-    splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, NULL};
+    splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, taps ? e->taps : NULL};
     splash_error err = {0};
+    double tf = splash_now();
     int rc = splash_model_forward(e->model, &b, &err);
+    tm.verify = splash_now() - tf;
     for (int i = 0, k = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
         if (!l->in_batch) continue;
@@ -587,49 +814,47 @@ static void step(splash_engine *e) {
             lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
             continue;
         }
-        if (bl->mode == SPLASH_LANE_VERIFY && (rc = splash_model_commit(e->model, l->slot, 1, &err))) {
-            lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
-            rc = 0;
+        if (bl->mode == SPLASH_LANE_VERIFY) {
+            cycle_finish(e, l, &tm);
             continue;
         }
+        int n0 = l->n_past;
         l->n_past += bl->n_rows;
+        if (l->tap_first >= 0 && draft_append(e, l, n0, l->tap_first, l->tap_first, bl->n_rows)) continue;
         lane_insert_pages(e, l);
-        if (bl->mode == SPLASH_LANE_PREFILL) {
-            e->prefill_tokens += (uint64_t)bl->n_rows;
-            lane_prefill_snapshots(e, l);
-        } else if (l->n_past % e->needs->page_tokens == 0) {
-            /* decoding crossed a page: keep the state there (only the lane's latest) */
-            int prev = l->decode_snap;
-            int now = lane_snapshot(e, l, SPLASH_SNAP_REPLAY);
-            if (now >= 0) {
-                if (prev >= 0 && l->decode_node && l->decode_node->snap == prev) splash_state_cache_drop(&e->sc, prev);
-                l->decode_node = e->sc.snaps[now].node;
-                l->decode_snap = now;
-            }
-        }
+        e->prefill_tokens += (uint64_t)bl->n_rows;
+        lane_prefill_snapshots(e, l);
+        pthread_mutex_lock(&l->g->mu); /* prompt progress (return_progress, the chat page) */
+        l->g->n_prefilled = l->n_past;
+        pthread_cond_broadcast(&l->g->cv);
+        pthread_mutex_unlock(&l->g->mu);
         if (l->logit_row < 0) continue;
+        /* the prompt is read: its last row decides the first token (a block of one row) */
         splash_gen *g = l->g;
         const float *row = e->logits + (size_t)l->logit_row * e->vocab;
-        int32_t tok;
-        if (g->script) {
-            tok = l->n_out < g->n_script ? g->script[l->n_out] : (e->n_stop_ids ? e->stop_ids[0] : 0);
-        } else if (splash_sample(e->sampler, &g->sp, row, &l->hist, NULL, 0, NULL, (uint64_t)(g->n_prompt + l->n_out),
-                                 &tok, &err)) {
+        int32_t forced = g->script ? script_token(e, g, 0) : -1, tok;
+        splash_spec_block sb = {row, NULL, NULL, 0, (uint64_t)g->n_prompt, g->script ? &forced : NULL};
+        if (splash_spec_decide(e->sampler, &e->q, &g->sp, &l->hist, &sb, &tok, &err) < 0) {
             lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
             continue;
         }
-        splash_logprobs lp;
-        if (g->sp.logprobs && splash_sampler_logprobs(e->sampler, row, tok, g->sp.top_logprobs, &lp, &err)) {
-            lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
-            continue;
-        }
-        lane_token(e, l, tok, g->sp.logprobs ? &lp : NULL);
+        l->seq[l->n_past] = tok;
+        l->feed[0] = tok;
+        l->n_feed = 1;
+        lane_emit(e, l, row, &tok, 1);
     }
     double dt = splash_now() - t0;
     if (any_prefill) splash_sched_observe(&e->sched, n_rows, dt);
     pthread_mutex_lock(&e->mu);
     if (any_prefill) e->prefill_seconds += dt;
     else e->decode_seconds += dt;
+    if (any_decode && !any_prefill) { /* the cycle's split, from decode-only steps */
+        e->spec_t.draft += tm.draft;
+        e->spec_t.verify += tm.verify;
+        e->spec_t.accept += tm.accept;
+        e->spec_t.commit += tm.commit;
+        e->spec_steps++;
+    }
     publish(e);
     pthread_mutex_unlock(&e->mu);
 }
@@ -652,6 +877,14 @@ static void publish(splash_engine *e) {
     c->snapshots_taken = e->sc.taken;
     c->snapshots_evicted = e->sc.evicted;
     c->snapshots_restored = e->sc.restored;
+    c->spec_cycles = e->spec_cycles;
+    c->spec_drafted = e->spec_drafted;
+    c->spec_accepted = e->spec_accepted;
+    c->spec_steps = e->spec_steps;
+    c->spec_draft_seconds = e->spec_t.draft;
+    c->spec_verify_seconds = e->spec_t.verify;
+    c->spec_accept_seconds = e->spec_t.accept;
+    c->spec_commit_seconds = e->spec_t.commit;
 }
 
 /* Under e->mu: a requested flush drops every unpinned cache page and snapshot. */
@@ -687,6 +920,16 @@ static void *engine_main(void *arg) {
 
 /* ---- start / stop ---------------------------------------------------------------- */
 
+/* What the cycle adds to the scratch: logits of up to max_block rows per lane
+ * (the model's scratch counts one), the taps rows, the draft's logits and its
+ * lane states. */
+static size_t cycle_scratch_bytes(const splash_engine *e) {
+    if (!e->draft) return 0;
+    size_t V = (size_t)e->vocab, L = (size_t)e->max_lanes, B = (size_t)e->max_block;
+    size_t taps = e->draft->n_taps ? ((size_t)e->chunk + L * B) * (size_t)e->draft->n_taps * (size_t)e->needs->hidden : 0;
+    return sizeof(float) * (L * (B - 1) * V + taps + L * (B - 1) * V) + e->draft->state_bytes;
+}
+
 int splash_engine_start(const splash_engine_options *opt, splash_engine **out, splash_error *err) {
     *out = NULL;
     splash_engine *e = calloc(1, sizeof *e);
@@ -705,12 +948,39 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         goto fail;
     }
     if ((rc = splash_tokenizer_load(tj, &e->tok, err))) goto fail;
-    splash_model_options mo = {.threads = opt->threads, .max_rows = e->chunk + e->max_lanes,
+    /* the draft: the test's, or the package's (none at block size 1, or when the package has none) */
+    if (opt->block_size < 0 || opt->block_size > SPLASH_DRAFT_MAX_BLOCK) {
+        rc = splash_fail(err, SPLASH_E_RANGE, "block size %d outside [1, %d]", opt->block_size, SPLASH_DRAFT_MAX_BLOCK);
+        goto fail;
+    }
+    if (opt->test_draft) {
+        e->draft = opt->test_draft;
+    } else if (opt->block_size != 1) {
+        splash_draft_options dopt = {.threads = opt->threads, .act = opt->cpu_activations, .lanes = e->max_lanes,
+                                     .window = opt->draft_window, .max_block = SPLASH_DRAFT_MAX_BLOCK};
+        rc = splash_draft_open(e->pkg, &dopt, &e->draft, err);
+        if (rc == SPLASH_E_NOTFOUND) rc = 0;
+        else if (rc) goto fail;
+        else e->own_draft = 1;
+    }
+    e->max_block = e->draft ? e->draft->max_block : 1;
+    e->block = opt->block_size > 0 ? opt->block_size : e->draft ? e->draft->block_size : 1;
+    if (e->block > e->max_block) e->block = e->max_block;
+    e->on_logits = opt->test_on_logits;
+    e->on_propose = opt->test_on_propose;
+    e->hook_ctx = opt->test_ctx;
+    splash_model_options mo = {.threads = opt->threads, .max_rows = e->chunk + e->max_lanes * e->max_block,
                                .max_lanes = e->max_lanes, .kv_format = (splash_kv_format)opt->kv_format,
-                               .cpu_activations = (splash_cpu_act)opt->cpu_activations};
+                               .cpu_activations = (splash_cpu_act)opt->cpu_activations,
+                               .n_taps = e->draft ? e->draft->n_taps : 0,
+                               .tap_layers = e->draft ? e->draft->tap_layers : NULL};
     if ((rc = splash_model_load(e->pkg, &mo, &e->model, err))) goto fail;
     e->needs = splash_model_get_needs(e->model);
     e->vocab = e->needs->vocab;
+    if (e->max_block > e->needs->page_tokens) e->max_block = e->block = e->needs->page_tokens; /* see cycle_finish */
+    e->model_snap = (e->needs->state_bytes + 63) / 64 * 64;
+    size_t draft_snap = e->draft ? e->draft->snapshot_bytes : 0;
+    if (!draft_snap) e->model_snap = e->needs->state_bytes;
     e->max_context = e->needs->max_positions > 0 ? e->needs->max_positions : 4096;
     if (e->max_context > 262144) e->max_context = 262144;
     if (opt->max_context > 0 && opt->max_context < e->max_context) e->max_context = opt->max_context;
@@ -721,8 +991,9 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         size_t want_pages = ((size_t)e->max_context + pt - 1) / pt;
         splash_memory_plan_input pi = {
             .available = opt->available, .max_memory = opt->max_memory,
-            .weight_bytes = e->needs->weight_bytes, .scratch_bytes = e->needs->scratch_bytes,
-            .page_bytes = e->needs->page_bytes, .state_bytes = e->needs->state_bytes,
+            .weight_bytes = e->needs->weight_bytes + (e->draft ? e->draft->weight_bytes : 0),
+            .scratch_bytes = e->needs->scratch_bytes + cycle_scratch_bytes(e),
+            .page_bytes = e->needs->page_bytes, .state_bytes = e->model_snap + draft_snap,
             .page_tokens = e->needs->page_tokens, .lanes = e->max_lanes,
             .model_context = e->max_context, .max_context = opt->max_context,
             .pool_cap = opt->pool_cap ? opt->pool_cap : 2 * (size_t)e->max_lanes * want_pages * e->needs->page_bytes};
@@ -751,16 +1022,23 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->kv = splash_model_alloc_memory(e->model, e->needs->page_bytes * (size_t)e->n_pages + 1);
     e->states = splash_model_alloc_memory(e->model, e->needs->state_bytes * (size_t)e->max_lanes + 1);
     if (splash_kv_pool_init(&e->pool, e->n_pages) ||
-        splash_state_cache_init(&e->sc, e->model, e->needs->state_bytes, e->plan.max_snapshots) ||
+        splash_state_cache_init(&e->sc, e->model, e->model_snap + draft_snap, e->plan.max_snapshots) ||
         splash_prefix_cache_init(&e->pc, e->needs->page_tokens, &e->pool, &e->sc)) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
     e->lanes = calloc((size_t)e->max_lanes, sizeof *e->lanes);
     e->slanes = calloc((size_t)e->max_lanes, sizeof *e->slanes);
-    e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes));
+    e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes * e->max_block));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
-    e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes);
+    e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes * (size_t)e->max_block);
+    if (e->draft && e->draft->n_taps)
+        e->taps = malloc(sizeof(float) * (size_t)(e->chunk + e->max_lanes * e->max_block) * (size_t)e->draft->n_taps *
+                         (size_t)e->needs->hidden);
+    if ((e->draft && e->draft->n_taps && !e->taps) || splash_dist_init(&e->q, e->vocab)) {
+        rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the decode cycle");
+        goto fail;
+    }
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
@@ -775,7 +1053,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         l->seq = malloc(sizeof(int32_t) * (size_t)e->pages_per_lane * (size_t)e->needs->page_tokens);
         l->decode_snap = -1;
         sb_init(&l->held);
-        if (!l->pages || !l->nodes || !l->seq || splash_history_init(&l->hist, 256)) {
+        if (e->max_block > 1) l->dlogits = malloc(sizeof(float) * (size_t)(e->max_block - 1) * (size_t)e->vocab);
+        if (!l->pages || !l->nodes || !l->seq || (e->max_block > 1 && !l->dlogits) || splash_history_init(&l->hist, 256)) {
             rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory");
             goto fail;
         }
@@ -826,6 +1105,7 @@ void splash_engine_stop(splash_engine *e, const char *why) {
         splash_gen *g = e->qhead;
         e->qhead = g->next;
         e->n_queued--;
+        e->requests_done++;
         gen_finish(g, SPLASH_FINISH_ERROR, msg);
         splash_gen_release(g);
     }
@@ -840,6 +1120,7 @@ void splash_engine_free(splash_engine *e) {
         free(e->lanes[i].pages);
         free(e->lanes[i].nodes);
         free(e->lanes[i].seq);
+        free(e->lanes[i].dlogits);
         splash_history_free(&e->lanes[i].hist);
         sb_free(&e->lanes[i].held);
     }
@@ -852,6 +1133,9 @@ void splash_engine_free(splash_engine *e) {
         splash_model_free(e->model);
     }
     splash_sampler_free(e->sampler);
+    if (e->own_draft) splash_draft_free(e->draft);
+    splash_dist_free(&e->q);
+    free(e->taps);
     splash_tokenizer_free(e->tok);
     splash_package_close(e->pkg);
     free(e->lanes);
@@ -926,6 +1210,16 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->snapshots_taken = c->snapshots_taken;
     s->snapshots_evicted = c->snapshots_evicted;
     s->snapshots_restored = c->snapshots_restored;
+    s->spec_cycles = c->spec_cycles;
+    s->spec_drafted = c->spec_drafted;
+    s->spec_accepted = c->spec_accepted;
+    s->spec_steps = c->spec_steps;
+    s->spec_draft_seconds = c->spec_draft_seconds;
+    s->spec_verify_seconds = c->spec_verify_seconds;
+    s->spec_accept_seconds = c->spec_accept_seconds;
+    s->spec_commit_seconds = c->spec_commit_seconds;
+    s->draft = e->draft ? e->draft->name : "none";
+    s->block_size = e->block;
     s->page_tokens = e->needs->page_tokens;
     s->slots_total = e->max_lanes;
     s->slots_free = e->max_lanes - e->n_active;
@@ -935,7 +1229,8 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->prefill_seconds = e->prefill_seconds;
     s->decode_seconds = e->decode_seconds;
     s->weight_bytes = e->needs->weight_bytes;
-    s->pool_bytes = e->needs->page_bytes * (size_t)e->n_pages + e->needs->state_bytes * (size_t)e->max_lanes;
+    s->pool_bytes = e->needs->page_bytes * (size_t)e->n_pages + e->needs->state_bytes * (size_t)e->max_lanes +
+                    (e->draft ? e->draft->state_bytes : 0);
     pthread_mutex_unlock(&e->mu);
 }
 

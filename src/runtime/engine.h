@@ -2,8 +2,11 @@
  *
  * Connection threads tokenize, validate and build a splash_gen, then submit
  * it; the engine thread admits queued gens into lanes, runs them through
- * splash_model_forward (PREFILL chunks, then the decode cycle with block size
- * 1: one VERIFY row per lane, sample, commit 1) and hands the text back
+ * splash_model_forward (PREFILL chunks, then the speculative decode cycle:
+ * the draft proposes B-1 tokens, one VERIFY forward checks [anchor,
+ * proposals] of every decoding lane together, runtime/spec.h accepts a
+ * prefix, splash_model_commit keeps it, the draft reads its taps; block size
+ * 1 - no draft - is the same cycle with no proposals) and hands the text back
  * through the gen.  A gen is the only object shared between the two sides; it
  * is reference counted (the submitter's reference and the engine's) and every
  * field the engine writes after submit is read under its mutex.
@@ -12,9 +15,9 @@
  * priority, then arrival, and only when the pool has the KV pages for the
  * whole budget (prompt + max_tokens), so a request never runs out of memory
  * half-way.  What each forward call holds is planned by runtime/scheduler.h:
- * every decoding lane's row, plus prefill chunks packed into a row budget
+ * every decoding lane's block, plus prefill chunks packed into a row budget
  * (shortest prompt first, bounded overtaking) that shrinks under contention
- * so a slice stays near a time target.  No speculation yet.
+ * so a slice stays near a time target.
  *
  * Text is produced on the engine side: the streaming detokenizer (complete
  * UTF-8 only), stop tokens (the manifest's eos list), and stop strings
@@ -69,6 +72,8 @@ typedef struct splash_gen {
     int32_t *script; /* test hook: emit these tokens instead of sampling (owned), or NULL */
     int n_script;
     int priority;    /* admission order: lower first, then arrival (default 0) */
+    int block_size;  /* decode block of this request (0 = the engine's; capped at the engine's most;
+                        tests and comparisons: greedy output is the same at every block size) */
     /* sp.logprobs = 1: every recorded token also gets a splash_logprobs
      * (raw log-softmax, sp.top_logprobs alternatives) */
 
@@ -86,6 +91,10 @@ typedef struct splash_gen {
     int n_recorded, cap_recorded;
     double t_submit, t_start, t_first, t_end; /* seconds (monotonic) */
     int n_cached;       /* prompt tokens reused from the prefix cache (set at admission) */
+    int n_drafted, n_accepted, n_cycles; /* proposals verified, accepted, decode cycles run */
+    int n_prefilled;    /* prompt tokens in the lane's KV so far, cached ones included: set
+                           (and cv broadcast) after each prefill chunk; n_prompt once read.
+                           Before the first chunk it is 0: progress is max(n_prefilled, n_cached) */
     int refs;
 
     /* ---- engine-private ---- */
@@ -107,6 +116,8 @@ typedef struct splash_gen_take {
     splash_finish finish; /* != NONE once everything has been taken */
     char error[256];
     double prefill_ms, decode_ms;
+    int drafted, accepted, cycles; /* speculation: proposals, accepted ones, cycles (tokens per cycle =
+                                      (accepted + cycles) / cycles, counting each cycle's own token) */
 } splash_gen_take;
 
 /* Waits up to timeout_ms for new text or the end, moves the pending text into
@@ -134,6 +145,14 @@ typedef struct splash_engine_options {
     int checkpoint_interval; /* tokens between prefill checkpoints (default 2048, page multiple) */
     int no_prefix_cache;     /* 1: every request runs cold (tests, comparisons) */
     int kv_pool_pages;       /* tests: at most this many KV pages (0 = what the plan gives) */
+    int block_size;          /* decode block, anchor + proposals: 1..16 (1 = no draft); 0 = the draft's own */
+    int draft_window;        /* context positions the draft reads (0 = 2048); the prompt computes taps only for these */
+    struct splash_draft *test_draft; /* tests: this draft (borrowed, runtime/draft.h) instead of the package's */
+    /* tests: called on the engine thread with the target row that decided output token `index` */
+    void (*test_on_logits)(void *ctx, const splash_gen *g, int index, const float *row, int vocab);
+    /* tests: called with each cycle's proposals; seq[n_seq - 1] of the request is their anchor */
+    void (*test_on_propose)(void *ctx, const splash_gen *g, int n_seq, const int32_t *props, int n);
+    void *test_ctx;
 } splash_engine_options;
 
 /* Loads the package, model and tokenizer, allocates the pool, starts the
@@ -172,6 +191,12 @@ typedef struct splash_engine_stats {
     int snapshots_held;
     size_t snapshot_bytes;
     uint64_t snapshots_taken, snapshots_evicted, snapshots_restored;
+    /* the decode cycle */
+    const char *draft;  /* "dflash", a test draft's name, or "none" (a static string) */
+    int block_size;
+    uint64_t spec_cycles, spec_drafted, spec_accepted;
+    uint64_t spec_steps; /* decode-only steps, whose time the split below covers */
+    double spec_draft_seconds, spec_verify_seconds, spec_accept_seconds, spec_commit_seconds;
 } splash_engine_stats;
 /* Drops every cached page and snapshot no running request pins (done on the
  * engine thread between steps); for tests and leak checks.  Returns the

@@ -15,7 +15,7 @@ void splash_sched_init(splash_sched *s, int max_budget, int min_budget, double t
     s->budget = s->max_budget;
 }
 
-/* The prefill budget for a step with n_decode decoding lanes. */
+/* The prefill budget for a step whose decoding lanes run n_decode rows. */
 static int budget_for(const splash_sched *s, int n_decode) {
     if (!n_decode || s->row_s <= 0) return s->max_budget; /* nobody waits, or nothing measured yet */
     double want = s->target_s / s->row_s - n_decode;
@@ -48,8 +48,8 @@ int splash_sched_plan(splash_sched *s, splash_sched_lane *lanes, int n) {
         splash_sched_lane *l = &lanes[i];
         l->rows = 0;
         if (l->active && l->decoding) {
-            l->rows = 1;
-            n_decode++;
+            l->rows = l->decode_rows > 0 ? l->decode_rows : 1;
+            n_decode += l->rows;
         } else if (l->active && wants(l)) {
             l->rows = -1; /* a prefill candidate not served yet */
         }

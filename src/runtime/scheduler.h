@@ -6,7 +6,7 @@
  * model or the clock, so it can be tested exhaustively without a model.
  *
  * The policy (shared/spec/engine.md "Scheduler"):
- *  - every decoding lane gets its one row in every step, so a long prompt
+ *  - every decoding lane gets its verify block in every step, so a long prompt
  *    stalls other streams' tokens for at most one slice;
  *  - prefill lanes share a row budget, shortest remaining prompt first
  *    (ties: priority, then arrival); a lane that wanted rows and did not get
@@ -36,7 +36,8 @@
  * zeroed when a request takes the lane). */
 typedef struct splash_sched_lane {
     int active;      /* a request holds the lane */
-    int decoding;    /* 1: it decodes (one row); 0: it reads its prompt */
+    int decoding;    /* 1: it decodes (a verify block); 0: it reads its prompt */
+    int decode_rows; /* decoding: rows of its verify block (<= 0: 1) */
     int remaining;   /* prefill: prompt rows still to run */
     int limit;       /* prefill: most rows this step (a snapshot is due there), <= 0: none */
     int priority;    /* lower first (a tie-break among equal remaining) */

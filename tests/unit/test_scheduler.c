@@ -95,6 +95,27 @@ static void test_decode_rows_always_ride_along(void **state) {
     assert_int_equal(d[0].rows + d[1].rows + d[2].rows, 2);
 }
 
+/* A decoding lane's verify block (anchor + proposals) takes its rows out of
+ * the slice: 4 ms a row and a 1.1 s target hold 275 rows; two 1-row lanes
+ * leave 273 -> 256 (a multiple of 64), two 16-row blocks 243 -> 192. */
+static void test_verify_blocks_count_in_the_budget(void **state) {
+    (void)state;
+    splash_sched s;
+    splash_sched_init(&s, 1024, 64, 1.1);
+    splash_sched_observe(&s, 100, 0.4); /* 4 ms a row */
+    splash_sched_lane l[3] = {prefill(100000, 1), decoding(2), decoding(3)};
+    int total = splash_sched_plan(&s, l, 3);
+    assert_int_equal(l[1].rows, 1);
+    assert_int_equal(l[0].rows, 256);
+    assert_int_equal(total, 258);
+    l[1].decode_rows = l[2].decode_rows = 16;
+    total = splash_sched_plan(&s, l, 3);
+    assert_int_equal(l[1].rows, 16);
+    assert_int_equal(l[2].rows, 16);
+    assert_int_equal(l[0].rows, 192);
+    assert_int_equal(total, 224);
+}
+
 static void test_budget_shrinks_and_grows(void **state) {
     (void)state;
     splash_sched s;
@@ -221,6 +242,7 @@ int main(void) {
         cmocka_unit_test(test_overtake_cap),
         cmocka_unit_test(test_decode_rows_always_ride_along),
         cmocka_unit_test(test_budget_shrinks_and_grows),
+        cmocka_unit_test(test_verify_blocks_count_in_the_budget),
         cmocka_unit_test(test_admission_order),
         cmocka_unit_test(test_no_starvation_random),
     };

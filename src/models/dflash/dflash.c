@@ -33,7 +33,10 @@ typedef struct dlayer {
 
 struct splash_dflash {
     splash_dflash_dims d;
-    int max_context;
+    int max_context;              /* positions a full layer holds (the window when window > 0) */
+    int window;                   /* > 0: full layers are a ring of the last `window` positions */
+    int max_block;                /* most rows of one draft block */
+    size_t weight_bytes;          /* the draft's own tensors (not the target's embed / lm_head) */
     const splash_tensor *embed;   /* [V, H] target */
     const splash_tensor *lm_head; /* [V, H] target (embed when tied) */
     const splash_tensor *fc;      /* [H, n_taps*H] */
@@ -51,6 +54,7 @@ struct splash_dflash {
 
 struct splash_dflash_state {
     int n_ctx;
+    int lo;                             /* first position held: earlier ones were skipped (seek) */
     int n_layers, kvw;
     int cap[SPLASH_DFLASH_MAX_LAYERS];  /* positions held; sliding: a ring, slot = pos % cap */
     float *k[SPLASH_DFLASH_MAX_LAYERS]; /* [cap][kvh*hd] roped, normed keys */
@@ -153,11 +157,16 @@ int splash_dflash_load(const splash_package *pkg, const splash_dflash_options *o
     splash_dflash_dims dims;
     int rc = parse_dims(pkg, &dims, err);
     if (rc) return rc;
-    if (!opt || opt->max_context < 1)
-        return splash_fail(err, SPLASH_E_INVALID, "dflash: max_context must be positive");
+    if (!opt || (opt->max_context < 1 && opt->window < 1))
+        return splash_fail(err, SPLASH_E_INVALID, "dflash: max_context or window must be positive");
+    if (opt->max_block < 0 || opt->max_block > SPLASH_DFLASH_MAX_BLOCK)
+        return splash_fail(err, SPLASH_E_INVALID, "dflash: max_block %d outside [0, %d]", opt->max_block,
+                           SPLASH_DFLASH_MAX_BLOCK);
     splash_dflash *m = xcalloc(1, sizeof *m);
     m->d = dims;
-    m->max_context = opt->max_context;
+    m->window = opt->window > 0 ? opt->window : 0;
+    m->max_context = m->window ? m->window : opt->max_context;
+    m->max_block = opt->max_block > dims.block_size ? opt->max_block : dims.block_size;
     const splash_dflash_dims *d = &m->d;
     int64_t H = d->hidden, hd = d->head_dim, qw = (int64_t)d->heads * hd, kvw = (int64_t)d->kv_heads * hd,
             I = d->intermediate;
@@ -196,7 +205,11 @@ int splash_dflash_load(const splash_package *pkg, const splash_dflash_options *o
             goto fail;
 #undef NAME
     }
-    int R = d->block_size > APPEND_CHUNK ? d->block_size : APPEND_CHUNK;
+    for (size_t i = 0; i < splash_package_tensor_count(pkg); i++) {
+        const splash_tensor *t = splash_package_tensor_at(pkg, i);
+        if (!strncmp(t->name, "draft.", 6)) m->weight_bytes += t->bytes;
+    }
+    int R = m->max_block > APPEND_CHUNK ? m->max_block : APPEND_CHUNK;
     int64_t cols = (int64_t)d->n_taps * H;
     if (I > cols) cols = I;
     if (qw > cols) cols = qw;
@@ -216,7 +229,7 @@ int splash_dflash_load(const splash_package *pkg, const splash_dflash_options *o
     m->v = xcalloc((size_t)R * kvw, sizeof(float));
     m->ff = xcalloc((size_t)R * I, sizeof(float));
     m->ff2 = xcalloc((size_t)R * I, sizeof(float));
-    m->scores_stride = (size_t)m->max_context + (size_t)d->block_size;
+    m->scores_stride = (size_t)m->max_context + (size_t)m->max_block;
     m->scores = xcalloc((size_t)m->cpu.n_threads * m->scores_stride, sizeof(float));
     *out = m;
     return SPLASH_OK;
@@ -277,9 +290,47 @@ void splash_dflash_state_free(splash_dflash_state *s) {
     free(s);
 }
 
-void splash_dflash_state_reset(splash_dflash_state *s) { s->n_ctx = 0; }
+void splash_dflash_state_reset(splash_dflash_state *s) { s->n_ctx = s->lo = 0; }
 int splash_dflash_state_positions(const splash_dflash_state *s) { return s->n_ctx; }
 size_t splash_dflash_state_bytes(const splash_dflash_state *s) { return s->bytes; }
+size_t splash_dflash_weight_bytes(const splash_dflash *d) { return d->weight_bytes; }
+
+int splash_dflash_state_seek(const splash_dflash *m, splash_dflash_state *s, int pos, splash_error *err) {
+    if (pos < s->n_ctx || (!m->window && pos > m->max_context))
+        return splash_fail(err, SPLASH_E_INVALID, "dflash seek: position %d before %d or past max_context %d", pos,
+                           s->n_ctx, m->max_context);
+    if (pos > s->n_ctx) s->n_ctx = s->lo = pos;
+    return SPLASH_OK;
+}
+
+/* A snapshot: this header, then the rings exactly as the state holds them. */
+typedef struct snap_header {
+    uint32_t magic, n_layers;
+    int32_t n_ctx, lo;
+    uint64_t bytes;
+    uint8_t pad[40]; /* 64 bytes: the rings stay aligned */
+} snap_header;
+#define SNAP_MAGIC 0x44464c53u /* "SLFD" */
+
+size_t splash_dflash_state_snapshot_bytes(const splash_dflash_state *s) { return sizeof(snap_header) + s->bytes; }
+
+void splash_dflash_state_save(const splash_dflash_state *s, void *dst) {
+    snap_header h = {SNAP_MAGIC, (uint32_t)s->n_layers, s->n_ctx, s->lo, s->bytes, {0}};
+    memcpy(dst, &h, sizeof h);
+    memcpy((char *)dst + sizeof h, s->mem, s->bytes);
+}
+
+int splash_dflash_state_load(splash_dflash_state *s, const void *src, splash_error *err) {
+    snap_header h;
+    memcpy(&h, src, sizeof h);
+    if (h.magic != SNAP_MAGIC || h.n_layers != (uint32_t)s->n_layers || h.bytes != s->bytes || h.n_ctx < h.lo ||
+        h.lo < 0)
+        return splash_fail(err, SPLASH_E_INVALID, "dflash: the snapshot is not one of this draft's states");
+    memcpy(s->mem, (const char *)src + sizeof h, s->bytes);
+    s->n_ctx = h.n_ctx;
+    s->lo = h.lo;
+    return SPLASH_OK;
+}
 
 /* ---- per-row helpers ------------------------------------------------------------ */
 
@@ -320,7 +371,7 @@ int splash_dflash_append(splash_dflash *m, splash_dflash_state *s, const float *
     const splash_dflash_dims *d = &m->d;
     if (n < 0 || (n && !taps)) return splash_fail(err, SPLASH_E_INVALID, "dflash append: bad rows");
     if (s->n_layers != d->n_layers) return splash_fail(err, SPLASH_E_INVALID, "dflash append: state of another draft");
-    if ((int64_t)s->n_ctx + n > m->max_context)
+    if (!m->window && (int64_t)s->n_ctx + n > m->max_context)
         return splash_fail(err, SPLASH_E_INVALID, "dflash append: %d + %d positions exceed max_context %d", s->n_ctx, n,
                            m->max_context);
     size_t H = (size_t)d->hidden, in = (size_t)d->n_taps * H, kvw = (size_t)s->kvw;
@@ -376,8 +427,9 @@ static void attn_task(void *ctx, size_t task, int worker) {
     int sliding = d->sliding[l], causal = d->causal[l];
     const float *q = m->q + (size_t)i * heads * hd + (size_t)h * hd;
     float *sc = m->scores + (size_t)worker * m->scores_stride;
-    int c0 = 0;
+    int c0 = s->lo; /* earlier positions were skipped (seek) */
     if (sliding && qp - W + 1 > c0) c0 = qp - W + 1;
+    if (start - s->cap[l] > c0) c0 = start - s->cap[l]; /* a full layer's ring holds the last window positions */
     int nc = start > c0 ? start - c0 : 0;
     int n = 0;
     for (int p = c0; p < start; p++) {
@@ -404,8 +456,8 @@ static void attn_task(void *ctx, size_t task, int worker) {
 int splash_dflash_draft(splash_dflash *m, const splash_dflash_state *s, int32_t anchor, int block, float *hidden,
                         float *logits, splash_error *err) {
     const splash_dflash_dims *d = &m->d;
-    if (block < 2 || block > d->block_size)
-        return splash_fail(err, SPLASH_E_INVALID, "dflash draft: block %d outside [2, %d]", block, d->block_size);
+    if (block < 2 || block > m->max_block)
+        return splash_fail(err, SPLASH_E_INVALID, "dflash draft: block %d outside [2, %d]", block, m->max_block);
     if (anchor < 0 || anchor >= d->vocab)
         return splash_fail(err, SPLASH_E_INVALID, "dflash draft: anchor token %d outside the vocabulary", (int)anchor);
     if (s->n_layers != d->n_layers) return splash_fail(err, SPLASH_E_INVALID, "dflash draft: state of another draft");

