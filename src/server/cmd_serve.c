@@ -18,6 +18,7 @@
 
 #include "base/fs.h"
 #include "base/log.h"
+#include "package/default_model.h"
 #include "package/download.h"
 #include "runtime/model.h"
 #include "commands.h"
@@ -27,17 +28,20 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: splash serve --model PKG|OWNER/REPO [--offline] [--host 127.0.0.1] [--port 8000] [--max-context N[K]]\n"
+            "usage: splash serve [--model PKG|OWNER/REPO] [--offline] [--host 127.0.0.1] [--port 8000] [--max-context N[K]]\n"
             "                    [--api-key KEY] [--allowed-host NAME]... [--max-request-size 128M]\n"
             "                    [--served-model-name NAME]... [--default-reasoning-effort E] [--threads N]\n"
+            "                    [--no-webui]\n"
             "\n"
             "An OpenAI-compatible HTTP server (docs/api.md).\n"
             "  --model          a package directory, or OWNER/REPO fetched into the verified cache\n"
-            "                   (docs/download.md: SPLASH_MODEL_BASE_URL, SPLASH_CACHE_DIR)\n"
+            "                   (docs/download.md: SPLASH_MODEL_BASE_URL, SPLASH_CACHE_DIR);\n"
+            "                   default: the demo model that ships with Splash (docs/default-model.md)\n"
             "  --offline        never touch the network: OWNER/REPO must be fully cached\n"
             "  --port           also SPLASH_PORT; 0 picks a free port (printed on the Ready line)\n"
             "  --api-key        also SPLASH_API_KEY; then every endpoint but /, /health, /ready needs it\n"
             "  --allowed-host   a Host / Origin name to accept besides loopback and the bind address\n"
+            "  --no-webui       no chat page at / (the API only)\n"
             "  --max-context    tokens per request, prompt + output (default: the model's, at most 256K)\n"
             "  --max-lanes      requests decoding together (default 4)\n"
             "  --max-queue      requests waiting for a lane before 429 (default 64)\n"
@@ -46,6 +50,8 @@ static void usage(FILE *f) {
             "  --cpu-activations auto|fp32|int8|int16: activations of q4/q8 products on the CPU\n"
             "                   (default auto = int8; fp32 is the exact reference)\n"
             "  --prefix-cache   on|off: reuse cached prompt pages and recurrent-state snapshots (default on)\n"
+            "  --block-size     1..16: decode block, anchor + draft proposals (default: the package draft's;\n"
+            "                   1 = no draft; without a draft in the package always 1)\n"
             "  --default-reasoning-effort  none|minimal|low|medium|high|xhigh|max for requests that\n"
             "                   do not set one (none = thinking off; the others think as usual)\n"
             "  --test-hooks     accept the tests' \"test_script\" request field (tests only)\n");
@@ -103,6 +109,10 @@ int splash_cmd_serve(int argc, char **argv) {
             offline = 1;
             continue;
         }
+        if (!strcmp(a, "--no-webui")) {
+            srv.opt.no_webui = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "splash serve: %s needs a value (or is unknown)\n\n", a);
             usage(stderr);
@@ -133,6 +143,7 @@ int splash_cmd_serve(int argc, char **argv) {
             eo.kv_format = !strcmp(v, "int8") ? SPLASH_KV_INT8 : !strcmp(v, "bf16") ? SPLASH_KV_BF16 : SPLASH_KV_F32;
         else if (!strcmp(a, "--checkpoint-interval") && atoi(v) > 0) eo.checkpoint_interval = atoi(v); /* hidden: tests */
         else if (!strcmp(a, "--kv-pool-pages") && atoi(v) > 1) eo.kv_pool_pages = atoi(v);             /* hidden: tests */
+        else if (!strcmp(a, "--block-size") && atoi(v) >= 1 && atoi(v) <= 16) eo.block_size = atoi(v);
         else if (!strcmp(a, "--prefix-cache") && (!strcmp(v, "on") || !strcmp(v, "off")))
             eo.no_prefix_cache = !strcmp(v, "off");
         else {
@@ -141,10 +152,14 @@ int splash_cmd_serve(int argc, char **argv) {
             return 2;
         }
     }
+    char *default_dir = NULL; /* no --model: the package that ships with Splash */
     if (!model) {
-        fprintf(stderr, "splash serve: --model PKG is required (there is no embedded default model yet)\n\n");
-        usage(stderr);
-        return 2;
+        splash_error derr = {0};
+        if (splash_default_model_dir(&default_dir, &derr)) {
+            fprintf(stderr, "splash serve: %s\n", derr.msg);
+            return 2;
+        }
+        model = default_dir;
     }
     if (srv.opt.port < 0 || srv.opt.port > 65535) {
         fprintf(stderr, "splash serve: --port %d is not a port\n", srv.opt.port);
@@ -170,7 +185,9 @@ int splash_cmd_serve(int argc, char **argv) {
     /* A package directory is used as it is; OWNER/REPO is fetched into (or
      * found in) the verified cache. */
     char *model_dir = NULL;
-    if (splash_model_resolve(model, &(splash_download_options){.offline = offline}, &model_dir, &err)) {
+    int rrc = splash_model_resolve(model, &(splash_download_options){.offline = offline}, &model_dir, &err);
+    free(default_dir);
+    if (rrc) {
         fprintf(stderr, "splash serve: %s\n", err.msg);
         return 1;
     }
@@ -181,6 +198,14 @@ int splash_cmd_serve(int argc, char **argv) {
         free(model_dir);
         return 1;
     }
+    if (!srv.opt.default_reasoning_effort) { /* the package's own default (pack --default-reasoning-effort) */
+        const json_value *serving = json_get(splash_engine_manifest(srv.engine), "serving");
+        const json_value *re = serving ? json_get(serving, "reasoning_effort") : NULL;
+        if (re && json_string(re) && srv_reasoning_effort_valid(re->str)) srv.opt.default_reasoning_effort = re->str;
+    }
+    splash_engine_stats est; /* the decode cycle: a line only when a draft proposes */
+    splash_engine_get_stats(srv.engine, &est);
+    if (strcmp(est.draft, "none")) splash_say("Draft · %s · block %d", est.draft, est.block_size);
     char *tmpl = NULL, diff[256];
     size_t tlen = 0;
     char tdir[PATH_MAX];

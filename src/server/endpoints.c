@@ -35,12 +35,44 @@ static void text_reply(srv_reply *r, int status, const char *json) {
 
 void srv_health(const srv_request *q, srv_reply *r) { text_reply(r, 200, "{\"status\":\"ok\"}"); }
 
+/* /ready: 503 at critical pressure (shared/spec/engine.md "Caches"), so a
+ * balancer sends new work elsewhere while this server could not take it:
+ *   queue_full      the queue is at --max-queue: a new request gets 429;
+ *   pool_exhausted  a request waits with a lane free, so the engine's last
+ *                   admission found no room in the KV pool, and the pool
+ *                   cannot hold one request of the whole context either (a
+ *                   request only waits for pages when its budget does not
+ *                   fit; with room for the largest one it is admitted at the
+ *                   engine's next step, so a request that merely arrived
+ *                   during a step does not count).
+ * The figures are the engine's stats; pages_free includes cached pages no
+ * running request pins, which admission reclaims. */
 void srv_ready(const srv_request *q, srv_reply *r) {
-    if (q->srv->engine) text_reply(r, 200, "{\"status\":\"ready\"}");
-    else {
-        text_reply(r, 503, "{\"status\":\"unavailable\"}");
+    srv_server *s = q->srv;
+    if (!s->engine) {
+        text_reply(r, 503, "{\"status\":\"unavailable\",\"reason\":\"loading\"}");
         r->retry_after = 1;
+        return;
     }
+    splash_engine_stats st;
+    splash_engine_get_stats(s->engine, &st);
+    int pt = st.page_tokens > 0 ? st.page_tokens : 1;
+    int request_pages = (splash_engine_max_context(s->engine) + pt - 1) / pt;
+    const char *reason = NULL, *msg = NULL;
+    if (st.queued >= st.max_queue) reason = "queue_full", msg = "the request queue is full";
+    else if (st.queued > 0 && st.slots_free > 0 && st.pages_free < request_pages)
+        reason = "pool_exhausted", msg = "the KV pool cannot admit the next queued request";
+    if (!reason) {
+        text_reply(r, 200, "{\"status\":\"ready\"}");
+        return;
+    }
+    sb_printf(&r->body,
+              "{\"status\":\"unavailable\",\"reason\":\"%s\",\"message\":\"%s\",\"queued\":%d,\"max_queued\":%d"
+              ",\"active\":%d,\"slots_free\":%d,\"pages_free\":%d,\"pages_total\":%d}",
+              reason, msg, st.queued, st.max_queue, st.active, st.slots_free, st.pages_free, st.pages_total);
+    r->status = 503;
+    r->content_type = "application/json";
+    r->retry_after = 1;
 }
 
 void srv_status(const srv_request *q, srv_reply *r) {
@@ -61,7 +93,7 @@ void srv_status(const srv_request *q, srv_reply *r) {
               ",\"snapshots_held\":%d,\"snapshot_bytes\":%zu,\"snapshots_taken\":%llu,\"snapshots_evicted\":%llu"
               ",\"snapshots_restored\":%llu}"
               ",\"totals\":{\"requests\":%llu,\"prompt_tokens\":%llu,\"completion_tokens\":%llu}"
-              ",\"streams_open\":%llu}",
+              ",\"streams_open\":%llu",
               splash_engine_max_context(s->engine), splash_now() - s->started, st.weight_bytes, st.pool_bytes,
               st.pages_total, st.pages_free, st.page_tokens, st.slots_total, st.slots_free, st.active, st.queued,
               st.max_lanes, st.max_queue, st.plan_budget, st.plan_fixed, st.plan_scratch, st.plan_kv_bytes,
@@ -73,6 +105,12 @@ void srv_status(const srv_request *q, srv_reply *r) {
               (unsigned long long)st.snapshots_restored, (unsigned long long)st.requests_done,
               (unsigned long long)st.prompt_tokens, (unsigned long long)st.completion_tokens,
               (unsigned long long)atomic_load(&s->n_streams_open));
+    sb_printf(&r->body, /* the decode cycle */
+              ",\"speculation\":{\"draft\":\"%s\",\"block_size\":%d,\"cycles\":%llu,\"drafted\":%llu,\"accepted\":%llu"
+              ",\"tokens_per_cycle\":%.3f}}",
+              st.draft, st.block_size, (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
+              (unsigned long long)st.spec_accepted,
+              st.spec_cycles ? (double)(st.spec_accepted + st.spec_cycles) / (double)st.spec_cycles : 0.0);
     r->status = 200;
     r->content_type = "application/json";
 }
@@ -103,6 +141,14 @@ void srv_metrics(const srv_request *q, srv_reply *r) {
     sb_printf(b, "# HELP splash_decode_seconds_total Engine time in decode-only steps.\n"
                  "# TYPE splash_decode_seconds_total counter\nsplash_decode_seconds_total %.6f\n",
               st.decode_seconds);
+    sb_printf(b, "# HELP splash_spec_cycles_total Decode cycles (one verify pass of one request).\n"
+                 "# TYPE splash_spec_cycles_total counter\nsplash_spec_cycles_total %llu\n"
+                 "# HELP splash_spec_draft_tokens_total Draft proposals verified.\n"
+                 "# TYPE splash_spec_draft_tokens_total counter\nsplash_spec_draft_tokens_total %llu\n"
+                 "# HELP splash_spec_accepted_tokens_total Draft proposals accepted.\n"
+                 "# TYPE splash_spec_accepted_tokens_total counter\nsplash_spec_accepted_tokens_total %llu\n",
+              (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
+              (unsigned long long)st.spec_accepted);
     sb_printf(b, "# HELP splash_queue_depth Requests waiting for a lane.\n# TYPE splash_queue_depth gauge\n"
                  "splash_queue_depth %d\n",
               st.queued);

@@ -121,6 +121,30 @@ int srv_test_echo_prompt(const srv_request *q, const json_value *req, srv_reply 
 
 int srv_keepalive_ms(const srv_server *s) { return s->opt.keepalive_ms > 0 ? s->opt.keepalive_ms : 2000; }
 
+/* The engine sets n_prefilled and broadcasts the gen's cv after each prefill
+ * chunk (engine.h), so this wakes once per chunk rather than polling. */
+void srv_gen_progress_wait(splash_gen *g, int processed, int timeout_ms, srv_progress *p) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    if (timeout_ms < 0) timeout_ms = 0;
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) dl.tv_sec++, dl.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        int done = g->n_prefilled > processed || g->state >= SPLASH_GEN_DECODE || g->text.len;
+        if (done || pthread_cond_timedwait(&g->cv, &g->mu, &dl)) break;
+    }
+    p->state = g->state;
+    p->total = g->n_prompt;
+    p->cache = g->n_cached;
+    p->processed = g->n_prefilled > g->n_cached ? g->n_prefilled : g->n_cached;
+    if (g->state >= SPLASH_GEN_DECODE && g->finish != SPLASH_FINISH_ERROR && g->finish != SPLASH_FINISH_CANCELLED)
+        p->processed = g->n_prompt; /* read whole (a gen that ends in its first step never shows DECODE) */
+    p->time_ms = g->t_start > 0 ? 1e3 * (splash_now() - g->t_start) : 0.0;
+    pthread_mutex_unlock(&g->mu);
+}
+
 int srv_count_tokens(const srv_server *s, const char *text, size_t n) {
     if (!n) return 0;
     splash_token_vec v = {0};

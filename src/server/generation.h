@@ -45,6 +45,20 @@ int srv_test_echo_prompt(const srv_request *q, const json_value *req, srv_reply 
 /* The SSE keep-alive interval (--keepalive-ms, default 2000). */
 int srv_keepalive_ms(const srv_server *s);
 
+/* Prompt progress of a gen (llama.cpp's `prompt_progress`): total = the
+ * prompt's tokens, cache = those reused from the prefix cache, processed =
+ * those in the KV so far (cached included; total once the prompt is read),
+ * time_ms = since the gen entered a lane (0 while queued). */
+typedef struct srv_progress {
+    int state; /* SPLASH_GEN_* */
+    int total, cache, processed;
+    double time_ms;
+} srv_progress;
+
+/* Waits up to timeout_ms until more than `processed` prompt tokens are in,
+ * the gen decodes or ends, or text is waiting; fills *p either way. */
+void srv_gen_progress_wait(splash_gen *g, int processed, int timeout_ms, srv_progress *p);
+
 /* Tokens of a text (no special tokens), 0 on failure. */
 int srv_count_tokens(const srv_server *s, const char *text, size_t n);
 

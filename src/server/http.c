@@ -188,6 +188,9 @@ static enum MHD_Result send_reply(srv_server *srv, struct MHD_Connection *c, srv
         MHD_add_response_header(resp, "Retry-After", v);
     }
     if (r->www_authenticate) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    for (int i = 0; i + 1 < (int)(sizeof r->headers / sizeof r->headers[0]) && r->headers[i]; i += 2)
+        MHD_add_response_header(resp, r->headers[i], r->headers[i + 1]);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff"); /* every reply: no MIME sniffing */
     if (origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
         MHD_add_response_header(resp, "Vary", "Origin");
@@ -344,7 +347,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     } else if (!strcmp(method, "POST") && cc->body.len == 0) {
         srv_error(&r, 400, NULL, "empty_body", "the request body is empty");
     } else {
-        srv_request q = {srv, method, path, sb_cstr(&cc->body), cc->body.len};
+        srv_request q = {srv, method, path, sb_cstr(&cc->body), cc->body.len,
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match")};
         handling = c;
         srv_route(&q, &r);
         handling = NULL;

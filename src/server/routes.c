@@ -7,6 +7,7 @@
 void srv_route(const srv_request *q, srv_reply *r) {
     const char *p = q->path, *m = q->method;
     int get = !strcmp(m, "GET") || !strcmp(m, "HEAD"), post = !strcmp(m, "POST");
+    if (get && (!strcmp(p, "/") || !strcmp(p, "/index.html")) && !q->srv->opt.no_webui) return srv_chat_page(q, r);
     if (get && !strcmp(p, "/health")) return srv_health(q, r);
     if (get && !strcmp(p, "/ready")) return srv_ready(q, r);
     if (get && !strcmp(p, "/status")) return srv_status(q, r);
@@ -20,6 +21,10 @@ void srv_route(const srv_request *q, srv_reply *r) {
     if (post && (!strcmp(p, "/v1/completions") || !strcmp(p, "/completions"))) return srv_completions(q, r);
     if (srv_route_anthropic(q, r) || srv_route_responses(q, r)) return;
     if (!strcmp(p, "/v1/completions")) {
+        srv_error(r, 405, NULL, "method_not_allowed", "%s is not allowed on %s", m, p);
+        return;
+    }
+    if ((!strcmp(p, "/") || !strcmp(p, "/index.html")) && !q->srv->opt.no_webui) {
         srv_error(r, 405, NULL, "method_not_allowed", "%s is not allowed on %s", m, p);
         return;
     }

@@ -34,6 +34,7 @@ typedef struct srv_options {
     int test_hooks;
     int body_timeout_ms; /* an upload with no progress for this long gets 408 (default 30 s) */
     int keepalive_ms;    /* SSE keep-alive interval while queued or prefilling (default 2 s) */
+    int no_webui;        /* --no-webui: no chat page at / */
 } srv_options;
 
 typedef struct srv_server {
@@ -51,6 +52,7 @@ typedef struct srv_request {
     const char *path; /* without the query string */
     const char *body;
     size_t body_len;
+    const char *if_none_match; /* the If-None-Match header, or NULL */
 } srv_request;
 
 /* A stream: produce() appends bytes to out, waiting at most ~2 s, and sets
@@ -70,6 +72,8 @@ typedef struct srv_reply {
     int retry_after;          /* seconds, 0 = none */
     int www_authenticate;
     srv_stream stream;        /* stream.produce != NULL: an SSE reply */
+    const char *headers[16];  /* more headers: name, value, ... (strings that outlive the
+                                 reply), ended by NULL */
 } srv_reply;
 
 /* The OpenAI error body: {"error":{"message","type","param","code"}}. */
@@ -94,6 +98,7 @@ void srv_models(const srv_request *q, srv_reply *r);
 void srv_model_one(const srv_request *q, srv_reply *r, const char *id);
 void srv_tokenize(const srv_request *q, srv_reply *r);
 void srv_apply_template(const srv_request *q, srv_reply *r);
+void srv_chat_page(const srv_request *q, srv_reply *r); /* chat_page.c: GET / */
 void srv_chat_completions(const srv_request *q, srv_reply *r);
 void srv_completions(const srv_request *q, srv_reply *r); /* completions.c */
 /* anthropic_messages.c, responses.c: 1 when the path is theirs (r filled,
