@@ -1,6 +1,13 @@
 /* model.c - splash_model_*: the one place that maps a package's architecture
- * to its implementation.  Everything else in the runtime calls model.h and
- * never names an architecture; adding one is a line in `architectures`. */
+ * (and the options' device) to its implementation.  Everything else in the
+ * runtime calls model.h and never names an architecture; adding one is a line
+ * in `architectures`.
+ *
+ * Devices: "cpu" (the default) and "cuda".  The CUDA implementation lives in
+ * .cu files that only nvcc builds (src/models/qwen35/cuda_*.cu); the default
+ * build does not contain it, so it is referenced weakly: linked into a
+ * program (tools/gpu_tests.sh does), the reference resolves; otherwise it is
+ * NULL and loading with device "cuda" says so. */
 #include "runtime/model.h"
 
 #include <stdlib.h>
@@ -10,6 +17,8 @@
 #include "package/package.h"
 #include "runtime/model_ops.h"
 
+extern const splash_model_ops qwen35_cuda_ops __attribute__((weak));
+
 struct splash_model {
     const splash_model_ops *ops;
     void *impl;
@@ -17,10 +26,11 @@ struct splash_model {
 
 static const struct {
     const char *name;
-    const splash_model_ops *ops;
+    const splash_model_ops *ops;  /* device "cpu" */
+    const splash_model_ops *cuda; /* device "cuda"; NULL when not linked in */
 } architectures[] = {
-    {"qwen3_5", &qwen35_ops},
-    {"qwen3_5_moe", &qwen35_ops},
+    {"qwen3_5", &qwen35_ops, &qwen35_cuda_ops},
+    {"qwen3_5_moe", &qwen35_ops, &qwen35_cuda_ops},
 };
 
 int splash_cpu_act_parse(const char *name) {
@@ -34,11 +44,18 @@ int splash_model_load(splash_package *pkg, const splash_model_options *opt, spla
     *out = NULL;
     const char *arch = splash_package_architecture(pkg);
     const splash_model_ops *ops = NULL;
+    int found = 0, cuda = opt && opt->device && !strcmp(opt->device, "cuda");
     for (size_t i = 0; arch && i < sizeof architectures / sizeof architectures[0]; i++)
-        if (!strcmp(arch, architectures[i].name)) ops = architectures[i].ops;
-    if (!ops)
+        if (!strcmp(arch, architectures[i].name)) {
+            found = 1;
+            ops = cuda ? architectures[i].cuda : architectures[i].ops;
+        }
+    if (!found)
         return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: architecture \"%s\" is not one Splash runs (qwen3_5, qwen3_5_moe)",
                            splash_package_dir(pkg), arch ? arch : "(none)");
+    if (!ops)
+        return splash_fail(err, SPLASH_E_UNSUPPORTED,
+                           "device \"cuda\": this build has no CUDA backend (it is linked by tools/gpu_tests.sh; docs/cuda.md)");
     splash_model *m = calloc(1, sizeof *m);
     if (!m) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
     m->ops = ops;

@@ -22,7 +22,13 @@
 
 #include <cuda_runtime_api.h>
 
+#ifdef __cplusplus
+extern "C" { /* status.h has no guards of its own; splash_fail etc. are C functions */
+#endif
 #include "base/status.h"
+#ifdef __cplusplus
+}
+#endif
 
 #define SPLASH_CUDA_REPORT_(expr, e)                                                                     \
     fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, expr, cudaGetErrorString(e),           \

@@ -1,0 +1,506 @@
+/* attention.cu - KV write and split/combine paged attention (attention.h).
+ *
+ * Why it is shaped so.  Decode and verify read every K/V byte of the
+ * context once per layer; the query side is tiny (decode: G = 6 or 8 query
+ * heads per kv head; a 16-row verify: 96 or 128 query vectors).  So a block
+ * owns one kv head's positions and all the query vectors that read them: a
+ * tile of 32 positions is loaded from the pages once (converted to fp32 into
+ * shared memory) and used by every query head of the GQA group and every row
+ * of the lane.  Splitting the context into fixed 256-position pieces gives
+ * enough blocks for the chip at long contexts; at short ones the query
+ * vectors are spread over more blocks instead (the tile is then read again
+ * from L2, not from HBM).  Neither choice changes a result.
+ *
+ * Inside a block, warp w owns QPW query vectors.  Scores: lane t of the warp
+ * takes position t of the tile and computes whole dot products (K rows padded
+ * by one float in shared memory, so the 32 lanes hit 32 banks; q read as
+ * broadcast float4), so no shuffles are needed for a score.  Softmax: online
+ * per query vector (warp max / warp sum over the tile).  P.V: lane d owns
+ * dims d, d+32, ...; the weight of position t is broadcast by a shuffle.
+ *
+ * This is the simple fp32 CUDA-core version: decode is about at the memory
+ * floor, a 16-row verify at long context does ~16x the arithmetic of decode
+ * over the same bytes and becomes compute-bound; tensor cores (K/V int8 or
+ * bf16 are exact in fp16/bf16 operands) are the next step (docs/cuda.md).
+ *
+ * C++ used: templates over head_dim and query vectors per warp; no STL.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
+
+using namespace splash_cuda;
+
+namespace {
+
+constexpr int kFmtF32 = 0, kFmtBf16 = 1, kFmtInt8 = 2; /* SPLASH_KV_* */
+constexpr int kTile = 32;                           /* positions per tile = warp width */
+constexpr int kSplit = SPLASH_CUDA_ATTN_SPLIT;
+constexpr int kMaxWarps = 16;
+constexpr int kMaxQpw = 4;
+constexpr int kMaxSplits = 12288; /* the combine's fac[] within 48 KB of shared memory: 3.1M positions */
+
+size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* ---- KV write ------------------------------------------------------------------ */
+
+struct KvArgs {
+    uint8_t *pool;
+    const splash_cuda_attn_lane *lanes;
+    const float *k, *v;
+    size_t ldk, ldv;
+    size_t k_off, ks_off, v_off, vs_off, layer_off, page_bytes;
+    int format, page_tokens, head_dim, n_lanes;
+};
+
+__device__ __forceinline__ const splash_cuda_attn_lane *lane_of_row(const splash_cuda_attn_lane *lanes, int n_lanes,
+                                                                    int row) {
+    for (int i = 0; i < n_lanes; i++)
+        if (row >= lanes[i].first_row && row < lanes[i].first_row + lanes[i].n_rows) return &lanes[i];
+    return nullptr;
+}
+
+/* One warp per (row, kv head, K or V). */
+__global__ void kv_write_kernel(const KvArgs a) {
+    const int row = blockIdx.x, h = blockIdx.y, isv = blockIdx.z, lane = threadIdx.x;
+    const splash_cuda_attn_lane *ln = lane_of_row(a.lanes, a.n_lanes, row);
+    if (!ln) return;
+    const int pos = ln->n_past + (row - ln->first_row);
+    uint8_t *base = a.pool + (size_t)ln->pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
+    const size_t ri = (size_t)h * a.page_tokens + (size_t)(pos % a.page_tokens);
+    const int hd = a.head_dim;
+    const float *x = (isv ? a.v + (size_t)row * a.ldv : a.k + (size_t)row * a.ldk) + (size_t)h * hd;
+    uint8_t *vals = base + (isv ? a.v_off : a.k_off);
+    if (a.format == kFmtF32) {
+        float *d = reinterpret_cast<float *>(vals) + ri * hd;
+        for (int i = lane; i < hd; i += 32) d[i] = x[i];
+    } else if (a.format == kFmtBf16) {
+        uint16_t *d = reinterpret_cast<uint16_t *>(vals) + ri * hd;
+        for (int i = lane; i < hd; i += 32) d[i] = f32_to_bf16(x[i]);
+    } else {
+        float amax = 0.f;
+        for (int i = lane; i < hd; i += 32) amax = fmaxf(amax, fabsf(x[i]));
+        amax = warp_max(amax);
+        const float s = amax / 127.0f;
+        int8_t *d = reinterpret_cast<int8_t *>(vals) + ri * hd;
+        if (lane == 0) reinterpret_cast<float *>(base + (isv ? a.vs_off : a.ks_off))[ri] = s;
+        if (!(s > 0.0f)) {
+            for (int i = lane; i < hd; i += 32) d[i] = 0;
+            return;
+        }
+        for (int i = lane; i < hd; i += 32) {
+            float r = rintf(x[i] / s);
+            r = r < 127.0f ? r : 127.0f; /* NaN -> 127, as the CPU */
+            r = r > -127.0f ? r : -127.0f;
+            d[i] = (int8_t)r;
+        }
+    }
+}
+
+/* ---- split kernel ---------------------------------------------------------------- */
+
+struct AttnArgs {
+    const uint8_t *pool;
+    const splash_cuda_attn_lane *lanes;
+    const float *q;
+    float *part_o;  /* [splits][rows][n_heads][HD] */
+    float *part_ml; /* [splits][rows][n_heads][2] */
+    size_t ldq;
+    size_t k_off, ks_off, v_off, vs_off, layer_off, page_bytes;
+    int format, page_tokens;
+    int n_heads, group, rows;
+    int qchunk, n_qchunks; /* query vectors per block, blocks per (lane, kv head) */
+    float scale;
+};
+
+template <int HD>
+__host__ __device__ constexpr size_t split_smem_bytes(int qchunk) {
+    return ((size_t)qchunk * HD + (size_t)kTile * (HD + 1) + (size_t)kTile * HD + 2 * kTile) * sizeof(float);
+}
+
+/* Four consecutive values of a K or V row as fp32 (exact widening). */
+__device__ __forceinline__ float4 load4(const uint8_t *p, int format) {
+    if (format == kFmtInt8) {
+        const uint32_t w = *reinterpret_cast<const uint32_t *>(p);
+        return make_float4((float)(int8_t)(w & 0xFF), (float)(int8_t)((w >> 8) & 0xFF),
+                           (float)(int8_t)((w >> 16) & 0xFF), (float)(int8_t)(w >> 24));
+    }
+    if (format == kFmtBf16) {
+        const uint2 w = *reinterpret_cast<const uint2 *>(p);
+        return make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xFFFF0000u),
+                           __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xFFFF0000u));
+    }
+    return *reinterpret_cast<const float4 *>(p);
+}
+
+template <int HD, int QPW>
+__global__ void __launch_bounds__(kMaxWarps * 32) attn_split_kernel(const AttnArgs a) {
+    constexpr int DPL = HD / 32; /* output dims per lane */
+    extern __shared__ __align__(16) float smem[];
+    __shared__ size_t row_off[kTile]; /* byte offset of the tile position's K row (values part) */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const int kvh = blockIdx.x / a.n_qchunks, qc = blockIdx.x % a.n_qchunks;
+    const splash_cuda_attn_lane ln = a.lanes[blockIdx.y];
+    const int G = a.group;
+    const int qv0 = qc * a.qchunk;
+    const int nq = G * ln.n_rows - qv0; /* query vectors of this block */
+    if (nq <= 0) return;
+    const int nqb = nq < a.qchunk ? nq : a.qchunk;
+    const int p0 = blockIdx.z * kSplit;
+    const int last_lim = ln.n_past + (qv0 + nqb - 1) / G + 1; /* the block's longest context */
+    if (p0 >= last_lim) return;
+    const int p1 = min(p0 + kSplit, last_lim);
+
+    float *qs = smem;                       /* [qchunk][HD] */
+    float *ks = qs + (size_t)a.qchunk * HD; /* [kTile][HD + 1] */
+    float *vs = ks + kTile * (HD + 1);      /* [kTile][HD] */
+    float *ksc = vs + kTile * HD;           /* [kTile] K scale (1 unless int8) */
+    float *vsc = ksc + kTile;               /* [kTile] */
+
+    for (int i = threadIdx.x; i < nqb * (HD / 4); i += blockDim.x) {
+        const int qi = i / (HD / 4), d4 = (i % (HD / 4)) * 4;
+        const int qv = qv0 + qi, r = qv / G, h = kvh * G + qv % G;
+        *reinterpret_cast<float4 *>(qs + (size_t)qi * HD + d4) =
+            *reinterpret_cast<const float4 *>(a.q + (size_t)(ln.first_row + r) * a.ldq + (size_t)h * HD + d4);
+    }
+
+    float acc[QPW][DPL], m[QPW], l[QPW];
+    int lim[QPW];
+#pragma unroll
+    for (int k = 0; k < QPW; k++) {
+        const int qi = warp + nwarps * k;
+        lim[k] = qi < nqb ? ln.n_past + (qv0 + qi) / G + 1 : 0;
+        m[k] = -INFINITY, l[k] = 0.f;
+#pragma unroll
+        for (int j = 0; j < DPL; j++) acc[k][j] = 0.f;
+    }
+
+    const size_t vdelta = a.v_off - a.k_off, vsdelta = a.vs_off - a.ks_off;
+    const int vsz = a.format == kFmtInt8 ? 1 : a.format == kFmtBf16 ? 2 : 4;
+    for (int t0 = p0; t0 < p1; t0 += kTile) {
+        __syncthreads(); /* the previous tile is consumed (and qs is written, first time) */
+        if (threadIdx.x < kTile) {
+            const int t = threadIdx.x, pos = t0 + t;
+            if (pos < p1) {
+                const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
+                const size_t lbase = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
+                row_off[t] = lbase + a.k_off + ri * HD * vsz;
+                if (a.format == kFmtInt8) {
+                    const float *sc = reinterpret_cast<const float *>(a.pool + lbase + a.ks_off) + ri;
+                    ksc[t] = sc[0];
+                    vsc[t] = *reinterpret_cast<const float *>(reinterpret_cast<const uint8_t *>(sc) + vsdelta);
+                } else {
+                    ksc[t] = 1.f, vsc[t] = 1.f;
+                }
+            } else {
+                row_off[t] = 0, ksc[t] = 0.f, vsc[t] = 0.f;
+            }
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < kTile * (HD / 4); i += blockDim.x) {
+            const int t = i / (HD / 4), d4 = (i % (HD / 4)) * 4;
+            float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+            if (t0 + t < p1) {
+                const uint8_t *p = a.pool + row_off[t] + (size_t)d4 * vsz;
+                kv = load4(p, a.format);
+                vv = load4(p + vdelta, a.format);
+            }
+            float *kr = ks + t * (HD + 1) + d4;
+            kr[0] = kv.x, kr[1] = kv.y, kr[2] = kv.z, kr[3] = kv.w;
+            *reinterpret_cast<float4 *>(vs + t * HD + d4) = vv;
+        }
+        __syncthreads();
+
+        /* scores: lane = position t0 + lane */
+        float s[QPW];
+#pragma unroll
+        for (int k = 0; k < QPW; k++) s[k] = 0.f;
+        const float *krow = ks + lane * (HD + 1);
+#pragma unroll 4
+        for (int d = 0; d < HD; d += 4) {
+            const float k0 = krow[d], k1 = krow[d + 1], k2 = krow[d + 2], k3 = krow[d + 3];
+#pragma unroll
+            for (int k = 0; k < QPW; k++) {
+                const int qi = warp + nwarps * k;
+                if (qi < nqb) {
+                    const float4 qq = *reinterpret_cast<const float4 *>(qs + (size_t)qi * HD + d);
+                    s[k] = fmaf(qq.x, k0, s[k]);
+                    s[k] = fmaf(qq.y, k1, s[k]);
+                    s[k] = fmaf(qq.z, k2, s[k]);
+                    s[k] = fmaf(qq.w, k3, s[k]);
+                }
+            }
+        }
+        const int pos = t0 + lane;
+        float w[QPW];
+#pragma unroll
+        for (int k = 0; k < QPW; k++) {
+            /* warp-uniform: qi < nqb; invalid query vectors have lim 0 and stay empty */
+            const float sc = pos < lim[k] ? __fmul_rn(__fmul_rn(s[k], ksc[lane]), a.scale) : -INFINITY;
+            const float mnew = fmaxf(m[k], warp_max(sc));
+            float p = 0.f, alpha = 1.f;
+            if (mnew != -INFINITY) {
+                p = expf(sc - mnew);
+                alpha = expf(m[k] - mnew);
+            }
+            l[k] = fmaf(l[k], alpha, warp_sum(p));
+            m[k] = mnew;
+#pragma unroll
+            for (int j = 0; j < DPL; j++) acc[k][j] *= alpha;
+            w[k] = p * vsc[lane];
+        }
+        const int tn = min(kTile, p1 - t0);
+        for (int t = 0; t < tn; t++) {
+            float wt[QPW];
+#pragma unroll
+            for (int k = 0; k < QPW; k++) wt[k] = __shfl_sync(kFull, w[k], t);
+            const float *vrow = vs + t * HD + lane;
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                const float vv = vrow[32 * j];
+#pragma unroll
+                for (int k = 0; k < QPW; k++) acc[k][j] = fmaf(wt[k], vv, acc[k][j]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int k = 0; k < QPW; k++) {
+        const int qi = warp + nwarps * k;
+        if (qi >= nqb) continue;
+        const int qv = qv0 + qi, r = qv / G, h = kvh * G + qv % G;
+        const size_t idx = ((size_t)blockIdx.z * a.rows + (size_t)(ln.first_row + r)) * a.n_heads + h;
+        float *o = a.part_o + idx * HD + lane;
+#pragma unroll
+        for (int j = 0; j < DPL; j++) o[32 * j] = acc[k][j];
+        if (lane == 0) {
+            a.part_ml[2 * idx] = m[k];
+            a.part_ml[2 * idx + 1] = l[k];
+        }
+    }
+}
+
+/* ---- combine --------------------------------------------------------------------- */
+
+struct CombineArgs {
+    const splash_cuda_attn_lane *lanes;
+    const float *part_o, *part_ml, *gate;
+    float *out;
+    size_t ldg, ldo;
+    int n_lanes, rows, n_heads, head_dim;
+    int n_splits; /* the split kernel's grid.z: splits that exist in the workspace */
+};
+
+/* fac[] of the combine kernel, in floats: the splits rounded up to 4.  The
+ * final loop reads fac[s] for s < ns in order; ptxas merges the reads of its
+ * unrolled remainder (fac[s..s+2]) into one wide shared load that runs past
+ * the row's last split, and with exactly `splits` floats allocated that load
+ * left the block's shared memory (compute-sanitizer: "Invalid __shared__ read
+ * of size 12 bytes" in every thread of every combine block when splits = 1).
+ * The padding keeps every such read inside the allocation; the values read
+ * beyond ns are never used. */
+__host__ __device__ constexpr size_t combine_fac_floats(int splits) { return ((size_t)splits + 3) & ~(size_t)3; }
+
+/* One block per (head, row): merge the row's splits. */
+__global__ void attn_combine_kernel(const CombineArgs a) {
+    extern __shared__ __align__(16) float fac[]; /* [combine_fac_floats(n_splits)] */
+    __shared__ float red[32];
+    const int h = blockIdx.x, row = blockIdx.y, hd = a.head_dim;
+    const splash_cuda_attn_lane *ln = lane_of_row(a.lanes, a.n_lanes, row);
+    if (!ln) return;
+    const int ctx = ln->n_past + (row - ln->first_row) + 1;
+    /* ctx <= max_ctx is the caller's promise (attention.h); a lane that breaks
+     * it gets a wrong result for its last positions, never a read outside
+     * the workspace or fac. */
+    const int ns = min((ctx + kSplit - 1) / kSplit, a.n_splits);
+    const size_t stride = (size_t)a.rows * a.n_heads; /* between splits, in (row, head) units */
+    const size_t base = (size_t)row * a.n_heads + h;
+    float mx = -INFINITY;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) mx = fmaxf(mx, a.part_ml[2 * (s * stride + base)]);
+    mx = warp_max(mx);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) mx = fmaxf(mx, red[i]);
+    __syncthreads();
+    float lsum = 0.f;
+    for (int s = threadIdx.x; s < ns; s += blockDim.x) {
+        const float ms = a.part_ml[2 * (s * stride + base)];
+        const float f = ms == -INFINITY ? 0.f : expf(ms - mx);
+        fac[s] = f;
+        lsum = fmaf(a.part_ml[2 * (s * stride + base) + 1], f, lsum);
+    }
+    lsum = block_sum(lsum, red); /* also the barrier after fac[] */
+    const float inv = 1.0f / lsum;
+    const float *g = a.gate ? a.gate + (size_t)row * a.ldg + (size_t)h * hd : nullptr;
+    float *o = a.out + (size_t)row * a.ldo + (size_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float v = 0.f;
+        for (int s = 0; s < ns; s++) v = fmaf(a.part_o[(s * stride + base) * hd + d], fac[s], v);
+        v *= inv;
+        if (g) v = __fmul_rn(v, sigmoidf_(g[d]));
+        o[d] = v;
+    }
+}
+
+/* ---- dispatch ---------------------------------------------------------------------- */
+
+int sm_count() {
+    static int n = 0; /* benign race: every thread computes the same value */
+    if (!n) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v < 1)
+            v = 132;
+        n = v;
+    }
+    return n;
+}
+
+template <int HD, int QPW>
+int launch_split(const AttnArgs &a, dim3 grid, int nwarps, cudaStream_t s) {
+    static bool attr_set = false; /* once per instantiation; setting it again is harmless */
+    const size_t smem = split_smem_bytes<HD>(a.qchunk);
+    if (!attr_set) {
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_split_kernel<HD, QPW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)split_smem_bytes<HD>(kMaxWarps * kMaxQpw)));
+        attr_set = true;
+    }
+    attn_split_kernel<HD, QPW><<<grid, nwarps * 32, smem, s>>>(a);
+    SPLASH_CUDA_LAUNCHED();
+    return SPLASH_OK;
+}
+
+template <int HD>
+int launch_split_hd(const AttnArgs &a, dim3 grid, int qpw, int nwarps, cudaStream_t s) {
+    switch (qpw) {
+    case 1: return launch_split<HD, 1>(a, grid, nwarps, s);
+    case 2: return launch_split<HD, 2>(a, grid, nwarps, s);
+    default: return launch_split<HD, 4>(a, grid, nwarps, s);
+    }
+}
+
+} /* namespace */
+
+/* ---- C API --------------------------------------------------------------------------- */
+
+extern "C" int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, int n_layers, int kv_heads,
+                                          int head_dim, int page_tokens) {
+    if (!l) return SPLASH_E_INVALID;
+    memset(l, 0, sizeof *l);
+    size_t es;
+    switch (format) {
+    case kFmtF32: es = 4; break;
+    case kFmtBf16: es = 2; break;
+    case kFmtInt8: es = 1; break;
+    default: return SPLASH_E_UNSUPPORTED;
+    }
+    if (n_layers < 0 || kv_heads < 1 || page_tokens < 1 || head_dim < 1 || head_dim > 1024) return SPLASH_E_INVALID;
+    l->format = format;
+    l->page_tokens = page_tokens;
+    l->kv_heads = kv_heads;
+    l->head_dim = head_dim;
+    l->n_layers = n_layers;
+    l->value_size = (int)es;
+    const size_t rows = (size_t)kv_heads * (size_t)page_tokens;
+    const size_t values = align64(rows * (size_t)head_dim * es);
+    const size_t scales = format == kFmtInt8 ? align64(rows * sizeof(float)) : 0;
+    l->k_off = 0;
+    l->ks_off = values;
+    l->v_off = values + scales;
+    l->vs_off = l->v_off + values;
+    l->layer_bytes = 2 * (values + scales);
+    l->page_bytes = (size_t)n_layers * l->layer_bytes;
+    return SPLASH_OK;
+}
+
+extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *pool, int layer,
+                                    const splash_cuda_attn_lane *lanes, int n_lanes, int rows, const float *k,
+                                    size_t ldk, const float *v, size_t ldv, struct CUstream_st *stream) {
+    if (!l || !pool || !lanes || !k || !v || layer < 0 || layer >= l->n_layers || n_lanes < 0 || rows < 0 ||
+        l->kv_heads > 65535)
+        return SPLASH_E_INVALID;
+    if (l->format != kFmtF32 && l->format != kFmtBf16 && l->format != kFmtInt8) return SPLASH_E_UNSUPPORTED;
+    if (rows == 0 || n_lanes == 0) return SPLASH_OK;
+    KvArgs a;
+    a.pool = pool, a.lanes = lanes, a.k = k, a.v = v, a.ldk = ldk, a.ldv = ldv;
+    a.k_off = l->k_off, a.ks_off = l->ks_off, a.v_off = l->v_off, a.vs_off = l->vs_off;
+    a.layer_off = (size_t)layer * l->layer_bytes, a.page_bytes = l->page_bytes;
+    a.format = l->format, a.page_tokens = l->page_tokens, a.head_dim = l->head_dim, a.n_lanes = n_lanes;
+    kv_write_kernel<<<dim3((unsigned)rows, (unsigned)l->kv_heads, 2), 32, 0, (cudaStream_t)stream>>>(a);
+    SPLASH_CUDA_LAUNCHED();
+    return SPLASH_OK;
+}
+
+static int n_splits(int max_ctx) { return (max_ctx + kSplit - 1) / kSplit; }
+
+extern "C" size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx) {
+    if (rows < 1 || n_heads < 1 || head_dim < 1 || max_ctx < 1) return 0;
+    const size_t units = (size_t)n_splits(max_ctx) * rows * n_heads;
+    return align64(units * head_dim * sizeof(float)) + align64(units * 2 * sizeof(float));
+}
+
+extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUstream_st *stream) {
+    if (!a || !a->layout || !a->pool || !a->lanes || !a->q || !a->out || !a->workspace) return SPLASH_E_INVALID;
+    const splash_cuda_kv_layout *l = a->layout;
+    const int hd = l->head_dim;
+    if (a->layer < 0 || a->layer >= l->n_layers || a->n_lanes < 0 || a->n_lanes > 65535 || a->rows < 0 ||
+        a->rows > 65535 || a->max_lane_rows < 0 || a->max_ctx < 0 || a->n_heads < 1 || a->n_heads % l->kv_heads ||
+        a->n_heads > 65535 || a->max_ctx > kMaxSplits * kSplit)
+        return SPLASH_E_INVALID;
+    if (hd != 64 && hd != 128 && hd != 256) return SPLASH_E_UNSUPPORTED;
+    if (l->format != kFmtF32 && l->format != kFmtBf16 && l->format != kFmtInt8) return SPLASH_E_UNSUPPORTED;
+    if (a->rows == 0 || a->n_lanes == 0 || a->max_lane_rows == 0 || a->max_ctx == 0) return SPLASH_OK;
+    if (a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, hd, a->max_ctx))
+        return SPLASH_E_RANGE;
+    const cudaStream_t s = (cudaStream_t)stream;
+    const int G = a->n_heads / l->kv_heads, splits = n_splits(a->max_ctx);
+    const int nq = G * a->max_lane_rows;
+
+    /* Query vectors per block: all of them when the (lane, kv head, split)
+     * blocks already fill the chip twice, else spread over more blocks. */
+    const long long base = (long long)a->n_lanes * l->kv_heads * splits, want = 2LL * sm_count();
+    int qchunks = 1;
+    if (base < want) qchunks = (int)((want + base - 1) / base);
+    if (qchunks > nq) qchunks = nq;
+    int qchunk = (nq + qchunks - 1) / qchunks;
+    if (qchunk > kMaxWarps * kMaxQpw) qchunk = kMaxWarps * kMaxQpw;
+    qchunks = (nq + qchunk - 1) / qchunk;
+    const int qpw = qchunk <= kMaxWarps ? 1 : qchunk <= 2 * kMaxWarps ? 2 : 4;
+    const int nwarps = (qchunk + qpw - 1) / qpw;
+    if ((long long)l->kv_heads * qchunks > 0x7FFFFFFFLL) return SPLASH_E_INVALID;
+
+    AttnArgs k;
+    k.pool = a->pool, k.lanes = a->lanes, k.q = a->q;
+    const size_t units = (size_t)splits * a->rows * a->n_heads;
+    k.part_o = (float *)a->workspace;
+    k.part_ml = (float *)((uint8_t *)a->workspace + align64(units * hd * sizeof(float)));
+    k.ldq = a->ldq;
+    k.k_off = l->k_off, k.ks_off = l->ks_off, k.v_off = l->v_off, k.vs_off = l->vs_off;
+    k.layer_off = (size_t)a->layer * l->layer_bytes, k.page_bytes = l->page_bytes;
+    k.format = l->format, k.page_tokens = l->page_tokens;
+    k.n_heads = a->n_heads, k.group = G, k.rows = a->rows;
+    k.qchunk = qchunk, k.n_qchunks = qchunks;
+    k.scale = a->scale;
+    const dim3 grid((unsigned)(l->kv_heads * qchunks), (unsigned)a->n_lanes, (unsigned)splits);
+    int rc;
+    switch (hd) {
+    case 64: rc = launch_split_hd<64>(k, grid, qpw, nwarps, s); break;
+    case 128: rc = launch_split_hd<128>(k, grid, qpw, nwarps, s); break;
+    default: rc = launch_split_hd<256>(k, grid, qpw, nwarps, s); break;
+    }
+    if (rc) return rc;
+
+    CombineArgs c;
+    c.lanes = a->lanes, c.part_o = k.part_o, c.part_ml = k.part_ml, c.gate = a->gate, c.out = a->out;
+    c.ldg = a->ldg, c.ldo = a->ldo;
+    c.n_lanes = a->n_lanes, c.rows = a->rows, c.n_heads = a->n_heads, c.head_dim = hd;
+    c.n_splits = splits;
+    attn_combine_kernel<<<dim3((unsigned)a->n_heads, (unsigned)a->rows), hd >= 256 ? 256 : hd,
+                          combine_fac_floats(splits) * sizeof(float), s>>>(c);
+    SPLASH_CUDA_LAUNCHED();
+    return SPLASH_OK;
+}

@@ -1,0 +1,114 @@
+/* attention.h - gated attention's core over paged KV on the GPU: writing new
+ * K/V rows into the lanes' pages (quantising to the pool's format) and
+ * causal GQA softmax attention for decode and verify (1..16 rows a lane,
+ * several lanes; more rows work, at prefill speed of a simple kernel).
+ *
+ * Page layout: byte for byte the CPU backend's (cpu_kv_layout, attention.c),
+ * so pages, snapshots and prefix-cache entries move between backends.  A page
+ * covers page_tokens consecutive positions of one lane for every attention
+ * layer; per layer, each part 64-byte aligned:
+ *   K values [kv_heads][page_tokens][head_dim]  f32 | bf16 | int8
+ *   K scales [kv_heads][page_tokens]            fp32, int8 only
+ *   V values, V scales                          likewise
+ * int8 is symmetric, one scale per (token, kv head): scale = max|x| / 127,
+ * q = rint(x / scale) clamped to [-127, 127] (all zero when max|x| = 0).  The
+ * GPU quantiser performs the CPU's operations (IEEE division, round to
+ * nearest even), so the stored bytes are identical; bf16 rounds to nearest
+ * even, identical too.
+ *
+ * Lanes: a device array of splash_cuda_attn_lane.  Row r of a lane (global
+ * row first_row + r of q and out) is position n_past + r and attends to
+ * positions [0, n_past + r].  pages is a device array of the lane's page ids,
+ * pages[pos / page_tokens].  Rows that belong to no lane are left untouched.
+ *
+ * Attention = two launches (flash-decoding):
+ *  1. split: one block per (kv head, query chunk, lane, split of
+ *     SPLASH_CUDA_ATTN_SPLIT positions).  The block loads its query vectors
+ *     (the G = n_heads / kv_heads query heads of the kv head times the lane's
+ *     rows: one K/V tile in shared memory serves all of them), streams the
+ *     split's K and V in tiles of 32 positions through shared memory
+ *     (converted to fp32 once per tile), and keeps an online softmax per query
+ *     vector; it writes the unnormalised partial output, max and sum.
+ *  2. combine: one block per (row, head) merges the row's splits, divides,
+ *     and applies the output gate sigmoid(gate) when gate is not NULL.
+ * The arithmetic per (row, head) depends only on its own inputs and the
+ * fixed split length: results do not depend on the batch (other lanes, how
+ * many rows, max_ctx).  They agree with cpu_attention to fp32 rounding (the
+ * softmax is accumulated online and in a different order).
+ *
+ * Workspace: splash_cuda_attn_workspace_bytes(rows, n_heads, head_dim,
+ * max_ctx), device memory owned by the caller.  Nothing is allocated here.
+ * head_dim must be 64, 128 or 256 (SPLASH_E_UNSUPPORTED otherwise).
+ */
+#ifndef SPLASH_CUDA_ATTENTION_H
+#define SPLASH_CUDA_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+#define SPLASH_CUDA_ATTN_SPLIT 256 /* positions per split block: fixes the arithmetic */
+
+/* The CPU's cpu_kv_layout, field for field (format is SPLASH_KV_* of
+ * runtime/model.h: F32 0, BF16 1, INT8 2). */
+typedef struct splash_cuda_kv_layout {
+    int format;
+    int page_tokens, kv_heads, head_dim, n_layers;
+    int value_size;
+    size_t k_off, ks_off, v_off, vs_off; /* parts inside one layer's block */
+    size_t layer_bytes, page_bytes;
+} splash_cuda_kv_layout;
+
+/* The same sizes and offsets as cpu_kv_layout_init (tests compare them). */
+int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, int n_layers, int kv_heads, int head_dim,
+                               int page_tokens);
+
+typedef struct splash_cuda_attn_lane {
+    const int32_t *pages; /* device: page ids, pages[pos / page_tokens] */
+    int n_past;           /* positions before the lane's first row */
+    int first_row, n_rows;
+    int reserved;
+} splash_cuda_attn_lane;
+
+/* Stores k, v ([rows][kv_heads * head_dim], row strides ldk, ldv) of layer
+ * `layer` at positions n_past + r of their lanes.  rows: the row count of k
+ * and v (rows of no lane are skipped). */
+int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *pool, int layer,
+                         const splash_cuda_attn_lane *lanes, int n_lanes, int rows, const float *k, size_t ldk,
+                         const float *v, size_t ldv, struct CUstream_st *stream);
+
+size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx);
+
+typedef struct splash_cuda_attn_args {
+    const splash_cuda_kv_layout *layout; /* host */
+    const uint8_t *pool;                 /* device: the page pool */
+    int layer;
+    const splash_cuda_attn_lane *lanes;  /* device [n_lanes] */
+    int n_lanes;
+    int rows;                            /* rows of q / out (every lane's rows lie below) */
+    int max_lane_rows;                   /* >= every lane's n_rows */
+    int max_ctx;                         /* >= every lane's n_past + n_rows */
+    int n_heads;                         /* query heads, a multiple of kv_heads */
+    const float *q;                      /* [rows][n_heads * head_dim] */
+    size_t ldq;
+    const float *gate;                   /* [rows][n_heads * head_dim] or NULL */
+    size_t ldg;
+    float *out;                          /* [rows][n_heads * head_dim] */
+    size_t ldo;
+    float scale;                         /* head_dim^-0.5 */
+    void *workspace;
+    size_t workspace_bytes;
+} splash_cuda_attn_args;
+
+int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,65 @@
+/* device_util.cuh - small device helpers shared by the CUDA op files
+ * (norm.cu, rope.cu, attention.cu, gdn.cu, moe.cu, act.cu, argmax.cu):
+ * warp and block reductions and the scalar activations written the way the
+ * CPU backend writes them (act.c), so the two backends compute the same
+ * formulas.
+ *
+ * Device-only C++ (included by .cu files, never by C).  No state; every
+ * function is inline.  Block reductions take a caller-provided shared array
+ * of 32 floats and end with a __syncthreads(), so the array can be reused
+ * right after the call.
+ */
+#ifndef SPLASH_CUDA_DEVICE_UTIL_CUH
+#define SPLASH_CUDA_DEVICE_UTIL_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace splash_cuda {
+
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+    return v;
+}
+
+/* Sum over the whole block (blockDim.x a multiple of 32); every thread gets
+ * the total.  red: __shared__ float[32]. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0.f;
+    for (int i = 0; i < nw; i++) t += red[i]; /* fixed order: the same total in every thread */
+    __syncthreads();
+    return t;
+}
+
+/* torch / act.c: sigmoid 1/(1+e^-x), silu x/(1+e^-x), softplus with
+ * threshold 20.  IEEE division (nvcc's default -prec-div=true). */
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* Round to nearest even; NaN stays NaN (tensor.h splash_f32_to_bf16). */
+__device__ __forceinline__ uint16_t f32_to_bf16(float f) {
+    const uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+} /* namespace splash_cuda */
+
+#endif

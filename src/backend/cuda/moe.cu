@@ -1,0 +1,234 @@
+/* moe.cu - MoE routing and the host-driven grouped expert product (moe.h).
+ *
+ * route: one warp per row, the row's probabilities in shared memory.  The
+ * softmax is the CPU's (max subtracted, expf, divided by the sum; the sum is
+ * a warp tree here, not a sequential loop), the top-k is k rounds of a warp
+ * argmax (larger p, then lower id), and the renormalising sum runs in the
+ * order of selection as the CPU's does.  Lane 0 sorts the choice by id.
+ *
+ * experts: see moe.h.  Gather and scatter take their row lists by value (a
+ * kernel argument of 16 rows), so nothing is copied to the device per expert.
+ *
+ * C++ used: none beyond CUDA's launch syntax.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/cuda/act.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/moe.h"
+
+using namespace splash_cuda;
+
+namespace {
+
+constexpr int kRouteWarps = 4;
+constexpr int kGroup = SPLASH_Q4_MAX_M; /* rows of one expert product */
+
+__global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int E, int k, int norm, int32_t *idx,
+                                 float *wout) {
+    extern __shared__ float probs[]; /* [kRouteWarps][E] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r = blockIdx.x * kRouteWarps + warp;
+    if (r >= rows) return; /* whole warps: no block barrier below */
+    float *p = probs + (size_t)warp * E;
+    const float *x = logits + (size_t)r * ldl;
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, x[e]);
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int e = lane; e < E; e += 32) {
+        const float v = expf(x[e] - mx);
+        p[e] = v;
+        sum += v;
+    }
+    sum = warp_sum(sum);
+    for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
+    __syncwarp();
+    int sel_i[SPLASH_CUDA_MOE_MAX_TOPK];
+    float sel_w[SPLASH_CUDA_MOE_MAX_TOPK];
+    for (int kk = 0; kk < k; kk++) {
+        float bv = -1.f; /* probabilities are >= 0; taken ones are set to -1 */
+        int bi = E;
+        for (int e = lane; e < E; e += 32)
+            if (p[e] > bv) bv = p[e], bi = e; /* ascending e: ties keep the lower id */
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(kFull, bv, o);
+            const int oi = __shfl_xor_sync(kFull, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+        }
+        if (bi >= E) { /* every untaken p is NaN: the lowest untaken id, as the CPU; never p[E] */
+            int lo = E;
+            for (int e = lane; e < E; e += 32)
+                if (p[e] != -1.f) { lo = e; break; }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) lo = min(lo, __shfl_xor_sync(kFull, lo, o));
+            bi = lo < E ? lo : 0; /* lo < E: k <= E leaves one untaken */
+        }
+        if (lane == 0) {
+            sel_i[kk] = bi;
+            sel_w[kk] = p[bi];
+            p[bi] = -1.f;
+        }
+        __syncwarp();
+    }
+    if (lane != 0) return;
+    if (norm) {
+        float s = 0.f;
+        for (int kk = 0; kk < k; kk++) s += sel_w[kk];
+        for (int kk = 0; kk < k; kk++) sel_w[kk] = sel_w[kk] / s;
+    }
+    for (int a = 1; a < k; a++) /* insertion sort by expert id */
+        for (int b = a; b > 0 && sel_i[b - 1] > sel_i[b]; b--) {
+            const int ti = sel_i[b];
+            sel_i[b] = sel_i[b - 1], sel_i[b - 1] = ti;
+            const float tw = sel_w[b];
+            sel_w[b] = sel_w[b - 1], sel_w[b - 1] = tw;
+        }
+    for (int kk = 0; kk < k; kk++) {
+        idx[(size_t)r * k + kk] = sel_i[kk];
+        wout[(size_t)r * k + kk] = sel_w[kk];
+    }
+}
+
+struct RowList {
+    int n;
+    int rows[kGroup];
+    float w[kGroup];
+};
+
+__global__ void gather_kernel(const float *xn, size_t ldx, float *mx, int H, const RowList l) {
+    const int i = blockIdx.y;
+    const float *src = xn + (size_t)l.rows[i] * ldx;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) mx[(size_t)i * H + c] = src[c];
+}
+
+/* fo[row_i] = fo[row_i] + mo[i] * w_i, as ffn.c (one expert at a time) */
+__global__ void scatter_add_kernel(float *fo, size_t ldf, const float *mo, int H, const RowList l) {
+    const int i = blockIdx.y;
+    float *dst = fo + (size_t)l.rows[i] * ldf;
+    const float w = l.w[i];
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x)
+        dst[c] = __fadd_rn(dst[c], __fmul_rn(mo[(size_t)i * H + c], w));
+}
+
+size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* One group of up to 16 rows through expert e; fo accumulates. */
+int run_group(const splash_q4_matrix *gate, const splash_q4_matrix *up, const splash_q4_matrix *down,
+              const RowList &l, const float *xn, size_t ldx, float *fo, size_t ldf, splash_cuda_moe_scratch *s,
+              cudaStream_t st) {
+    const int H = s->hidden, I = s->inter, n = l.n;
+    const dim3 gh((unsigned)((H + 1023) / 1024), (unsigned)n);
+    gather_kernel<<<gh, 256, 0, st>>>(xn, ldx, s->mx, H, l);
+    SPLASH_CUDA_LAUNCHED();
+    int rc = splash_q4_prep_x(&s->xh, s->mx, n, H, H, st);
+    if (!rc) rc = splash_q4_matmul(gate, &s->xh, s->h1, st);
+    if (!rc) rc = splash_q4_matmul(up, &s->xh, s->h2, st);
+    if (!rc) rc = splash_cuda_silu_mul(s->h1, I, s->h2, I, s->h1, I, n, I, st);
+    if (!rc) rc = splash_q4_prep_x(&s->xi, s->h1, n, I, I, st);
+    if (!rc) rc = splash_q4_matmul(down, &s->xi, s->mo, st);
+    if (rc) return rc;
+    scatter_add_kernel<<<gh, 256, 0, st>>>(fo, ldf, s->mo, H, l);
+    SPLASH_CUDA_LAUNCHED();
+    return SPLASH_OK;
+}
+
+} /* namespace */
+
+extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int n_experts, int top_k,
+                                     int norm_topk, int32_t *idx, float *w, struct CUstream_st *stream) {
+    if (!logits || !idx || !w || rows < 0 || n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS ||
+        top_k < 1 || top_k > SPLASH_CUDA_MOE_MAX_TOPK || top_k > n_experts)
+        return SPLASH_E_INVALID;
+    if (!rows) return SPLASH_OK;
+    const unsigned blocks = (unsigned)((rows + kRouteWarps - 1) / kRouteWarps);
+    moe_route_kernel<<<blocks, kRouteWarps * 32, (size_t)kRouteWarps * n_experts * sizeof(float),
+                       (cudaStream_t)stream>>>(logits, ldl, rows, n_experts, top_k, norm_topk, idx, w);
+    SPLASH_CUDA_LAUNCHED();
+    return SPLASH_OK;
+}
+
+extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_rows, int hidden, int inter,
+                                            int top_k) {
+    if (!s) return SPLASH_E_INVALID;
+    memset(s, 0, sizeof *s);
+    if (max_rows < 1 || hidden < 64 || hidden % 64 || inter < 64 || inter % 64 || top_k < 1 ||
+        top_k > SPLASH_CUDA_MOE_MAX_TOPK)
+        return SPLASH_E_INVALID;
+    s->max_rows = max_rows, s->hidden = hidden, s->inter = inter, s->top_k = top_k;
+    const size_t bxh = align256(splash_q4_xprep_bytes(hidden)), bxi = align256(splash_q4_xprep_bytes(inter));
+    const size_t bH = align256((size_t)kGroup * hidden * sizeof(float));
+    const size_t bI = align256((size_t)kGroup * inter * sizeof(float));
+    uint8_t *d;
+    SPLASH_CUDA_TRY(cudaMalloc((void **)&d, bxh + bxi + 2 * bH + 2 * bI));
+    s->dev = d;
+    splash_q4_xprep_init(&s->xh, d, hidden);
+    splash_q4_xprep_init(&s->xi, d + bxh, inter);
+    s->mx = (float *)(d + bxh + bxi);
+    s->mo = (float *)(d + bxh + bxi + bH);
+    s->h1 = (float *)(d + bxh + bxi + 2 * bH);
+    s->h2 = (float *)(d + bxh + bxi + 2 * bH + bI);
+    const size_t n = (size_t)max_rows * top_k;
+    cudaError_t e = cudaMallocHost((void **)&s->idx_host, n * sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&s->w_host, n * sizeof(float));
+    if (e != cudaSuccess) {
+        SPLASH_CUDA_REPORT_("cudaMallocHost", e);
+        splash_cuda_moe_scratch_free(s);
+        return SPLASH_E_IO;
+    }
+    return SPLASH_OK;
+}
+
+extern "C" void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s) {
+    if (!s) return;
+    if (s->dev) cudaFree(s->dev);
+    if (s->idx_host) cudaFreeHost(s->idx_host);
+    if (s->w_host) cudaFreeHost(s->w_host);
+    memset(s, 0, sizeof *s);
+}
+
+extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                       const splash_q4_matrix *down, int n_experts, const int32_t *idx,
+                                       const float *w, int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
+                                       splash_cuda_moe_scratch *s, struct CUstream_st *stream) {
+    if (!gate || !up || !down || !idx || !w || !xn || !fo || !s || !s->dev || rows < 0 || rows > s->max_rows ||
+        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || ldx < (size_t)s->hidden ||
+        ldf < (size_t)s->hidden)
+        return SPLASH_E_INVALID;
+    const cudaStream_t st = (cudaStream_t)stream;
+    const int H = s->hidden, k = s->top_k;
+    if (!rows) return SPLASH_OK;
+    SPLASH_CUDA_TRY(cudaMemset2DAsync(fo, ldf * sizeof(float), 0, (size_t)H * sizeof(float), (size_t)rows, st));
+    const size_t n = (size_t)rows * k;
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(s->idx_host, idx, n * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(s->w_host, w, n * sizeof(float), cudaMemcpyDeviceToHost, st));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(st));
+    for (size_t i = 0; i < n; i++)
+        if (s->idx_host[i] < 0 || s->idx_host[i] >= n_experts) return SPLASH_E_INVALID;
+    /* Experts in ascending id; each one's rows in ascending row (a row picks
+     * an expert at most once), in groups of 16. */
+    for (int e = 0; e < n_experts; e++) {
+        RowList l;
+        l.n = 0;
+        for (int r = 0; r < rows; r++)
+            for (int kk = 0; kk < k; kk++)
+                if (s->idx_host[(size_t)r * k + kk] == e) {
+                    l.rows[l.n] = r;
+                    l.w[l.n++] = s->w_host[(size_t)r * k + kk];
+                    if (l.n == kGroup) {
+                        int rc = run_group(&gate[e], &up[e], &down[e], l, xn, ldx, fo, ldf, s, st);
+                        if (rc) return rc;
+                        l.n = 0;
+                    }
+                }
+        if (l.n) {
+            int rc = run_group(&gate[e], &up[e], &down[e], l, xn, ldx, fo, ldf, s, st);
+            if (rc) return rc;
+        }
+    }
+    return SPLASH_OK;
+}

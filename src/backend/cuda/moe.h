@@ -1,0 +1,78 @@
+/* moe.h - the routed experts of the MoE block on the GPU (models.md "FFN",
+ * models/qwen35/ffn.c):
+ *
+ *   route    p = softmax(router logits) in fp32; the top_k experts (ties to
+ *            the lower id), their weights renormalised by their sum when
+ *            norm_topk; the choice then sorted by expert id.
+ *   experts  fo[r] = sum over r's experts e, in ascending e, of
+ *            w_e * down_e(silu(gate_e x_r) * up_e x_r), on the q4 product
+ *            (q4_matmul.h) with the rows routed to one expert gathered into
+ *            one product of up to 16 rows (each expert's weights are read
+ *            once per 16 of its rows).
+ *
+ * The experts step is host-driven in this first version: it copies the
+ * routing (rows x top_k ids and weights) to pinned host memory, waits for the
+ * stream, and launches per active expert gather, prep, gate, up, silu*up,
+ * prep, down and a weighted scatter-add.  Correct and batch-invariant (a
+ * row's sum runs over its experts in ascending id whatever else is in the
+ * batch) but it synchronises once per layer and costs ~8 launches per active
+ * expert, so it cannot run inside a CUDA graph; docs/cuda.md has the device-
+ * driven grouped product that replaces it.
+ *
+ * The shared expert is three plain q4 products plus splash_cuda_moe_shared_add
+ * (act.h).
+ */
+#ifndef SPLASH_CUDA_MOE_H
+#define SPLASH_CUDA_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/q4_matmul.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+#define SPLASH_CUDA_MOE_MAX_EXPERTS 1024
+#define SPLASH_CUDA_MOE_MAX_TOPK 32
+
+/* logits [rows][n_experts] (stride ldl) -> idx [rows][top_k] ascending
+ * expert id, w [rows][top_k] their weights. */
+int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int n_experts, int top_k, int norm_topk,
+                          int32_t *idx, float *w, struct CUstream_st *stream);
+
+/* Scratch of the experts step: device buffers for 16 gathered rows and two
+ * prepared activations, pinned host buffers for the routing. */
+typedef struct splash_cuda_moe_scratch {
+    int max_rows, hidden, inter, top_k;
+    void *dev;                /* one device allocation for everything below */
+    splash_q4_xprep xh, xi;   /* prepared gathered rows (cap hidden) / hidden states (cap inter) */
+    float *mx;                /* [16][hidden] gathered input rows */
+    float *h1, *h2;           /* [16][inter] gate and up outputs */
+    float *mo;                /* [16][hidden] down output */
+    int32_t *idx_host;        /* pinned [max_rows][top_k] */
+    float *w_host;            /* pinned [max_rows][top_k] */
+} splash_cuda_moe_scratch;
+
+/* Allocates (cudaMalloc, cudaMallocHost): 0, SPLASH_E_INVALID, or
+ * SPLASH_E_IO when the runtime refuses.  hidden, inter: multiples of 64. */
+int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_rows, int hidden, int inter, int top_k);
+void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s);
+
+/* gate, up ([inter, hidden]) and down ([hidden, inter]): host arrays of
+ * n_experts q4 matrices on the device (only the experts chosen are read).
+ * idx, w: splash_cuda_moe_route's output on the device.  xn [rows][hidden]
+ * (stride ldx) in, fo [rows][hidden] (stride ldf) out, fully written.
+ * Returns after enqueueing the last launch (the routing copy is waited for). */
+int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up, const splash_q4_matrix *down,
+                            int n_experts, const int32_t *idx, const float *w, int rows, const float *xn, size_t ldx,
+                            float *fo, size_t ldf, splash_cuda_moe_scratch *s, struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,336 @@
+/* cuda_forward.cu - one ragged batch (lanes x rows) through Qwen3.5 on the
+ * GPU: the CPU's forward.c composed of the device kernels.
+ *
+ *   1. validate the batch on the host, with forward.c's rules and messages
+ *      (nothing is written before the batch is known good);
+ *   2. the descriptor (cuda_model.h): positions, token ids, the verify-save
+ *      map, the LOGITS and TAPS rows, page tables, and the lane arrays the
+ *      kernels take (whole lanes for the KV write, lanes cut to each
+ *      attention call's rows, GDN lanes per layer with their state pointers),
+ *      written to pinned memory and uploaded with one copy;
+ *   3. embedding, then per layer  x += Mixer(rmsnorm(x));  x += FFN(rmsnorm(x))
+ *      (cuda_layers.cu), taps after the layers that have them;
+ *   4. the LOGITS rows, gathered in row order, 64 at a time through the final
+ *      norm and lm_head, each pass copied to the host.
+ *
+ * Matrix products (qc_products): q4 matrices take 16 rows per launch (the
+ * q4 kernel's limit), one prepared activation per 16 rows shared by every
+ * matrix that reads it; a prefill of R rows therefore reads each q4 weight
+ * ceil(R / 16) times.  A row's result does not depend on the other rows
+ * (q4_matmul.h), so decode, verify and prefill rows get the same numbers.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/rows.h"
+#include "models/qwen35/cuda_model.h"
+
+/* ---- products ----------------------------------------------------------------- */
+
+int qc_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n) {
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    int q4_cols = 0;
+    for (int j = 0; j < n; j++) {
+        const qc_matrix *w = p[j].w;
+        if (j && w->cols != p[0].w->cols) return SPLASH_E_INVALID;
+        if (w->is_q4) {
+            q4_cols = w->cols;
+            continue;
+        }
+        int rc = splash_cuda_dense_matmul(&w->dense, x, ldx, R, p[j].y, (size_t)w->rows, m->stream);
+        if (rc) return rc;
+    }
+    if (!q4_cols) return 0;
+    for (int r0 = 0; r0 < R; r0 += SPLASH_Q4_MAX_M) {
+        const int M = R - r0 < SPLASH_Q4_MAX_M ? R - r0 : SPLASH_Q4_MAX_M;
+        int rc = splash_q4_prep_x(&m->xp, x + (size_t)r0 * ldx, M, q4_cols, (int)ldx, s);
+        if (rc) return rc;
+        for (int j = 0; j < n; j++) {
+            const qc_matrix *w = p[j].w;
+            if (!w->is_q4) continue;
+            if ((rc = splash_q4_matmul(&w->q4, &m->xp, p[j].y + (size_t)r0 * w->rows, s))) return rc;
+        }
+    }
+    return 0;
+}
+
+/* ---- validation (forward.c's rules) ------------------------------------------------ */
+
+static int validate(qc_model *m, const splash_batch *b, splash_error *err) {
+    const qwen35_dims *d = &m->d;
+    if (!b || !b->lanes || !b->rows) return splash_fail(err, SPLASH_E_INVALID, "forward: empty batch");
+    if (m->n_slots <= 0) return splash_fail(err, SPLASH_E_INVALID, "forward: no memory attached");
+    if (b->n_rows < 1 || b->n_rows > m->max_rows)
+        return splash_fail(err, SPLASH_E_RANGE, "forward: %d rows, the model was loaded for 1..%d", b->n_rows,
+                           m->max_rows);
+    if (b->n_lanes < 1 || b->n_lanes > m->max_lanes)
+        return splash_fail(err, SPLASH_E_RANGE, "forward: %d lanes, the model was loaded for 1..%d", b->n_lanes,
+                           m->max_lanes);
+    int next = 0, verify_rows = 0;
+    for (int i = 0; i < b->n_lanes; i++) {
+        const splash_lane *l = &b->lanes[i];
+        if (l->first_row != next || l->n_rows < 1 || l->first_row + l->n_rows > b->n_rows)
+            return splash_fail(err, SPLASH_E_INVALID,
+                               "forward: lane %d has rows [%d, %d); lanes must cover the rows contiguously, in order", i,
+                               l->first_row, l->first_row + l->n_rows);
+        next += l->n_rows;
+        if (l->slot < 0 || l->slot >= m->n_slots)
+            return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d slot %d outside [0, %d)", i, l->slot, m->n_slots);
+        for (int j = 0; j < i; j++)
+            if (b->lanes[j].slot == l->slot)
+                return splash_fail(err, SPLASH_E_INVALID, "forward: lanes %d and %d share slot %d", j, i, l->slot);
+        if (l->mode != SPLASH_LANE_PREFILL && l->mode != SPLASH_LANE_VERIFY)
+            return splash_fail(err, SPLASH_E_INVALID, "forward: lane %d mode %d unknown", i, l->mode);
+        if (l->mode == SPLASH_LANE_VERIFY) {
+            if (l->n_rows > QWEN35_MAX_VERIFY_ROWS)
+                return splash_fail(err, SPLASH_E_RANGE, "forward: verify lane %d has %d rows (at most %d)", i, l->n_rows,
+                                   QWEN35_MAX_VERIFY_ROWS);
+            verify_rows += l->n_rows;
+        }
+        if (l->n_past < 0 || (int64_t)l->n_past + l->n_rows > d->max_positions)
+            return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d positions [%d, %d) beyond the model's %d", i,
+                               l->n_past, l->n_past + l->n_rows, d->max_positions);
+        if (d->n_attn) {
+            int64_t need = ((int64_t)l->n_past + l->n_rows + QWEN35_PAGE_TOKENS - 1) / QWEN35_PAGE_TOKENS;
+            if (!l->pages || l->n_pages < need)
+                return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d needs %lld pages for %d positions, has %d", i,
+                                   (long long)need, l->n_past + l->n_rows, l->pages ? l->n_pages : 0);
+            if ((int64_t)l->n_past + l->n_rows > (int64_t)m->ctx_cap)
+                return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d context %d exceeds the attached pool (%d)", i,
+                                   l->n_past + l->n_rows, m->ctx_cap);
+            for (int64_t p = 0; p < need; p++)
+                if (l->pages[p] < 0 || l->pages[p] >= m->n_pages)
+                    return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d page[%lld] = %d outside the pool [0, %d)",
+                                       i, (long long)p, l->pages[p], m->n_pages);
+        }
+    }
+    if (next != b->n_rows)
+        return splash_fail(err, SPLASH_E_INVALID, "forward: lanes cover %d rows of %d", next, b->n_rows);
+    if (verify_rows > m->verify_cap && d->n_gdn)
+        return splash_fail(err, SPLASH_E_RANGE, "forward: %d verify rows, at most %d", verify_rows, m->verify_cap);
+    for (int r = 0; r < b->n_rows; r++) {
+        const splash_row *row = &b->rows[r];
+        if (!row->embed && (row->token < 0 || row->token >= d->vocab))
+            return splash_fail(err, SPLASH_E_RANGE, "forward: row %d token %d outside the vocabulary [0, %d)", r,
+                               row->token, d->vocab);
+        if (row->flags & ~(uint32_t)(SPLASH_ROW_LOGITS | SPLASH_ROW_TAPS))
+            return splash_fail(err, SPLASH_E_INVALID, "forward: row %d has unknown flags 0x%x", r, row->flags);
+        if ((row->flags & SPLASH_ROW_LOGITS) && !b->logits)
+            return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for logits but the batch has no buffer", r);
+        if ((row->flags & SPLASH_ROW_TAPS) && (!b->taps || m->n_taps == 0))
+            return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for taps but %s", r,
+                               m->n_taps ? "the batch has no buffer" : "the model was loaded without tap layers");
+    }
+    return 0;
+}
+
+/* ---- the descriptor ------------------------------------------------------------------ */
+
+/* GDN lanes of the chunked kernel: PREFILL lanes of at least
+ * QWEN35_CHUNKED_MIN_ROWS rows, as the CPU (gdn.c); the rest run the
+ * recurrence. */
+static int chunked_lane(const splash_lane *l) {
+    return l->mode == SPLASH_LANE_PREFILL && l->n_rows >= QWEN35_CHUNKED_MIN_ROWS;
+}
+
+/* Fills the pinned descriptor and the host-side plan in f; returns the bytes
+ * to upload (everything before the page tables, then the tables used). */
+static size_t build_desc(qc_fwd *f) {
+    qc_model *m = f->m;
+    const qwen35_dims *d = &m->d;
+    const splash_batch *b = f->b;
+    const qc_desc_plan *p = &m->plan;
+    uint8_t *h = m->desc_host;
+    int32_t *pos = (int32_t *)(h + p->pos), *tok = (int32_t *)(h + p->tok), *vmap = (int32_t *)(h + p->vmap);
+    int32_t *head = (int32_t *)(h + p->head_rows), *tap = (int32_t *)(h + p->tap_rows);
+    f->n_head = f->n_tap = 0;
+    for (int r = 0; r < f->R; r++) {
+        const splash_row *row = &b->rows[r];
+        pos[r] = row->pos[0];
+        tok[r] = row->embed ? -1 : row->token;
+        vmap[r] = -1;
+        if (row->flags & SPLASH_ROW_LOGITS) head[f->n_head++] = r;
+        if (row->flags & SPLASH_ROW_TAPS) tap[f->n_tap++] = r;
+    }
+    /* lanes: page tables, whole attention lanes, the verify map and pending list */
+    splash_cuda_attn_lane *al = (splash_cuda_attn_lane *)(h + p->alanes);
+    int32_t *pages_h = (int32_t *)(h + p->pages);
+    int32_t *pages_d = qc_desc_i32(m, p->pages);
+    int vrow = 0;
+    f->max_lane_rows = 0;
+    m->n_pending = 0; /* uncommitted verify rows of the previous call are dropped */
+    for (int i = 0; i < b->n_lanes; i++) {
+        const splash_lane *l = &b->lanes[i];
+        if (l->n_rows > f->max_lane_rows) f->max_lane_rows = l->n_rows;
+        memset(&al[i], 0, sizeof al[i]);
+        if (d->n_attn) {
+            const int need = (l->n_past + l->n_rows + QWEN35_PAGE_TOKENS - 1) / QWEN35_PAGE_TOKENS;
+            memcpy(pages_h + (size_t)i * m->pages_per_lane, l->pages, (size_t)need * sizeof(int32_t));
+            al[i].pages = pages_d + (size_t)i * m->pages_per_lane;
+        }
+        al[i].n_past = l->n_past, al[i].first_row = l->first_row, al[i].n_rows = l->n_rows;
+        if (l->mode == SPLASH_LANE_VERIFY) {
+            qc_pending *pd = &m->pending[m->n_pending++];
+            pd->slot = l->slot, pd->first = vrow, pd->n_rows = l->n_rows;
+            for (int r = 0; r < l->n_rows; r++) vmap[l->first_row + r] = vrow++;
+        }
+    }
+    f->n_vrows = vrow;
+    /* attention calls: batch rows [r0, r1) each, lanes cut to them */
+    f->n_chunks = 0;
+    if (d->n_attn) {
+        splash_cuda_attn_lane *cl = (splash_cuda_attn_lane *)(h + p->clanes);
+        for (int r0 = 0; r0 < f->R; r0 += m->attn_rows) {
+            qc_chunk *c = &m->chunks[f->n_chunks];
+            splash_cuda_attn_lane *out = cl + (size_t)f->n_chunks * m->max_lanes;
+            c->r0 = r0, c->r1 = r0 + m->attn_rows < f->R ? r0 + m->attn_rows : f->R;
+            c->n_lanes = c->max_lane_rows = c->max_ctx = 0;
+            for (int i = 0; i < b->n_lanes; i++) {
+                const int a0 = al[i].first_row > c->r0 ? al[i].first_row : c->r0;
+                const int a1 = al[i].first_row + al[i].n_rows < c->r1 ? al[i].first_row + al[i].n_rows : c->r1;
+                if (a0 >= a1) continue;
+                splash_cuda_attn_lane *o = &out[c->n_lanes++];
+                *o = al[i];
+                o->n_past = al[i].n_past + (a0 - al[i].first_row);
+                o->first_row = a0 - c->r0;
+                o->n_rows = a1 - a0;
+                if (o->n_rows > c->max_lane_rows) c->max_lane_rows = o->n_rows;
+                if (o->n_past + o->n_rows > c->max_ctx) c->max_ctx = o->n_past + o->n_rows;
+            }
+            f->n_chunks++;
+        }
+    }
+    /* GDN lanes per layer: the recurrence's first, then the chunked kernel's */
+    f->n_rec = f->n_chunked = 0;
+    if (d->n_gdn) {
+        splash_cuda_gdn_lane *gl = (splash_cuda_gdn_lane *)(h + p->glanes);
+        const size_t hs = (size_t)d->hv * d->dk * d->dv;
+        for (int gi = 0; gi < d->n_gdn; gi++) {
+            splash_cuda_gdn_lane *o = gl + (size_t)gi * m->max_lanes;
+            int k = 0;
+            for (int pass = 0; pass < 2; pass++) {
+                int vl = 0; /* ordinal among the verify lanes: its scratch state */
+                for (int i = 0; i < b->n_lanes; i++) {
+                    const splash_lane *l = &b->lanes[i];
+                    const int verify = l->mode == SPLASH_LANE_VERIFY;
+                    if (chunked_lane(l) == (pass == 0)) {
+                        vl += verify;
+                        continue;
+                    }
+                    splash_cuda_gdn_lane *g = &o[k++];
+                    memset(g, 0, sizeof *g);
+                    g->conv_state = qc_conv_state(m, l->slot, gi);
+                    g->s_in = qc_delta_state(m, l->slot, gi);
+                    g->s_out = verify ? m->vstate + (size_t)vl * hs : qc_delta_state(m, l->slot, gi);
+                    g->first_row = l->first_row, g->n_rows = l->n_rows;
+                    g->update_conv = !verify;
+                    vl += verify;
+                }
+                if (gi == 0) {
+                    if (pass == 0)
+                        f->n_rec = k;
+                    else
+                        f->n_chunked = k - f->n_rec;
+                }
+            }
+        }
+    }
+    return p->pages + (size_t)(d->n_attn ? b->n_lanes : 0) * m->pages_per_lane * sizeof(int32_t);
+}
+
+/* ---- pieces ----------------------------------------------------------------------------- */
+
+static int embed(qc_fwd *f) {
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    const int32_t *ids = qc_desc_i32(m, m->plan.tok);
+    if (m->w.embed.is_q4)
+        QC_TRY(f, splash_cuda_embed_rows_q4(&m->w.embed.q4, ids, f->R, m->x, H, m->stream));
+    else
+        QC_TRY(f, splash_cuda_embed_rows_dense(&m->w.embed.dense, ids, f->R, m->x, H, m->stream));
+    for (int r = 0; r < f->R; r++) /* embedding overrides (images) */
+        if (f->b->rows[r].embed)
+            SPLASH_CUDA_TRY(cudaMemcpyAsync(m->x + (size_t)r * H, f->b->rows[r].embed, H * sizeof(float),
+                                            cudaMemcpyHostToDevice, s));
+    return 0;
+}
+
+static int norm_rows(qc_fwd *f, const float *in, const float *factor, int rows, float *out) {
+    const size_t H = (size_t)f->m->d.hidden;
+    QC_TRY(f, splash_cuda_rmsnorm(in, H, 0, out, H, 0, factor, 0.f, (int)H, rows, 1, f->m->d.rms_eps, f->m->stream));
+    return 0;
+}
+
+static int write_taps(qc_fwd *f, int layer) {
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden;
+    for (int t = 0; t < m->n_taps; t++)
+        if (m->tap_layers[t] == layer)
+            QC_TRY(f, splash_cuda_gather_rows(m->x, H, qc_desc_i32(m, m->plan.tap_rows), f->n_tap, m->taps + (size_t)t * H,
+                                              (size_t)m->n_taps * H, (int)H, m->stream));
+    return 0;
+}
+
+/* The LOGITS rows (compacted in row order) through the final norm and lm_head. */
+static int head(qc_fwd *f) {
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden, V = (size_t)m->d.vocab;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    const int32_t *rows = qc_desc_i32(m, m->plan.head_rows);
+    for (int k0 = 0; k0 < f->n_head; k0 += m->head_cap) {
+        const int nk = f->n_head - k0 < m->head_cap ? f->n_head - k0 : m->head_cap;
+        QC_TRY(f, splash_cuda_gather_rows(m->x, H, rows + k0, nk, m->tmp, H, (int)H, m->stream));
+        int rc = norm_rows(f, m->tmp, m->w.final_norm, nk, m->xn);
+        if (rc) return rc;
+        const qc_prod p = {&m->w.lm_head, m->logits};
+        QC_TRY(f, qc_products(m, m->xn, H, nk, &p, 1));
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->logits + (size_t)k0 * V, m->logits, (size_t)nk * V * sizeof(float),
+                                        cudaMemcpyDeviceToHost, s));
+    }
+    return 0;
+}
+
+static int run(qc_fwd *f) {
+    qc_model *m = f->m;
+    const qwen35_dims *d = &m->d;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    const size_t up = build_desc(f);
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(m->desc_dev, m->desc_host, up, cudaMemcpyHostToDevice, s));
+    int rc = embed(f);
+    if (rc) return rc;
+    for (int li = 0; li < d->n_layers; li++) {
+        const qc_layer *L = &m->w.layers[li];
+        if ((rc = norm_rows(f, m->x, L->input_norm, f->R, m->xn))) return rc;
+        if ((rc = L->is_attn ? qc_attn_layer(f, L) : qc_gdn_layer(f, L))) return rc; /* each adds into x */
+        if ((rc = norm_rows(f, m->x, L->post_norm, f->R, m->xn))) return rc;
+        if ((rc = d->moe ? qc_moe_layer(f, L) : qc_ffn_layer(f, L))) return rc;
+        if (f->n_tap && (rc = write_taps(f, li))) return rc;
+    }
+    if ((rc = head(f))) return rc;
+    if (f->n_tap)
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->taps, m->taps, (size_t)f->n_tap * m->n_taps * d->hidden * sizeof(float),
+                                        cudaMemcpyDeviceToHost, s));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
+    return 0;
+}
+
+int qc_forward(void *impl, const splash_batch *b, splash_error *err) {
+    qc_model *m = (qc_model *)impl;
+    int rc = validate(m, b, err);
+    if (rc) return rc;
+    qc_fwd f;
+    memset(&f, 0, sizeof f);
+    f.m = m, f.b = b, f.R = b->n_rows;
+    rc = run(&f);
+    if (rc) {
+        cudaStreamSynchronize((cudaStream_t)m->stream);
+        m->n_pending = 0;
+        return splash_fail(err, rc, "forward on the GPU: %s failed (%s)", f.what ? f.what : "a CUDA call",
+                           splash_status_name(rc));
+    }
+    return 0;
+}

@@ -1,0 +1,148 @@
+/* cuda_layers.cu - one Qwen3.5 layer's halves on the GPU, each adding its
+ * output into the residual x (the CPU's attn.c, gdn.c, ffn.c, op for op):
+ *
+ *   attention  q|gate, k, v = products(xn); attn_prep (q/gate split, q_norm,
+ *              k_norm, rotary); KV write into the lanes' pages; attention with
+ *              the sigmoid output gate fused, one call per row chunk (the
+ *              workspace bound, cuda_model.cu); x += o_proj(o)
+ *   GDN        qkv, z, b, a = products(xn); verify rows' qkv | a | b saved for
+ *              commit; conv (state advanced for PREFILL lanes only);
+ *              recurrence (decode, verify, short prefill) or chunked kernel
+ *              (PREFILL lanes of >= 64 rows, as the CPU) with the gated norm
+ *              fused; x += out_proj(y)
+ *   FFN        x += down(silu(gate xn) * up xn)
+ *   MoE        router and shared-expert gate logits; softmax + top-k; the
+ *              routed experts (host-driven grouped q4 product, moe.h); the
+ *              shared expert; fo += sigmoid(s) * shared; x += fo
+ *
+ * A residual add is a product into tmp, then x = x + tmp: the same bits as
+ * the CPU's product accumulating into x (one fp32 addition either way).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cuda/act.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/rows.h"
+#include "models/qwen35/cuda_model.h"
+
+static int residual(qc_fwd *f, const qc_matrix *w, const float *in, size_t ld) {
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden;
+    const qc_prod p = {w, m->tmp};
+    QC_TRY(f, qc_products(m, in, ld, f->R, &p, 1));
+    QC_TRY(f, splash_cuda_add_rows(m->x, H, m->tmp, H, f->R, (int)H, m->stream));
+    return 0;
+}
+
+int qc_attn_layer(qc_fwd *f, const qc_layer *L) {
+    qc_model *m = f->m;
+    const qwen35_dims *d = &m->d;
+    const int R = f->R, hd = d->head_dim;
+    const size_t H = (size_t)d->hidden, qw = (size_t)d->heads * hd, kvw = (size_t)d->kv_heads * hd;
+    float *qg = m->u1, *q = m->u2, *k = m->u3, *v = m->u4;
+    const qc_prod in[3] = {{&L->q_proj, qg}, {&L->k_proj, k}, {&L->v_proj, v}};
+    QC_TRY(f, qc_products(m, m->xn, H, R, in, 3));
+
+    splash_cuda_attn_prep_args pa;
+    memset(&pa, 0, sizeof pa);
+    pa.qg = qg, pa.ldqg = 2 * qw;
+    pa.q = q, pa.ldq = qw;
+    pa.gate = m->agate, pa.ldg = qw;
+    pa.k = k, pa.ldk = kvw;
+    pa.q_norm = L->q_norm, pa.k_norm = L->k_norm, pa.norm_offset = 0.f; /* stored factors (1 + w) */
+    pa.eps = d->rms_eps;
+    pa.inv_freq = m->w.inv_freq;
+    pa.pos = qc_desc_i32(m, m->plan.pos);
+    pa.rows = R, pa.heads = d->heads, pa.kv_heads = d->kv_heads, pa.head_dim = hd, pa.rot_dim = d->rotary_dim;
+    QC_TRY(f, splash_cuda_attn_prep(&pa, m->stream));
+
+    const splash_cuda_attn_lane *whole = (const splash_cuda_attn_lane *)(m->desc_dev + m->plan.alanes);
+    QC_TRY(f, splash_cuda_kv_write(&m->kv, m->kv_pool, L->index, whole, f->b->n_lanes, R, k, kvw, v, kvw, m->stream));
+
+    const splash_cuda_attn_lane *cut = (const splash_cuda_attn_lane *)(m->desc_dev + m->plan.clanes);
+    for (int c = 0; c < f->n_chunks; c++) {
+        const qc_chunk *ch = &m->chunks[c];
+        splash_cuda_attn_args a;
+        memset(&a, 0, sizeof a);
+        a.layout = &m->kv, a.pool = m->kv_pool, a.layer = L->index;
+        a.lanes = cut + (size_t)c * m->max_lanes, a.n_lanes = ch->n_lanes;
+        a.rows = ch->r1 - ch->r0, a.max_lane_rows = ch->max_lane_rows, a.max_ctx = ch->max_ctx;
+        a.n_heads = d->heads;
+        a.q = q + (size_t)ch->r0 * qw, a.ldq = qw;
+        a.gate = m->agate + (size_t)ch->r0 * qw, a.ldg = qw;
+        a.out = m->aout + (size_t)ch->r0 * qw, a.ldo = qw;
+        a.scale = (float)pow((double)hd, -0.5);
+        a.workspace = m->attn_ws, a.workspace_bytes = m->attn_ws_bytes;
+        QC_TRY(f, splash_cuda_attention(&a, m->stream));
+    }
+    return residual(f, &L->o_proj, m->aout, qw);
+}
+
+int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
+    qc_model *m = f->m;
+    const qwen35_dims *d = &m->d;
+    const int R = f->R, gi = L->index;
+    const size_t H = (size_t)d->hidden, C = (size_t)d->conv_dim, VD = (size_t)d->value_dim, Hv = (size_t)d->hv;
+    float *qkv = m->u1, *mixed = m->u2, *z = m->u3, *y = m->u4;
+    const qc_prod in[4] = {{&L->in_qkv, qkv}, {&L->in_z, z}, {&L->in_b, m->gb}, {&L->in_a, m->ga}};
+    QC_TRY(f, qc_products(m, m->xn, H, R, in, 4));
+
+    if (f->n_vrows) { /* what commit replays: pre-conv qkv | a | b */
+        const int32_t *map = qc_desc_i32(m, m->plan.vmap);
+        float *save = m->vsave + (size_t)gi * m->verify_cap * m->vsave_row;
+        QC_TRY(f, splash_cuda_scatter_rows(qkv, C, map, R, save, m->vsave_row, (int)C, m->stream));
+        QC_TRY(f, splash_cuda_scatter_rows(m->ga, Hv, map, R, save + C, m->vsave_row, (int)Hv, m->stream));
+        QC_TRY(f, splash_cuda_scatter_rows(m->gb, Hv, map, R, save + C + Hv, m->vsave_row, (int)Hv, m->stream));
+    }
+
+    const splash_cuda_gdn_lane *lanes =
+        (const splash_cuda_gdn_lane *)(m->desc_dev + m->plan.glanes) + (size_t)gi * m->max_lanes;
+    QC_TRY(f, splash_cuda_gdn_conv(L->conv_t, (int)C, d->conv_kernel, lanes, f->b->n_lanes, f->max_lane_rows, qkv, C,
+                                   mixed, C, m->stream));
+    splash_cuda_gdn_args a;
+    memset(&a, 0, sizeof a);
+    a.hk = d->hk, a.hv = d->hv, a.dk = d->dk, a.dv = d->dv;
+    a.mixed = mixed, a.ldm = C;
+    a.a = m->ga, a.b = m->gb, a.ldab = Hv;
+    a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
+    a.z = z, a.ldz = VD, a.norm_w = L->gnorm, a.y = y, a.ldy = VD;
+    a.eps = d->rms_eps;
+    if (f->n_rec) {
+        a.lanes = lanes, a.n_lanes = f->n_rec;
+        QC_TRY(f, splash_cuda_gdn_recurrent(&a, m->stream));
+    }
+    if (f->n_chunked) {
+        a.lanes = lanes + f->n_rec, a.n_lanes = f->n_chunked;
+        QC_TRY(f, splash_cuda_gdn_chunked(&a, m->stream));
+    }
+    return residual(f, &L->out_proj, y, VD);
+}
+
+int qc_ffn_layer(qc_fwd *f, const qc_layer *L) {
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden, I = (size_t)m->d.intermediate;
+    const qc_prod in[2] = {{&L->gate, m->ff1}, {&L->up, m->ff2}};
+    QC_TRY(f, qc_products(m, m->xn, H, f->R, in, 2));
+    QC_TRY(f, splash_cuda_silu_mul(m->ff1, I, m->ff2, I, m->ff1, I, f->R, (int)I, m->stream));
+    return residual(f, &L->down, m->ff1, I);
+}
+
+int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
+    qc_model *m = f->m;
+    const qwen35_dims *d = &m->d;
+    const int R = f->R;
+    const size_t H = (size_t)d->hidden, E = (size_t)d->experts, Is = (size_t)d->shared_inter;
+    const qc_prod gates[2] = {{&L->router, m->rlog}, {&L->shared_expert_gate, m->sgate}};
+    QC_TRY(f, qc_products(m, m->xn, H, R, gates, 2));
+    QC_TRY(f, splash_cuda_moe_route(m->rlog, E, R, d->experts, d->top_k, d->norm_topk, m->topi, m->topw, m->stream));
+    QC_TRY(f, splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, m->topi, m->topw, R,
+                                      m->xn, H, m->fo, H, &m->moe, m->stream));
+    const qc_prod sh[2] = {{&L->shared_gate, m->ff1}, {&L->shared_up, m->ff2}};
+    QC_TRY(f, qc_products(m, m->xn, H, R, sh, 2));
+    QC_TRY(f, splash_cuda_silu_mul(m->ff1, Is, m->ff2, Is, m->ff1, Is, R, (int)Is, m->stream));
+    const qc_prod down = {&L->shared_down, m->mo};
+    QC_TRY(f, qc_products(m, m->ff1, Is, R, &down, 1));
+    QC_TRY(f, splash_cuda_moe_shared_add(m->fo, H, m->mo, H, m->sgate, 1, m->x, H, R, (int)H, m->stream));
+    return 0;
+}

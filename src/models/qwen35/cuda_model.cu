@@ -1,0 +1,433 @@
+/* cuda_model.cu - the CUDA Qwen3.5 behind splash_model_* (qwen35_cuda_ops):
+ * load (dimensions, device weights, scratch), the memory the runtime
+ * attaches (KV pool, slots: device memory from alloc_memory), slots,
+ * commit of verified rows (replay, cuda_model.h), snapshot / restore.  The
+ * forward pass is cuda_forward.cu.
+ *
+ * Everything the forward and commit touch is allocated here: activations
+ * and the verify save at load, the attention workspace and the per-forward
+ * descriptor at attach (they depend on the pool's longest context).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "models/qwen35/cuda_model.h"
+
+#define DEFAULT_MAX_ROWS 512
+#define ATTN_WORKSPACE_BUDGET ((size_t)256 << 20) /* bytes; bounds rows per attention call */
+#define HEAD_ROWS 64                              /* logits rows per lm_head pass */
+
+static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* ---- scratch ------------------------------------------------------------------- */
+
+/* A bump plan over one allocation: pass 1 sizes (base NULL), pass 2 carves. */
+typedef struct bump {
+    uint8_t *base;
+    size_t off;
+} bump;
+
+static void *carve(bump *b, size_t bytes) {
+    void *p = b->base ? b->base + b->off : nullptr;
+    b->off += align256(bytes ? bytes : 1);
+    return p;
+}
+#define CARVE_F(b, n) ((float *)carve(b, (size_t)(n) * sizeof(float)))
+
+static void plan_scratch(qc_model *m, bump *b) {
+    const qwen35_dims *d = &m->d;
+    const size_t R = (size_t)m->max_rows, H = (size_t)d->hidden, hd = (size_t)d->head_dim;
+    const size_t qw = (size_t)d->heads * hd, kvw = (size_t)d->kv_heads * hd, C = (size_t)d->conv_dim;
+    const size_t VD = (size_t)d->value_dim, Hv = (size_t)d->hv;
+    const size_t ffw = d->moe ? (size_t)d->shared_inter : (size_t)d->intermediate;
+    m->x = CARVE_F(b, R * H);
+    m->xn = CARVE_F(b, R * H);
+    m->tmp = CARVE_F(b, R * H);
+    m->u1 = CARVE_F(b, R * maxz(2 * qw, C));
+    m->u2 = CARVE_F(b, R * maxz(qw, C));
+    m->u3 = CARVE_F(b, R * maxz(kvw, VD));
+    m->u4 = CARVE_F(b, R * maxz(kvw, VD));
+    m->agate = CARVE_F(b, R * qw);
+    m->aout = CARVE_F(b, R * qw);
+    m->ga = CARVE_F(b, R * Hv);
+    m->gb = CARVE_F(b, R * Hv);
+    m->ff1 = CARVE_F(b, R * ffw);
+    m->ff2 = CARVE_F(b, R * ffw);
+    if (d->moe) {
+        m->rlog = CARVE_F(b, R * (size_t)d->experts);
+        m->sgate = CARVE_F(b, R);
+        m->topi = (int32_t *)carve(b, R * (size_t)d->top_k * sizeof(int32_t));
+        m->topw = CARVE_F(b, R * (size_t)d->top_k);
+        m->fo = CARVE_F(b, R * H);
+        m->mo = CARVE_F(b, R * H);
+    }
+    m->head_cap = m->max_rows < HEAD_ROWS ? m->max_rows : HEAD_ROWS;
+    m->logits = CARVE_F(b, (size_t)m->head_cap * (size_t)d->vocab);
+    if (m->n_taps) m->taps = CARVE_F(b, R * (size_t)m->n_taps * H);
+    if (d->n_gdn) {
+        m->verify_cap = m->max_lanes * QWEN35_MAX_VERIFY_ROWS;
+        if (m->verify_cap > m->max_rows) m->verify_cap = m->max_rows;
+        m->vsave_row = C + 2 * Hv;
+        m->vsave = CARVE_F(b, (size_t)d->n_gdn * (size_t)m->verify_cap * m->vsave_row);
+        m->vstate = CARVE_F(b, (size_t)m->max_lanes * Hv * (size_t)d->dk * (size_t)d->dv);
+        m->commit_dev = (splash_cuda_gdn_lane *)carve(b, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane));
+    }
+    if (m->w.max_q4_cols) m->xprep_mem = carve(b, splash_q4_xprep_bytes(m->w.max_q4_cols));
+}
+
+static int alloc_scratch(qc_model *m, splash_error *err) {
+    bump b = {nullptr, 0};
+    plan_scratch(m, &b);
+    m->scratch_bytes = b.off;
+    cudaError_t e = cudaMalloc(&m->scratch, m->scratch_bytes);
+    if (e != cudaSuccess) {
+        m->scratch = nullptr;
+        return splash_fail(err, SPLASH_E_NOMEM, "cudaMalloc of %zu MiB of scratch for %d rows: %s", m->scratch_bytes >> 20,
+                           m->max_rows, cudaGetErrorString(e));
+    }
+    b.base = (uint8_t *)m->scratch, b.off = 0;
+    plan_scratch(m, &b);
+    if (m->w.max_q4_cols) splash_q4_xprep_init(&m->xp, m->xprep_mem, m->w.max_q4_cols);
+    if (m->d.n_gdn) {
+        e = cudaMallocHost((void **)&m->commit_host, (size_t)m->d.n_gdn * sizeof(splash_cuda_gdn_lane));
+        if (e != cudaSuccess) {
+            m->commit_host = nullptr;
+            return splash_fail(err, SPLASH_E_NOMEM, "cudaMallocHost for commit: %s", cudaGetErrorString(e));
+        }
+    }
+    m->pending = (qc_pending *)calloc((size_t)m->max_lanes, sizeof *m->pending);
+    if (!m->pending) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    if (m->d.moe) {
+        int rc = splash_cuda_moe_scratch_init(&m->moe, m->max_rows, m->d.hidden, m->d.expert_inter, m->d.top_k);
+        if (rc)
+            return splash_fail(err, rc, "MoE scratch for %d rows (hidden %d, expert intermediate %d, top-%d)",
+                               m->max_rows, m->d.hidden, m->d.expert_inter, m->d.top_k);
+    }
+    return 0;
+}
+
+/* ---- attach-time buffers -------------------------------------------------------- */
+
+static void free_attach(qc_model *m) {
+    if (m->attn_ws) cudaFree(m->attn_ws);
+    if (m->desc_dev) cudaFree(m->desc_dev);
+    if (m->desc_host) cudaFreeHost(m->desc_host);
+    free(m->chunks);
+    m->attn_ws = nullptr, m->desc_dev = nullptr, m->desc_host = nullptr, m->chunks = nullptr;
+    m->attn_ws_bytes = 0;
+}
+
+static void c_free(void *impl) {
+    qc_model *m = (qc_model *)impl;
+    if (!m) return;
+    if (m->stream) cudaStreamSynchronize((cudaStream_t)m->stream);
+    free_attach(m);
+    if (m->scratch) cudaFree(m->scratch);
+    if (m->commit_host) cudaFreeHost(m->commit_host);
+    splash_cuda_moe_scratch_free(&m->moe);
+    qc_weights_free(&m->w);
+    if (m->stream) cudaStreamDestroy((cudaStream_t)m->stream);
+    free(m->pending);
+    free(m->tap_layers);
+    free(m);
+}
+
+/* What the device kernels support; the first unsupported dimension named. */
+static int check_dims(const qwen35_dims *d, splash_error *err) {
+    if (d->n_attn && d->head_dim != 64 && d->head_dim != 128 && d->head_dim != 256)
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: attention head_dim %d (64, 128 or 256)", d->head_dim);
+    if (d->n_gdn && d->dk != 32 && d->dk != 64 && d->dk != 128)
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: GDN key_dim %d (32, 64 or 128)", d->dk);
+    if (d->n_gdn && d->dv > SPLASH_CUDA_GDN_MAX_DV)
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: GDN value_dim %d (at most %d)", d->dv,
+                           SPLASH_CUDA_GDN_MAX_DV);
+    if (d->n_gdn && d->conv_kernel > SPLASH_CUDA_GDN_MAX_K)
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: GDN conv_kernel %d (at most %d)", d->conv_kernel,
+                           SPLASH_CUDA_GDN_MAX_K);
+    if (d->moe && (d->experts > SPLASH_CUDA_MOE_MAX_EXPERTS || d->top_k > SPLASH_CUDA_MOE_MAX_TOPK ||
+                   d->hidden % 64 || d->expert_inter % 64))
+        return splash_fail(err, SPLASH_E_UNSUPPORTED,
+                           "CUDA backend: MoE with %d experts, top-%d, hidden %d, expert intermediate %d (at most %d "
+                           "experts, top-%d, widths multiples of 64)",
+                           d->experts, d->top_k, d->hidden, d->expert_inter, SPLASH_CUDA_MOE_MAX_EXPERTS,
+                           SPLASH_CUDA_MOE_MAX_TOPK);
+    return 0;
+}
+
+static int c_load(splash_package *pkg, const splash_model_options *opt, void **impl, splash_error *err) {
+    *impl = nullptr;
+    splash_model_options o;
+    memset(&o, 0, sizeof o);
+    if (opt) o = *opt;
+    if (o.max_rows <= 0) o.max_rows = DEFAULT_MAX_ROWS;
+    if (o.max_lanes <= 0) o.max_lanes = 1;
+    if (o.max_rows > 65535 || o.max_lanes > 4096)
+        return splash_fail(err, SPLASH_E_RANGE, "model options: max_rows %d / max_lanes %d beyond the CUDA backend's "
+                           "65535 / 4096", o.max_rows, o.max_lanes);
+    if (o.n_taps < 0 || (o.n_taps > 0 && !o.tap_layers))
+        return splash_fail(err, SPLASH_E_INVALID, "model options: n_taps %d without tap_layers", o.n_taps);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1)
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "device \"cuda\": no CUDA device is visible");
+    qc_model *m = (qc_model *)calloc(1, sizeof *m);
+    if (!m) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    int rc;
+    const json_value *model = json_get(splash_package_manifest(pkg), "model");
+    const qwen35_dims *d = &m->d;
+    if ((rc = qwen35_dims_parse(model, splash_package_architecture(pkg), &m->d, err))) goto fail;
+    if ((rc = check_dims(d, err))) goto fail;
+    if (d->n_attn &&
+        (rc = splash_cuda_kv_layout_init(&m->kv, (int)o.kv_format, d->n_attn, d->kv_heads, d->head_dim,
+                                         QWEN35_PAGE_TOKENS))) {
+        rc = splash_fail(err, rc, "KV format %d: the CUDA backend implements f32, bf16 and int8 pages", (int)o.kv_format);
+        goto fail;
+    }
+    for (int i = 0; i < o.n_taps; i++)
+        if (o.tap_layers[i] < 0 || o.tap_layers[i] >= d->n_layers) {
+            rc = splash_fail(err, SPLASH_E_INVALID, "model options: tap layer %d outside [0, %d)", o.tap_layers[i],
+                             d->n_layers);
+            goto fail;
+        }
+    if (o.n_taps) {
+        m->tap_layers = (int *)malloc((size_t)o.n_taps * sizeof(int));
+        if (!m->tap_layers) {
+            rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+            goto fail;
+        }
+        memcpy(m->tap_layers, o.tap_layers, (size_t)o.n_taps * sizeof(int));
+    }
+    m->n_taps = o.n_taps;
+    m->max_rows = o.max_rows;
+    m->max_lanes = o.max_lanes;
+    {
+        cudaStream_t s;
+        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            rc = splash_fail(err, SPLASH_E_IO, "cudaStreamCreate: %s", cudaGetErrorString(e));
+            goto fail;
+        }
+        m->stream = s;
+    }
+    if ((rc = qc_weights_upload(pkg, d, &m->w, err))) {
+        splash_error_prefix(err, "%s", splash_package_dir(pkg));
+        goto fail;
+    }
+    m->gdn_state_floats = d->n_gdn ? (size_t)(d->conv_kernel - 1) * d->conv_dim + (size_t)d->hv * d->dk * d->dv : 0;
+    m->state_floats = (size_t)d->n_gdn * m->gdn_state_floats;
+    if ((rc = alloc_scratch(m, err))) goto fail;
+    m->needs.page_tokens = QWEN35_PAGE_TOKENS;
+    m->needs.page_bytes = d->n_attn ? m->kv.page_bytes : 0;
+    m->needs.state_bytes = m->state_floats * sizeof(float);
+    m->needs.weight_bytes = m->w.bytes;
+    m->needs.scratch_bytes = m->scratch_bytes;
+    m->needs.vocab = d->vocab;
+    m->needs.hidden = d->hidden;
+    m->needs.max_positions = d->max_positions;
+    *impl = m;
+    return 0;
+fail:
+    c_free(m);
+    return rc;
+}
+
+static const splash_model_needs *c_needs(const void *impl) { return &((const qc_model *)impl)->needs; }
+
+/* The descriptor's parts (cuda_model.h); the page tables last, so a forward
+ * uploads only the prefix it uses. */
+static qc_desc_plan plan_desc(const qc_model *m) {
+    qc_desc_plan p;
+    size_t off = 0;
+    const size_t R = (size_t)m->max_rows, L = (size_t)m->max_lanes;
+#define PART(field, bytes) (p.field = off, off += align256(bytes))
+    PART(pos, R * 4);
+    PART(tok, R * 4);
+    PART(vmap, R * 4);
+    PART(head_rows, R * 4);
+    PART(tap_rows, R * 4);
+    PART(alanes, L * sizeof(splash_cuda_attn_lane));
+    PART(clanes, (size_t)m->max_chunks * L * sizeof(splash_cuda_attn_lane));
+    PART(glanes, (size_t)m->d.n_gdn * L * sizeof(splash_cuda_gdn_lane));
+    PART(pages, L * (size_t)m->pages_per_lane * 4);
+#undef PART
+    p.bytes = off;
+    return p;
+}
+
+static int c_attach(void *impl, void *kv_pages, int n_pages, void *states, int n_slots, splash_error *err) {
+    qc_model *m = (qc_model *)impl;
+    const qwen35_dims *d = &m->d;
+    if (n_pages < 0 || n_slots < 1 || (n_pages > 0 && !kv_pages) || (m->state_floats && !states))
+        return splash_fail(err, SPLASH_E_INVALID, "attach: %d pages at %p, %d slots at %p", n_pages, kv_pages, n_slots,
+                           states);
+    cudaStreamSynchronize((cudaStream_t)m->stream);
+    free_attach(m);
+    m->kv_pool = nullptr, m->states = nullptr, m->n_pages = 0, m->n_slots = 0, m->n_pending = 0;
+    int ctx = d->max_positions, ws_rows = m->max_rows; /* no attention: one chunk */
+    size_t ws = 0;
+    if (d->n_attn) {
+        const int64_t pool_ctx = (int64_t)n_pages * QWEN35_PAGE_TOKENS;
+        if (pool_ctx < ctx) ctx = (int)pool_ctx;
+        if (ctx > 0) {
+            const size_t one = splash_cuda_attn_workspace_bytes(1, d->heads, d->head_dim, ctx);
+            if (!one) return splash_fail(err, SPLASH_E_RANGE, "attach: attention context %d unsupported", ctx);
+            size_t rows = ATTN_WORKSPACE_BUDGET / one;
+            if (rows < 1) rows = 1;
+            if (rows > (size_t)m->max_rows) rows = (size_t)m->max_rows;
+            ws_rows = (int)rows;
+            ws = splash_cuda_attn_workspace_bytes(ws_rows, d->heads, d->head_dim, ctx);
+        }
+    }
+    m->ctx_cap = ctx;
+    m->pages_per_lane = d->n_attn ? (ctx + QWEN35_PAGE_TOKENS - 1) / QWEN35_PAGE_TOKENS : 0;
+    m->attn_rows = ws_rows;
+    m->max_chunks = (m->max_rows + ws_rows - 1) / ws_rows;
+    m->plan = plan_desc(m);
+    cudaError_t e = cudaSuccess;
+    if (ws) e = cudaMalloc(&m->attn_ws, ws);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&m->desc_dev, m->plan.bytes);
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&m->desc_host, m->plan.bytes);
+    m->chunks = (qc_chunk *)calloc((size_t)m->max_chunks, sizeof *m->chunks);
+    if (e != cudaSuccess || !m->chunks) {
+        free_attach(m); /* what was allocated (the pointers started NULL) */
+        return splash_fail(err, SPLASH_E_NOMEM, "attach: attention workspace (%zu MiB) and forward descriptor: %s",
+                           ws >> 20, e != cudaSuccess ? cudaGetErrorString(e) : "out of host memory");
+    }
+    m->attn_ws_bytes = ws;
+    m->kv_pool = (uint8_t *)kv_pages;
+    m->n_pages = n_pages;
+    m->states = (float *)states;
+    m->n_slots = n_slots;
+    return 0;
+}
+
+static void *c_alloc(void *impl, size_t bytes) {
+    qc_model *m = (qc_model *)impl;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    void *p = nullptr;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) return nullptr;
+    /* zeroed on our stream and waited for: the stream is non-blocking, so a
+     * memset on the legacy stream would not be ordered before our kernels */
+    if (cudaMemsetAsync(p, 0, bytes ? bytes : 1, s) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess) {
+        cudaFree(p);
+        return nullptr;
+    }
+    return p;
+}
+
+static void c_free_mem(void *impl, void *p) {
+    qc_model *m = (qc_model *)impl;
+    if (!p) return;
+    cudaStreamSynchronize((cudaStream_t)m->stream); /* nothing of ours still reads it */
+    cudaFree(p);
+}
+
+static int slot_ok(const qc_model *m, int slot) { return m->n_slots > 0 && slot >= 0 && slot < m->n_slots; }
+
+static void drop_pending(qc_model *m, int slot) {
+    for (int i = 0; i < m->n_pending; i++)
+        if (m->pending[i].slot == slot) m->pending[i] = m->pending[--m->n_pending];
+}
+
+static int c_reset(void *impl, int slot) {
+    qc_model *m = (qc_model *)impl;
+    if (!slot_ok(m, slot)) return SPLASH_E_RANGE;
+    if (m->state_floats) { /* synchronous, like every call here but forward's kernels: callers may copy slots next */
+        SPLASH_CUDA_TRY(cudaMemsetAsync(m->states + (size_t)slot * m->state_floats, 0, m->state_floats * sizeof(float),
+                                        (cudaStream_t)m->stream));
+        SPLASH_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)m->stream));
+    }
+    drop_pending(m, slot);
+    return 0;
+}
+
+/* Replays the first n saved verify rows of p on its slot, every GDN layer:
+ * the conv (advancing the conv state; its outputs into u2) and the
+ * recurrence in place, as a PREFILL of those rows would. */
+static int replay(qc_model *m, const qc_pending *p, int n) {
+    const qwen35_dims *d = &m->d;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    for (int gi = 0; gi < d->n_gdn; gi++) {
+        splash_cuda_gdn_lane *l = &m->commit_host[gi];
+        memset(l, 0, sizeof *l);
+        l->conv_state = qc_conv_state(m, p->slot, gi);
+        l->s_in = l->s_out = qc_delta_state(m, p->slot, gi);
+        l->first_row = 0, l->n_rows = n, l->update_conv = 1;
+    }
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(m->commit_dev, m->commit_host, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane),
+                                    cudaMemcpyHostToDevice, s));
+    const int C = d->conv_dim, Hv = d->hv;
+    for (int li = 0; li < d->n_layers; li++) {
+        const qc_layer *L = &m->w.layers[li];
+        if (L->is_attn) continue;
+        const int gi = L->index;
+        const float *save = m->vsave + ((size_t)gi * m->verify_cap + (size_t)p->first) * m->vsave_row;
+        int rc = splash_cuda_gdn_conv(L->conv_t, C, d->conv_kernel, m->commit_dev + gi, 1, n, save, m->vsave_row, m->u2,
+                                      (size_t)C, s);
+        if (rc) return rc;
+        splash_cuda_gdn_args a;
+        memset(&a, 0, sizeof a);
+        a.lanes = m->commit_dev + gi, a.n_lanes = 1;
+        a.hk = d->hk, a.hv = Hv, a.dk = d->dk, a.dv = d->dv;
+        a.mixed = m->u2, a.ldm = (size_t)C;
+        a.a = save + C, a.b = save + C + Hv, a.ldab = m->vsave_row;
+        a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
+        a.eps = d->rms_eps;
+        if ((rc = splash_cuda_gdn_recurrent(&a, s))) return rc;
+    }
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
+    return 0;
+}
+
+static int c_commit(void *impl, int slot, int n, splash_error *err) {
+    qc_model *m = (qc_model *)impl;
+    if (!slot_ok(m, slot)) return splash_fail(err, SPLASH_E_RANGE, "commit: slot %d outside [0, %d)", slot, m->n_slots);
+    int k = -1;
+    for (int i = 0; i < m->n_pending; i++)
+        if (m->pending[i].slot == slot) k = i;
+    if (k < 0)
+        return splash_fail(err, SPLASH_E_INVALID,
+                           "commit: slot %d has no verified rows (commit follows the VERIFY forward, before the next one)",
+                           slot);
+    qc_pending p = m->pending[k];
+    if (n < 0 || n > p.n_rows)
+        return splash_fail(err, SPLASH_E_RANGE, "commit: %d rows accepted of the %d verified on slot %d", n, p.n_rows,
+                           slot);
+    if (n > 0 && m->d.n_gdn) {
+        int rc = replay(m, &p, n);
+        if (rc) return splash_fail(err, rc, "commit: the GDN replay on the device failed (%s)", splash_status_name(rc));
+    }
+    m->pending[k] = m->pending[--m->n_pending];
+    return 0;
+}
+
+static int c_snapshot(void *impl, int slot, void *dst) {
+    qc_model *m = (qc_model *)impl;
+    if (!slot_ok(m, slot) || (!dst && m->state_floats)) return SPLASH_E_RANGE;
+    if (!m->state_floats) return 0;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(dst, m->states + (size_t)slot * m->state_floats, m->state_floats * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, s));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
+    return 0;
+}
+
+static int c_restore(void *impl, int slot, const void *src) {
+    qc_model *m = (qc_model *)impl;
+    if (!slot_ok(m, slot) || (!src && m->state_floats)) return SPLASH_E_RANGE;
+    if (m->state_floats) {
+        const cudaStream_t s = (cudaStream_t)m->stream;
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(m->states + (size_t)slot * m->state_floats, src, m->state_floats * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, s));
+        SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
+    }
+    drop_pending(m, slot);
+    return 0;
+}
+
+extern "C" const splash_model_ops qwen35_cuda_ops = {
+    c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_snapshot, c_restore,
+};

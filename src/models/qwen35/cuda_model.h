@@ -1,0 +1,242 @@
+/* cuda_model.h - Qwen3.5 (dense and MoE) on the CUDA backend: the same
+ * splash_model_ops contract as the CPU model (qwen35.h), the same memory
+ * layouts, the forward composed of the kernels in src/backend/cuda.
+ *
+ * Files (C-style C++ compiled by nvcc; never part of the default build):
+ *   cuda_model.h    this header: device weights, the model, the per-forward
+ *                   descriptor, functions shared by the files below
+ *   cuda_weights.cu binds the package with the CPU's binder (weights.c), then
+ *                   uploads everything into ONE device allocation: q4
+ *                   matrices repacked to the q4 kernel's tiles, other
+ *                   matrices as stored (dense_matmul.h), fp32 vectors
+ *   cuda_model.cu   the ops table: load (scratch), attach (attention
+ *                   workspace, descriptor), slots, commit, snapshot, restore
+ *   cuda_forward.cu one ragged batch: validation, the descriptor upload,
+ *                   embedding, the layer loop, taps, final norm + lm_head
+ *   cuda_layers.cu  one layer's mixer and FFN: gated attention, GDN, dense
+ *                   FFN, MoE
+ *
+ * Memory shared with the runtime (device memory, splash_model_alloc_memory):
+ * KV pages byte for byte the CPU's (splash_cuda_kv_layout == cpu_kv_layout)
+ * and state slots in qwen35.h's layout (per GDN layer conv [K-1][C] then
+ * delta [Hv][dk][dv], fp32), so pages, slots and snapshots copied between
+ * the two backends mean the same thing.
+ *
+ * VERIFY and commit: replay, as the CPU.  A VERIFY lane's GDN recurrence
+ * writes the state after its rows to a scratch copy (the slot is untouched)
+ * and the conv state does not advance; each verify row's GDN inputs (pre-conv
+ * qkv, a, b: C + 2 Hv floats per GDN layer) are saved.  commit(slot, n)
+ * re-runs, per GDN layer, the conv (advancing the conv state) and the
+ * recurrence on the first n saved rows in place: the same kernels on the same
+ * inputs, so the committed state is bit-identical to PREFILL rows.  Keeping
+ * the state after every verify row instead would cost Hv*dk*dv floats per row
+ * and GDN layer (3 MB a layer on the 27B: 2.4 GB for a 16-row block), and
+ * writing them would cost more bandwidth than the replay's one extra read
+ * and write of the state per layer.
+ *
+ * No allocation on the forward path: activations are sized for max_rows at
+ * load, the attention workspace and the descriptor at attach.  One CUDA
+ * stream, created at load; a forward and a commit end with a stream
+ * synchronisation (logits and taps are on the host then).
+ */
+#ifndef SPLASH_QWEN35_CUDA_MODEL_H
+#define SPLASH_QWEN35_CUDA_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "models/qwen35/qwen35.h"
+}
+#include "backend/cuda/attention.h"
+#include "backend/cuda/dense_matmul.h"
+#include "backend/cuda/gdn.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/q4_matmul.h"
+
+extern "C" const splash_model_ops qwen35_cuda_ops;
+
+/* ---- device weights ---------------------------------------------------------- */
+
+/* A matrix on the device: tiled q4 (q4_matmul.h) or as stored (dense_matmul.h). */
+typedef struct qc_matrix {
+    int rows, cols;
+    int is_q4;
+    splash_q4_matrix q4;
+    splash_cuda_dense_matrix dense;
+} qc_matrix;
+
+/* One layer; every pointer is device memory inside qc_weights.dev. */
+typedef struct qc_layer {
+    int is_attn, index;            /* index: ordinal among attention (or GDN) layers */
+    const float *input_norm, *post_norm; /* [H] factors (1 + w) */
+    /* attention */
+    qc_matrix q_proj;              /* [heads*2*hd, H], q|gate interleaved per head */
+    qc_matrix k_proj, v_proj;      /* [kvh*hd, H] */
+    qc_matrix o_proj;              /* [H, heads*hd] */
+    const float *q_norm, *k_norm;  /* [hd] factors */
+    /* GDN */
+    qc_matrix in_qkv;              /* [C, H] */
+    qc_matrix in_z;                /* [Hv*dv, H] */
+    qc_matrix in_b, in_a;          /* [Hv, H] */
+    qc_matrix out_proj;            /* [H, Hv*dv] */
+    const float *conv_t;           /* [K][C] */
+    const float *neg_a, *dt_bias;  /* [Hv] */
+    const float *gnorm;            /* [dv] */
+    /* dense FFN */
+    qc_matrix gate, up, down;      /* [I, H], [I, H], [H, I] */
+    /* MoE */
+    qc_matrix router;              /* [E, H] */
+    qc_matrix shared_gate, shared_up, shared_down, shared_expert_gate;
+    const splash_q4_matrix *experts_gate, *experts_up, *experts_down; /* host arrays [E] */
+} qc_layer;
+
+typedef struct qc_weights {
+    void *dev;                     /* the one device allocation */
+    size_t bytes;
+    qc_matrix embed, lm_head;      /* lm_head == embed when tied */
+    const float *final_norm;       /* [H] */
+    const float *inv_freq;         /* [rotary_dim / 2] (splash_cuda_rope_inv_freq) */
+    qc_layer *layers;              /* host [n_layers] */
+    splash_q4_matrix *experts;     /* host [n_layers][3][E] */
+    int max_q4_cols;               /* widest input of a q4 matrix (the xprep capacity) */
+} qc_weights;
+
+int qc_weights_upload(const splash_package *pkg, const qwen35_dims *d, qc_weights *w, splash_error *err);
+void qc_weights_free(qc_weights *w);
+
+/* ---- the per-forward descriptor ------------------------------------------------- */
+
+/* Everything a forward tells the device, written into pinned host memory and
+ * uploaded with one copy.  Byte offsets into that buffer (and into its device
+ * mirror); each part 256-byte aligned. */
+typedef struct qc_desc_plan {
+    size_t pos, tok, vmap, head_rows, tap_rows; /* int32 [max_rows] each */
+    size_t pages;                  /* int32 [max_lanes][pages_per_lane] */
+    size_t alanes;                 /* splash_cuda_attn_lane [max_lanes]: whole lanes (KV write) */
+    size_t clanes;                 /* splash_cuda_attn_lane [max_chunks][max_lanes]: per attention call */
+    size_t glanes;                 /* splash_cuda_gdn_lane [n_gdn][max_lanes] */
+    size_t bytes;
+} qc_desc_plan;
+
+/* One attention call: batch rows [r0, r1) and the lanes that own them. */
+typedef struct qc_chunk {
+    int r0, r1, n_lanes, max_lane_rows, max_ctx;
+} qc_chunk;
+
+typedef struct qc_pending {
+    int slot, first, n_rows;       /* first: its first row in the verify save */
+} qc_pending;
+
+/* ---- the model ------------------------------------------------------------------ */
+
+typedef struct qc_model {
+    qwen35_dims d;
+    qc_weights w;
+    struct CUstream_st *stream;
+    int max_rows, max_lanes;
+    int n_taps;
+    int *tap_layers;
+    splash_model_needs needs;
+    splash_cuda_kv_layout kv;
+    size_t state_floats;           /* per slot */
+    size_t gdn_state_floats;       /* per GDN layer: conv + delta */
+    /* runtime memory (attach) */
+    uint8_t *kv_pool;
+    int n_pages;
+    float *states;
+    int n_slots;
+    int ctx_cap;                   /* longest context: min(pool, max_positions) */
+    int pages_per_lane;            /* ceil(ctx_cap / page_tokens) */
+    int attn_rows;                 /* rows per attention call (bounds the workspace) */
+    int max_chunks;                /* ceil(max_rows / attn_rows) */
+    void *attn_ws;                 /* device */
+    size_t attn_ws_bytes;
+    qc_chunk *chunks;              /* host [max_chunks] */
+    qc_desc_plan plan;
+    uint8_t *desc_host;            /* pinned */
+    uint8_t *desc_dev;
+    /* scratch: one device allocation (load), activations [max_rows][width] */
+    void *scratch;
+    float *x, *xn, *tmp;           /* residual, normed, a product before its residual add  [R][H] */
+    float *u1;                     /* attn q|gate / GDN pre-conv qkv   [R][max(2*heads*hd, C)] */
+    float *u2;                     /* attn q / GDN conv output          [R][max(heads*hd, C)] */
+    float *u3;                     /* attn k / GDN z                    [R][max(kvh*hd, Hv*dv)] */
+    float *u4;                     /* attn v / GDN gated-norm output    [R][max(kvh*hd, Hv*dv)] */
+    float *agate, *aout;           /* attn gate, attention output       [R][heads*hd] */
+    float *ga, *gb;                /* GDN a, b projections              [R][Hv] */
+    float *ff1, *ff2;              /* FFN / shared-expert hidden        [R][max(I, Is)] */
+    float *rlog, *sgate;           /* MoE router logits [R][E], shared-expert gate logit [R] */
+    int32_t *topi;                 /* MoE choice [R][top_k] */
+    float *topw;                   /* its weights [R][top_k] */
+    float *fo, *mo;                /* MoE routed sum, shared-expert output [R][H] */
+    float *logits;                 /* [head_cap][vocab] */
+    int head_cap;
+    float *taps;                   /* [R][n_taps][H] */
+    float *vsave;                  /* [n_gdn][verify_cap][C + 2 Hv]: pre-conv qkv | a | b */
+    int verify_cap;
+    size_t vsave_row;              /* C + 2 Hv */
+    float *vstate;                 /* [max_lanes][Hv][dk][dv] a verify lane's state after its rows */
+    void *xprep_mem;
+    splash_q4_xprep xp;            /* prepared activation of the q4 products */
+    splash_cuda_moe_scratch moe;
+    size_t scratch_bytes;
+    /* commit: one lane per GDN layer, pinned + device */
+    splash_cuda_gdn_lane *commit_host, *commit_dev;
+    qc_pending *pending;           /* [max_lanes] */
+    int n_pending;
+} qc_model;
+
+/* Per-forward context shared by the layer functions. */
+typedef struct qc_fwd {
+    qc_model *m;
+    const splash_batch *b;
+    int R;
+    int max_lane_rows;
+    int n_rec;                     /* GDN lanes run by the recurrence: glanes[gi][0, n_rec) */
+    int n_chunked;                 /* and by the chunked kernel: glanes[gi][n_rec, n_rec + n_chunked) */
+    int n_chunks;                  /* attention calls: m->chunks[0, n_chunks) */
+    int n_vrows;                   /* verify rows (saved for commit) */
+    int n_head, n_tap;             /* rows with LOGITS, with TAPS */
+    const char *what;              /* the op that failed */
+} qc_fwd;
+
+/* Device pointers of the descriptor's parts. */
+static inline int32_t *qc_desc_i32(const qc_model *m, size_t off) { return (int32_t *)(m->desc_dev + off); }
+
+/* The recurrent state of GDN layer gi in a slot (device). */
+static inline float *qc_conv_state(const qc_model *m, int slot, int gi) {
+    return m->states + (size_t)slot * m->state_floats + (size_t)gi * m->gdn_state_floats;
+}
+static inline float *qc_delta_state(const qc_model *m, int slot, int gi) {
+    return qc_conv_state(m, slot, gi) + (size_t)(m->d.conv_kernel - 1) * m->d.conv_dim;
+}
+
+/* A product y_j = W_j x for matrices that read the same input. */
+typedef struct qc_prod {
+    const qc_matrix *w;
+    float *y;                      /* [R][w->rows], dense */
+} qc_prod;
+
+/* x [R][cols] (stride ldx) through every matrix of p (all with cols inputs):
+ * q4 ones 16 rows at a time (one prepared activation per 16 rows serves them
+ * all), the others in one call each.  0 or a SPLASH_E_* code. */
+int qc_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n);
+
+int qc_forward(void *impl, const splash_batch *b, splash_error *err);
+int qc_attn_layer(qc_fwd *f, const qc_layer *L);
+int qc_gdn_layer(qc_fwd *f, const qc_layer *L);
+int qc_ffn_layer(qc_fwd *f, const qc_layer *L);
+int qc_moe_layer(qc_fwd *f, const qc_layer *L);
+
+/* Sets f->what and returns rc when rc is an error (for one-line checks). */
+#define QC_TRY(f, call)                                                                                                \
+    do {                                                                                                               \
+        int qc_rc_ = (call);                                                                                           \
+        if (qc_rc_) {                                                                                                  \
+            (f)->what = #call;                                                                                         \
+            return qc_rc_;                                                                                             \
+        }                                                                                                              \
+    } while (0)
+
+#endif

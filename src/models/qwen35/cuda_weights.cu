@@ -1,0 +1,234 @@
+/* cuda_weights.cu - a Qwen3.5 package's weights into one device allocation.
+ *
+ * The tensors are found and shape-checked by the CPU's binder
+ * (qwen35_weights_bind, weights.c), so both backends accept exactly the same
+ * packages and name the same first bad tensor; its fp32 vectors (norm
+ * factors, conv transposed to [K][C], -exp(A_log), dt_bias, the gated-norm
+ * weight) are uploaded as they are, so the arithmetic starts from the same
+ * numbers.  Then two passes over the same walk: the first adds up sizes
+ * (every part 256-byte aligned), the second copies into the one cudaMalloc:
+ *
+ *   q4 matrices       repacked on the host into the q4 kernel's tiles
+ *                     (splash_q4_repack_host: the same byte count, plus zero
+ *                     rows up to a multiple of 16), stacked experts one
+ *                     matrix after another;
+ *   other matrices    bytes as stored (bf16, f16, f32, canonical q8), for
+ *                     splash_cuda_dense_matmul;
+ *   vectors           fp32.
+ *
+ * MoE experts must be q4 (the grouped expert product is the q4 kernel's).
+ * The host binding is freed once everything is on the device.
+ */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/rope.h"
+#include "models/qwen35/cuda_model.h"
+
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t align_up(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+
+/* One pass of the walk: sizing (dev == NULL) or copying. */
+struct Walk {
+    uint8_t *dev;      /* base of the allocation, or NULL while sizing */
+    size_t off;        /* next free byte */
+    uint8_t *stage;    /* host staging for repacks */
+    size_t stage_bytes;
+    int max_q4_cols;
+    splash_error *err;
+};
+
+/* Reserves n bytes; the device address (NULL while sizing). */
+uint8_t *reserve(Walk *w, size_t n) {
+    uint8_t *p = w->dev ? w->dev + w->off : nullptr;
+    w->off += align_up(n);
+    return p;
+}
+
+int copy_up(Walk *w, uint8_t *dst, const void *src, size_t n, const char *name) {
+    if (!w->dev) return 0;
+    cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess)
+        return splash_fail(w->err, SPLASH_E_IO, "upload of %s (%zu bytes): %s", name, n, cudaGetErrorString(e));
+    return 0;
+}
+
+/* A staging buffer of at least n bytes (the copying pass only). */
+int stage(Walk *w, size_t n) {
+    if (!w->dev || w->stage_bytes >= n) return 0;
+    uint8_t *p = (uint8_t *)realloc(w->stage, n);
+    if (!p) return splash_fail(w->err, SPLASH_E_NOMEM, "out of memory staging %zu bytes of weights", n);
+    w->stage = p, w->stage_bytes = n;
+    return 0;
+}
+
+/* One q4 matrix (rows x cols canonical at src) tiled onto the device. */
+int put_q4(Walk *w, const uint8_t *src, int rows, int cols, const char *name, splash_q4_matrix *out) {
+    const size_t tb = splash_q4_tiled_bytes(rows, cols);
+    uint8_t *d = reserve(w, tb);
+    if (cols > w->max_q4_cols) w->max_q4_cols = cols;
+    if (!w->dev) return 0;
+    int rc = stage(w, tb);
+    if (rc) return rc;
+    if (splash_q4_repack_host(src, rows, cols, w->stage, tb))
+        return splash_fail(w->err, SPLASH_E_FORMAT, "tensor %s: cannot be tiled for the q4 kernel", name);
+    if ((rc = copy_up(w, d, w->stage, tb, name))) return rc;
+    splash_q4_matrix_init(out, d, rows, cols);
+    return 0;
+}
+
+int put_matrix(Walk *w, const splash_tensor *t, qc_matrix *out) {
+    int64_t rows, cols, count;
+    splash_tensor_matrix_dims(t, &rows, &cols, &count);
+    memset(out, 0, sizeof *out);
+    out->rows = (int)rows, out->cols = (int)cols;
+    if (t->dtype == SPLASH_Q4) {
+        out->is_q4 = 1;
+        return put_q4(w, t->data, (int)rows, (int)cols, t->name, &out->q4);
+    }
+    uint8_t *d = reserve(w, t->bytes);
+    if (!w->dev) return 0;
+    int rc = copy_up(w, d, t->data, t->bytes, t->name);
+    if (rc) return rc;
+    rc = splash_cuda_dense_matrix_init(&out->dense, (int)t->dtype, d, (int)rows, (int)cols);
+    if (rc)
+        return splash_fail(w->err, SPLASH_E_UNSUPPORTED, "tensor %s: %s is not a format the CUDA backend reads", t->name,
+                           splash_dtype_name(t->dtype));
+    return 0;
+}
+
+/* Stacked experts [E, rows, cols], q4 only. */
+int put_experts(Walk *w, const splash_tensor *t, splash_q4_matrix *out) {
+    if (t->dtype != SPLASH_Q4)
+        return splash_fail(w->err, SPLASH_E_UNSUPPORTED,
+                           "tensor %s: experts stored as %s; the CUDA backend runs q4 experts only (pack with --weights q4)",
+                           t->name, splash_dtype_name(t->dtype));
+    int64_t rows, cols, count;
+    splash_tensor_matrix_dims(t, &rows, &cols, &count);
+    for (int64_t e = 0; e < count; e++) {
+        splash_tensor s = splash_tensor_slice(t, e);
+        int rc = put_q4(w, s.data, (int)rows, (int)cols, t->name, &out[e]);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int put_vec(Walk *w, const float *src, size_t n, const char *name, const float **out) {
+    uint8_t *d = reserve(w, n * sizeof(float));
+    *out = (const float *)d;
+    return copy_up(w, d, src, n * sizeof(float), name);
+}
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        int rc_ = (x);                                                                                                 \
+        if (rc_) return rc_;                                                                                           \
+    } while (0)
+
+/* The whole walk, in one order for both passes. */
+int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *inv_freq, qc_weights *out) {
+    const size_t H = (size_t)d->hidden;
+    TRY(put_matrix(w, hw->embed, &out->embed));
+    if (hw->lm_head == hw->embed)
+        out->lm_head = out->embed;
+    else
+        TRY(put_matrix(w, hw->lm_head, &out->lm_head));
+    TRY(put_vec(w, hw->final_norm, H, "final_norm", &out->final_norm));
+    if (d->rotary_dim) TRY(put_vec(w, inv_freq, (size_t)d->rotary_dim / 2, "inv_freq", &out->inv_freq));
+    const size_t E = (size_t)d->experts;
+    for (int i = 0; i < d->n_layers; i++) {
+        const qwen35_layer *L = &hw->layers[i];
+        qc_layer *o = &out->layers[i];
+        o->is_attn = L->is_attn, o->index = L->index;
+        TRY(put_vec(w, L->input_norm, H, "input_norm", &o->input_norm));
+        TRY(put_vec(w, L->post_norm, H, "post_norm", &o->post_norm));
+        if (L->is_attn) {
+            TRY(put_matrix(w, L->q_proj, &o->q_proj));
+            TRY(put_matrix(w, L->k_proj, &o->k_proj));
+            TRY(put_matrix(w, L->v_proj, &o->v_proj));
+            TRY(put_matrix(w, L->o_proj, &o->o_proj));
+            TRY(put_vec(w, L->q_norm, (size_t)d->head_dim, "q_norm", &o->q_norm));
+            TRY(put_vec(w, L->k_norm, (size_t)d->head_dim, "k_norm", &o->k_norm));
+        } else {
+            TRY(put_matrix(w, L->in_qkv, &o->in_qkv));
+            TRY(put_matrix(w, L->in_z, &o->in_z));
+            TRY(put_matrix(w, L->in_b, &o->in_b));
+            TRY(put_matrix(w, L->in_a, &o->in_a));
+            TRY(put_matrix(w, L->out_proj, &o->out_proj));
+            TRY(put_vec(w, L->conv_t, (size_t)d->conv_kernel * d->conv_dim, "conv", &o->conv_t));
+            TRY(put_vec(w, L->neg_a, (size_t)d->hv, "A_log", &o->neg_a));
+            TRY(put_vec(w, L->dt_bias, (size_t)d->hv, "dt_bias", &o->dt_bias));
+            TRY(put_vec(w, L->gnorm, (size_t)d->dv, "gdn.norm", &o->gnorm));
+        }
+        if (d->moe) {
+            splash_q4_matrix *ex = out->experts + (size_t)i * 3 * E;
+            TRY(put_matrix(w, L->router, &o->router));
+            TRY(put_experts(w, L->experts_gate, ex));
+            TRY(put_experts(w, L->experts_up, ex + E));
+            TRY(put_experts(w, L->experts_down, ex + 2 * E));
+            o->experts_gate = ex, o->experts_up = ex + E, o->experts_down = ex + 2 * E;
+            TRY(put_matrix(w, L->shared_gate, &o->shared_gate));
+            TRY(put_matrix(w, L->shared_up, &o->shared_up));
+            TRY(put_matrix(w, L->shared_down, &o->shared_down));
+            TRY(put_matrix(w, L->shared_expert_gate, &o->shared_expert_gate));
+        } else {
+            TRY(put_matrix(w, L->gate, &o->gate));
+            TRY(put_matrix(w, L->up, &o->up));
+            TRY(put_matrix(w, L->down, &o->down));
+        }
+    }
+    return 0;
+}
+
+} /* namespace */
+
+int qc_weights_upload(const splash_package *pkg, const qwen35_dims *d, qc_weights *out, splash_error *err) {
+    memset(out, 0, sizeof *out);
+    qwen35_weights hw;
+    int rc = qwen35_weights_bind(pkg, d, &hw, err);
+    if (rc) return rc;
+    float *inv_freq = nullptr;
+    Walk w;
+    memset(&w, 0, sizeof w);
+    w.err = err;
+    out->layers = (qc_layer *)calloc((size_t)d->n_layers, sizeof *out->layers);
+    if (d->moe) out->experts = (splash_q4_matrix *)calloc((size_t)d->n_layers * 3 * d->experts, sizeof *out->experts);
+    if (d->rotary_dim) inv_freq = (float *)malloc((size_t)d->rotary_dim / 2 * sizeof(float));
+    if (!out->layers || (d->moe && !out->experts) || (d->rotary_dim && !inv_freq)) {
+        rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the CUDA weight tables");
+        goto done;
+    }
+    if (d->rotary_dim) splash_cuda_rope_inv_freq(inv_freq, d->rotary_dim, d->rope_theta);
+    if ((rc = walk(&w, d, &hw, inv_freq, out))) goto done; /* sizes */
+    out->bytes = w.off;
+    {
+        cudaError_t e = cudaMalloc(&out->dev, out->bytes);
+        if (e != cudaSuccess) {
+            out->dev = nullptr;
+            rc = splash_fail(err, SPLASH_E_NOMEM, "cudaMalloc of %zu MiB of weights: %s", out->bytes >> 20,
+                             cudaGetErrorString(e));
+            goto done;
+        }
+    }
+    w.dev = (uint8_t *)out->dev, w.off = 0, w.max_q4_cols = 0;
+    if ((rc = walk(&w, d, &hw, inv_freq, out))) goto done; /* copies */
+    out->max_q4_cols = w.max_q4_cols;
+done:
+    free(w.stage);
+    free(inv_freq);
+    qwen35_weights_free(&hw, d);
+    if (rc) qc_weights_free(out);
+    return rc;
+}
+
+void qc_weights_free(qc_weights *w) {
+    if (w->dev) cudaFree(w->dev);
+    free(w->layers);
+    free(w->experts);
+    memset(w, 0, sizeof *w);
+}

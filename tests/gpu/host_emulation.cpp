@@ -1,0 +1,492 @@
+/* host_emulation.cpp - the CUDA backend's C API (the headers of src/backend/cuda) and
+ * the few CUDA runtime calls the CUDA model makes, implemented on the host
+ * with the CPU backend, so that the CUDA model's orchestration
+ * (src/models/qwen35/cuda_*.cu: weights, descriptor, lanes, row chunks,
+ * verify save and commit replay, taps, logits) runs and is tested on a
+ * machine without a GPU:
+ *
+ *   tools/gpu_tests.sh --emulate
+ *
+ * links test_cuda_model with the model's objects, this file (instead of the
+ * kernels and libcudart: nvcc -cudart none) and libsplash.a.  Host C++ (a
+ * .cpp: compiled as .cu, nvcc's device-runtime header would already define
+ * cudaMalloc and friends).  "Device"
+ * memory is host memory; every op is its CPU reference (cpu_matmul,
+ * cpu_attention, cpu_gdn_*, ...), so a correct orchestration gives logits
+ * equal or very close to the CPU model's, and a wrong stride, lane or offset
+ * gives errors of order 1.  The kernels themselves are tested on the GPU by
+ * test_cuda_ops; this file says nothing about them.
+ *
+ * Simplifications that the model cannot see: q4 "tiles" are the canonical
+ * q4 bytes (splash_q4_tiled_bytes = the canonical size), a prepared q4
+ * activation holds x as fp32, streams are synchronous, and the one error a
+ * call can report is bad arguments.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backend/cpu/cpu.h"
+#include "package/tensor.h"
+}
+#include "backend/cuda/act.h"
+#include "backend/cuda/argmax.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dense_matmul.h"
+#include "backend/cuda/gdn.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/q4_matmul.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/rows.h"
+
+/* ---- the CUDA runtime calls, on host memory ---------------------------------------- */
+
+extern "C" {
+cudaError_t cudaMalloc(void **p, size_t n) {
+    *p = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t n) { return cudaMalloc(p, n); }
+cudaError_t cudaFreeHost(void *p) { return cudaFree(p); }
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind) {
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind, cudaStream_t) {
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *d, int v, size_t n) {
+    memset(d, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t) { return cudaMemset(d, v, n); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
+    *s = (cudaStream_t)malloc(1);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    free(s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulated"; }
+}
+
+/* The test asks for the device's name (both spellings of the entry point). */
+extern "C" cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "host emulation (CPU backend)");
+    return cudaSuccess;
+}
+extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) { return cudaGetDeviceProperties_v2(p, d); }
+
+/* What every nvcc-compiled object calls at start-up to register its (here
+ * empty) device code. */
+extern "C" void **__cudaRegisterFatBinary(void *) {
+    static void *handle;
+    return &handle;
+}
+extern "C" void __cudaRegisterFatBinaryEnd(void **) {}
+extern "C" void __cudaUnregisterFatBinary(void **) {}
+
+/* ---- shared state ------------------------------------------------------------------ */
+
+static cpu_ctx *ctx(void) {
+    static cpu_ctx c;
+    static int ready;
+    if (!ready) {
+        if (cpu_ctx_init(&c, 1, 512, 8192)) {
+            fprintf(stderr, "host emulation: cpu_ctx_init failed\n");
+            exit(1);
+        }
+        ready = 1;
+    }
+    return &c;
+}
+
+static splash_tensor view(int dtype, int rows, int cols, const void *data) {
+    splash_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = "emulated";
+    t.dtype = (splash_dtype)dtype;
+    t.ndim = 2, t.shape[0] = rows, t.shape[1] = cols;
+    t.data = (const uint8_t *)data;
+    t.bytes = splash_tensor_bytes(t.dtype, 2, t.shape);
+    return t;
+}
+
+static cpu_attn_lane cpu_lane(const splash_cuda_attn_lane *l) {
+    cpu_attn_lane c = {l->pages, l->n_past, l->first_row, l->n_rows};
+    return c;
+}
+
+/* ---- q4 (canonical bytes stand for the tiles) ---------------------------------------- */
+
+extern "C" size_t splash_q4_tiled_bytes(int rows, int cols) {
+    return rows > 0 && cols > 0 && cols % 64 == 0 ? splash_matrix_layout(SPLASH_Q4, rows, cols).bytes : 0;
+}
+extern "C" size_t splash_q4_tiled_codes_bytes(int rows, int cols) { return splash_q4_tiled_bytes(rows, cols); }
+extern "C" int splash_q4_repack_host(const uint8_t *canonical, int rows, int cols, uint8_t *tiled, size_t bytes) {
+    const size_t n = splash_q4_tiled_bytes(rows, cols);
+    if (!n || bytes < n) return SPLASH_E_INVALID;
+    memcpy(tiled, canonical, n);
+    return 0;
+}
+extern "C" int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev, int rows, int cols) {
+    m->rows = rows, m->cols = cols, m->tiles = (rows + 15) / 16, m->groups = cols / 64;
+    m->codes = (const uint8_t *)dev, m->sb = nullptr;
+    return 0;
+}
+extern "C" size_t splash_q4_xprep_bytes(int cap_cols) { return (size_t)SPLASH_Q4_MAX_M * cap_cols * sizeof(float) + 256; }
+extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *mem, int cap_cols) {
+    memset(xp, 0, sizeof *xp);
+    xp->hi = (uint16_t *)mem, xp->cap_cols = cap_cols;
+    return 0;
+}
+extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx, struct CUstream_st *) {
+    if (M < 1 || M > SPLASH_Q4_MAX_M || cols > xp->cap_cols || ldx < cols) return SPLASH_E_INVALID;
+    float *d = (float *)xp->hi;
+    for (int m = 0; m < M; m++) memcpy(d + (size_t)m * cols, x + (size_t)m * ldx, (size_t)cols * sizeof(float));
+    xp->M = M, xp->cols = cols;
+    return 0;
+}
+extern "C" int splash_q4_matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y, struct CUstream_st *) {
+    if (xp->cols != w->cols) return SPLASH_E_MISMATCH;
+    splash_tensor t = view(SPLASH_Q4, w->rows, w->cols, w->codes);
+    cpu_matmul(ctx(), &t, xp->M, (const float *)xp->hi, (size_t)w->cols, y, (size_t)w->rows);
+    return 0;
+}
+
+/* ---- plain products and rows ---------------------------------------------------------- */
+
+extern "C" int splash_cuda_dense_matrix_init(splash_cuda_dense_matrix *m, int dtype, const void *dev, int rows,
+                                             int cols) {
+    memset(m, 0, sizeof *m);
+    m->dtype = dtype, m->rows = rows, m->cols = cols, m->data = (const uint8_t *)dev;
+    return dtype == SPLASH_Q4 ? SPLASH_E_UNSUPPORTED : 0;
+}
+extern "C" int splash_cuda_dense_matmul(const splash_cuda_dense_matrix *w, const float *x, size_t ldx, int M, float *y,
+                                        size_t ldy, struct CUstream_st *) {
+    splash_tensor t = view(w->dtype, w->rows, w->cols, w->data);
+    for (int r0 = 0; r0 < M; r0 += 512) /* the context's max_m */
+        cpu_matmul(ctx(), &t, M - r0 < 512 ? M - r0 : 512, x + (size_t)r0 * ldx, ldx, y + (size_t)r0 * ldy, ldy);
+    return 0;
+}
+extern "C" int splash_cuda_embed_rows_q4(const splash_q4_matrix *w, const int32_t *ids, int n, float *out, size_t ldo,
+                                         struct CUstream_st *) {
+    splash_tensor t = view(SPLASH_Q4, w->rows, w->cols, w->codes);
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0) splash_tensor_row_f32(&t, ids[i], out + (size_t)i * ldo);
+    return 0;
+}
+extern "C" int splash_cuda_embed_rows_dense(const splash_cuda_dense_matrix *w, const int32_t *ids, int n, float *out,
+                                            size_t ldo, struct CUstream_st *) {
+    splash_tensor t = view(w->dtype, w->rows, w->cols, w->data);
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0) splash_tensor_row_f32(&t, ids[i], out + (size_t)i * ldo);
+    return 0;
+}
+extern "C" int splash_cuda_gather_rows(const float *src, size_t lds, const int32_t *idx, int n, float *dst, size_t ldd,
+                                       int width, struct CUstream_st *) {
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * ldd, src + (size_t)idx[i] * lds, (size_t)width * sizeof(float));
+    return 0;
+}
+extern "C" int splash_cuda_scatter_rows(const float *src, size_t lds, const int32_t *map, int rows, float *dst,
+                                        size_t ldd, int width, struct CUstream_st *) {
+    for (int r = 0; r < rows; r++)
+        if (map[r] >= 0) memcpy(dst + (size_t)map[r] * ldd, src + (size_t)r * lds, (size_t)width * sizeof(float));
+    return 0;
+}
+extern "C" int splash_cuda_add_rows(float *y, size_t ldy, const float *x, size_t ldx, int rows, int width,
+                                    struct CUstream_st *) {
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < width; c++) y[(size_t)r * ldy + c] += x[(size_t)r * ldx + c];
+    return 0;
+}
+
+/* ---- norms, rotary, activations -------------------------------------------------------- */
+
+extern "C" int splash_cuda_rmsnorm(const float *x, size_t ldx, size_t hsx, float *y, size_t ldy, size_t hsy,
+                                   const float *w, float offset, int n, int rows, int heads, float eps,
+                                   struct CUstream_st *) {
+    float *f = (float *)malloc((size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++) f[i] = offset + w[i];
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < heads; h++) cpu_rmsnorm(x + r * ldx + h * hsx, f, n, eps, y + r * ldy + h * hsy);
+    free(f);
+    return 0;
+}
+
+extern "C" int splash_cuda_attn_prep(const splash_cuda_attn_prep_args *a, struct CUstream_st *) {
+    const int hd = a->head_dim, half = a->rot_dim / 2;
+    float *qf = (float *)malloc((size_t)hd * sizeof(float)), *kf = (float *)malloc((size_t)hd * sizeof(float));
+    for (int i = 0; i < hd; i++) qf[i] = a->norm_offset + a->q_norm[i], kf[i] = a->norm_offset + a->k_norm[i];
+    for (int r = 0; r < a->rows; r++) {
+        for (int j = 0; j < a->heads + a->kv_heads; j++) {
+            const int is_q = j < a->heads;
+            float *dst = is_q ? a->q + r * a->ldq + (size_t)j * hd : a->k + r * a->ldk + (size_t)(j - a->heads) * hd;
+            const float *src = is_q ? a->qg + r * a->ldqg + (size_t)j * 2 * hd : dst;
+            if (is_q && a->gate) memcpy(a->gate + r * a->ldg + (size_t)j * hd, src + hd, (size_t)hd * sizeof(float));
+            cpu_rmsnorm(src, is_q ? qf : kf, hd, a->eps, dst);
+            for (int i = 0; i < half; i++) {
+                const float ang = (float)a->pos[r] * a->inv_freq[i], c = cosf(ang), s = sinf(ang);
+                const float x1 = dst[i], x2 = dst[i + half];
+                dst[i] = x1 * c - x2 * s;
+                dst[i + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+    free(qf), free(kf);
+    return 0;
+}
+
+extern "C" int splash_cuda_silu_mul(const float *g, size_t ldg, const float *u, size_t ldu, float *out, size_t ldo,
+                                    int rows, int n, struct CUstream_st *) {
+    for (int r = 0; r < rows; r++) cpu_silu_mul(g + r * ldg, u + r * ldu, n, out + r * ldo);
+    return 0;
+}
+
+extern "C" int splash_cuda_moe_shared_add(float *fo, size_t ldf, const float *mo, size_t ldm, const float *s,
+                                          size_t lds, float *x, size_t ldx, int rows, int n, struct CUstream_st *) {
+    for (int r = 0; r < rows; r++) {
+        const float sg = cpu_sigmoid(s[r * lds]);
+        for (int i = 0; i < n; i++) {
+            fo[r * ldf + i] = fo[r * ldf + i] + sg * mo[r * ldm + i];
+            x[r * ldx + i] = fo[r * ldf + i] + x[r * ldx + i];
+        }
+    }
+    return 0;
+}
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+static cpu_kv_layout cpu_layout(const splash_cuda_kv_layout *l) {
+    cpu_kv_layout c;
+    cpu_kv_layout_init(&c, l->format, l->n_layers, l->kv_heads, l->head_dim, l->page_tokens);
+    return c;
+}
+
+extern "C" int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, int n_layers, int kv_heads,
+                                          int head_dim, int page_tokens) {
+    cpu_kv_layout c;
+    int rc = cpu_kv_layout_init(&c, format, n_layers, kv_heads, head_dim, page_tokens);
+    if (rc) return rc;
+    l->format = c.format, l->page_tokens = c.page_tokens, l->kv_heads = c.kv_heads, l->head_dim = c.head_dim;
+    l->n_layers = c.n_layers, l->value_size = c.value_size;
+    l->k_off = c.k_off, l->ks_off = c.ks_off, l->v_off = c.v_off, l->vs_off = c.vs_off;
+    l->layer_bytes = c.layer_bytes, l->page_bytes = c.page_bytes;
+    return 0;
+}
+
+extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *pool, int layer,
+                                    const splash_cuda_attn_lane *lanes, int n_lanes, int rows, const float *k,
+                                    size_t ldk, const float *v, size_t ldv, struct CUstream_st *) {
+    cpu_kv_layout c = cpu_layout(l);
+    cpu_attn_lane *cl = (cpu_attn_lane *)malloc(sizeof *cl * (size_t)(n_lanes ? n_lanes : 1));
+    for (int i = 0; i < n_lanes; i++) {
+        cl[i] = cpu_lane(&lanes[i]);
+        if (lanes[i].first_row + lanes[i].n_rows > rows) return SPLASH_E_INVALID;
+    }
+    cpu_kv_write(ctx(), &c, pool, layer, cl, n_lanes, k, ldk, v, ldv);
+    free(cl);
+    return 0;
+}
+
+extern "C" size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx) {
+    if (rows < 1 || n_heads < 1 || head_dim < 1 || max_ctx < 1) return 0;
+    return (size_t)rows * n_heads * head_dim * 4 * ((max_ctx + 255) / 256) + 64;
+}
+
+extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUstream_st *) {
+    const splash_cuda_kv_layout *l = a->layout;
+    if (a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, l->head_dim, a->max_ctx))
+        return SPLASH_E_RANGE;
+    cpu_kv_layout c = cpu_layout(l);
+    cpu_attn_lane *cl = (cpu_attn_lane *)malloc(sizeof *cl * (size_t)a->n_lanes);
+    for (int i = 0; i < a->n_lanes; i++) {
+        cl[i] = cpu_lane(&a->lanes[i]);
+        if (cl[i].first_row + cl[i].n_rows > a->rows || cl[i].n_rows > a->max_lane_rows ||
+            cl[i].n_past + cl[i].n_rows > a->max_ctx)
+            return SPLASH_E_INVALID; /* the kernel would read outside its grid */
+    }
+    float *scores = (float *)malloc(sizeof(float) * (size_t)(a->max_ctx + 16));
+    cpu_attention(ctx(), &c, a->pool, a->layer, cl, a->n_lanes, a->n_heads, a->q, a->ldq, a->out, a->ldo, a->scale,
+                  scores, (size_t)(a->max_ctx + 16));
+    if (a->gate)
+        for (int i = 0; i < a->n_lanes; i++)
+            for (int r = cl[i].first_row; r < cl[i].first_row + cl[i].n_rows; r++)
+                for (int e = 0; e < a->n_heads * l->head_dim; e++)
+                    a->out[r * a->ldo + e] *= cpu_sigmoid(a->gate[r * a->ldg + e]);
+    free(scores), free(cl);
+    return 0;
+}
+
+/* ---- Gated DeltaNet ------------------------------------------------------------------------ */
+
+extern "C" int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_cuda_gdn_lane *lanes, int n_lanes,
+                                    int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy,
+                                    struct CUstream_st *) {
+    for (int i = 0; i < n_lanes; i++) {
+        const splash_cuda_gdn_lane *l = &lanes[i];
+        if (l->n_rows > max_lane_rows) return SPLASH_E_INVALID;
+        const float *xl = x + (size_t)l->first_row * ldx;
+        if (y)
+            cpu_gdn_conv(wT, C, K, l->conv_state, l->update_conv, xl, ldx, l->n_rows, y + (size_t)l->first_row * ldy,
+                         ldy, 0, C);
+        else if (l->update_conv)
+            cpu_gdn_conv_advance(l->conv_state, C, K, xl, ldx, l->n_rows, 0, C);
+    }
+    return 0;
+}
+
+/* chunked: the CPU's chunked algorithm, else its recurrence */
+static int gdn(const splash_cuda_gdn_args *a, int chunked) {
+    const int dk = a->dk, dv = a->dv, kd = a->hk * dk;
+    const float qscale = (float)pow((double)dk, -0.5);
+    const size_t hs = (size_t)dk * dv;
+    for (int i = 0; i < a->n_lanes; i++) {
+        const splash_cuda_gdn_lane *l = &a->lanes[i];
+        const int n = l->n_rows;
+        float *q = (float *)malloc(sizeof(float) * (size_t)n * dk), *k = (float *)malloc(sizeof(float) * (size_t)n * dk);
+        float *g = (float *)malloc(sizeof(float) * n), *beta = (float *)malloc(sizeof(float) * n);
+        float *o = (float *)malloc(sizeof(float) * (size_t)n * dv);
+        float *scratch = (float *)malloc(sizeof(float) * cpu_gdn_chunk_scratch(dk, dv));
+        for (int h = 0; h < a->hv; h++) {
+            const int kh = h / (a->hv / a->hk);
+            float *S = l->s_out + (size_t)h * hs;
+            if (l->s_out != l->s_in) memcpy(S, l->s_in + (size_t)h * hs, hs * sizeof(float));
+            for (int t = 0; t < n; t++) {
+                const size_t row = (size_t)l->first_row + t;
+                const float *m = a->mixed + row * a->ldm;
+                memcpy(q + (size_t)t * dk, m + (size_t)kh * dk, sizeof(float) * dk);
+                memcpy(k + (size_t)t * dk, m + kd + (size_t)kh * dk, sizeof(float) * dk);
+                cpu_l2norm(q + (size_t)t * dk, dk, 1e-6f);
+                cpu_l2norm(k + (size_t)t * dk, dk, 1e-6f);
+                for (int e = 0; e < dk; e++) q[(size_t)t * dk + e] *= qscale;
+                beta[t] = cpu_sigmoid(a->b[row * a->ldab + h]);
+                g[t] = a->neg_a[h] * cpu_softplus(a->a[row * a->ldab + h] + a->dt_bias[h]);
+            }
+            const float *v = a->mixed + (size_t)l->first_row * a->ldm + 2 * (size_t)kd + (size_t)h * dv;
+            if (chunked)
+                cpu_gdn_chunked(S, dk, dv, n, q, k, (size_t)dk, v, a->ldm, g, beta, 1, o, (size_t)dv, scratch);
+            else
+                for (int t = 0; t < n; t++)
+                    cpu_gdn_step(S, dk, dv, q + (size_t)t * dk, k + (size_t)t * dk, v + (size_t)t * a->ldm, g[t], beta[t],
+                                 o + (size_t)t * dv);
+            for (int t = 0; t < n; t++) {
+                const size_t row = (size_t)l->first_row + t, oc = (size_t)h * dv;
+                if (a->o) memcpy(a->o + row * a->ldo + oc, o + (size_t)t * dv, sizeof(float) * dv);
+                if (a->y)
+                    cpu_rmsnorm_gated(o + (size_t)t * dv, a->norm_w, a->z + row * a->ldz + oc, dv, a->eps,
+                                      a->y + row * a->ldy + oc);
+            }
+        }
+        free(q), free(k), free(g), free(beta), free(o), free(scratch);
+    }
+    return 0;
+}
+extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *) { return gdn(a, 0); }
+extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *) { return gdn(a, 1); }
+
+/* ---- MoE ---------------------------------------------------------------------------------------- */
+
+extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int E, int top_k, int norm_topk,
+                                     int32_t *idx, float *w, struct CUstream_st *) {
+    float *p = (float *)malloc(sizeof(float) * E);
+    for (int r = 0; r < rows; r++) {
+        memcpy(p, logits + r * ldl, sizeof(float) * E);
+        cpu_softmax(p, E);
+        int32_t *id = idx + (size_t)r * top_k;
+        float *wt = w + (size_t)r * top_k;
+        for (int kk = 0; kk < top_k; kk++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int q = 0; q < kk; q++) taken |= id[q] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            id[kk] = best, wt[kk] = p[best];
+        }
+        if (norm_topk) {
+            float s = 0.f;
+            for (int kk = 0; kk < top_k; kk++) s += wt[kk];
+            for (int kk = 0; kk < top_k; kk++) wt[kk] /= s;
+        }
+        for (int x = 1; x < top_k; x++)
+            for (int y = x; y > 0 && id[y - 1] > id[y]; y--) {
+                int32_t ti = id[y];
+                id[y] = id[y - 1], id[y - 1] = ti;
+                float tw = wt[y];
+                wt[y] = wt[y - 1], wt[y - 1] = tw;
+            }
+    }
+    free(p);
+    return 0;
+}
+
+extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_rows, int hidden, int inter,
+                                            int top_k) {
+    memset(s, 0, sizeof *s);
+    s->max_rows = max_rows, s->hidden = hidden, s->inter = inter, s->top_k = top_k;
+    s->dev = malloc(1);
+    s->mx = (float *)malloc(sizeof(float) * (size_t)max_rows * hidden);
+    s->h1 = (float *)malloc(sizeof(float) * (size_t)max_rows * inter);
+    s->h2 = (float *)malloc(sizeof(float) * (size_t)max_rows * inter);
+    s->mo = (float *)malloc(sizeof(float) * (size_t)max_rows * hidden);
+    return 0;
+}
+extern "C" void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s) {
+    if (!s->dev) return;
+    free(s->dev), free(s->mx), free(s->h1), free(s->h2), free(s->mo);
+    memset(s, 0, sizeof *s);
+}
+
+extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                       const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
+                                       int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
+                                       splash_cuda_moe_scratch *s, struct CUstream_st *) {
+    const int H = s->hidden, I = s->inter, k = s->top_k;
+    for (int r = 0; r < rows; r++) memset(fo + r * ldf, 0, sizeof(float) * H);
+    int *er = (int *)malloc(sizeof(int) * rows);
+    float *ew = (float *)malloc(sizeof(float) * rows);
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int r = 0; r < rows; r++)
+            for (int kk = 0; kk < k; kk++)
+                if (idx[r * k + kk] == e) er[n] = r, ew[n++] = w[r * k + kk];
+        if (!n) continue;
+        for (int i = 0; i < n; i++) memcpy(s->mx + (size_t)i * H, xn + er[i] * ldx, sizeof(float) * H);
+        splash_tensor g = view(SPLASH_Q4, gate[e].rows, gate[e].cols, gate[e].codes);
+        splash_tensor u = view(SPLASH_Q4, up[e].rows, up[e].cols, up[e].codes);
+        splash_tensor d = view(SPLASH_Q4, down[e].rows, down[e].cols, down[e].codes);
+        cpu_matmul(ctx(), &g, n, s->mx, H, s->h1, I);
+        cpu_matmul(ctx(), &u, n, s->mx, H, s->h2, I);
+        for (int i = 0; i < n; i++) cpu_silu_mul(s->h1 + (size_t)i * I, s->h2 + (size_t)i * I, I, s->h1 + (size_t)i * I);
+        cpu_matmul(ctx(), &d, n, s->h1, I, s->mo, H);
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < H; c++) fo[er[i] * ldf + c] = fo[er[i] * ldf + c] + s->mo[(size_t)i * H + c] * ew[i];
+    }
+    free(er), free(ew);
+    return 0;
+}
+
+extern "C" void splash_cuda_rope_inv_freq(float *inv, int rot_dim, double theta) {
+    for (int i = 0; i < rot_dim / 2; i++) inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)rot_dim);
+}

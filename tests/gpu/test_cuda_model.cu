@@ -1,0 +1,450 @@
+/* test_cuda_model.cu - the CUDA Qwen3.5 model against the CPU model, through
+ * the model entry point (splash_model_load with device "cuda" / "cpu",
+ * forward, commit, snapshot, restore), on the tiny fixtures
+ * (tests/fixtures: dense-tiny and moe-tiny packed as q4, dense-tiny packed
+ * as bf16, which runs every product on the plain-weight kernel).
+ *
+ * The packages are made beforehand by `splash pack` (tools/gpu_tests.sh packs
+ * them, or `tools/gpu_tests.sh --prepare` on a machine with the build's
+ * libraries, so that the GPU machine needs neither the packer nor its
+ * libraries): <packages>/dense-tiny-q4, moe-tiny-q4, dense-tiny-bf16, where
+ * <packages> is the first argument or $SPLASH_TEST_PACKAGES.
+ *
+ * Both models load the same package; the CPU with fp32 activations and f32
+ * KV (its exact reference path), the GPU with f32 KV.  Cases (T = 200
+ * tokens of the fixture's ref.json):
+ *   prefill 200          one lane, 200 PREFILL rows (GDN chunked on both)
+ *   prefill 130          the prefix of the next cases
+ *   decode 1 x 70        VERIFY 1 + commit 1, 70 times
+ *   verify 7 / accept k  VERIFY blocks of 7, commit of 1..7 rows, to 200
+ *   3 lanes mixed        PREFILL 70 (chunked) + VERIFY 5 + PREFILL 3 in one
+ *                        forward, then commit, then three VERIFY lanes
+ *   state GPU->CPU       the GPU's slot and KV pages after a prefill copied
+ *                        into the CPU's memory (and back): 10 decode steps
+ *                        on each from the other's state
+ * Logits are compared row by row: relative L2 per row (worst row reported)
+ * and over the case.  Bounds: 1e-4 per row for decode / verify rows (the
+ * brief's bound), prefill rows 1e-3 per row (the GDN chunked kernels sum in
+ * different orders and 8 random layers amplify it).  Exact checks on the GPU
+ * alone: a VERIFY lane's logits are bit-identical when the lane runs alone
+ * (batch invariance); VERIFY + commit(7) leaves the same state bytes as
+ * PREFILL of the same 7 rows and the next row's logits are the same bits.
+ *
+ * Prints one line per check, then a table (case, rows, worst row, L2, bound,
+ * GPU ms, CPU ms); exits 1 if a check failed.  Usage: test_cuda_model
+ * [--quick] PACKAGES (--quick: dense-tiny q4 only, for compute-sanitizer).  Needs SPLASH_ROOT (or the
+ * repository as the working directory) and a GPU.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern "C" {
+#include "base/fs.h"
+#include "base/json.h"
+#include "package/package.h"
+#include "runtime/model.h"
+}
+#include "backend/cuda/cuda_check.h"
+
+#define MAX_T 256
+#define LANES 3
+
+/* ---- results ---------------------------------------------------------------------- */
+
+typedef struct {
+    char fixture[24], what[40];
+    int rows;
+    double worst, l2, bound, gpu_ms, cpu_ms;
+    int pass;
+} Row;
+static Row g_rows[128];
+static int g_nrows, g_fail;
+
+static void report(const char *fixture, const char *what, int rows, double worst, double l2, double bound,
+                   double gpu_ms, double cpu_ms) {
+    const int pass = isfinite(worst) && worst <= bound;
+    if (!pass) g_fail++;
+    printf("%s %-18s %-34s rows %3d worst row %.3g, L2 %.3g (bound %.0e)\n", pass ? "PASS" : "FAIL", fixture, what,
+           rows, worst, l2, bound);
+    fflush(stdout);
+    if (g_nrows < 128) {
+        Row *r = &g_rows[g_nrows++];
+        snprintf(r->fixture, sizeof r->fixture, "%s", fixture);
+        snprintf(r->what, sizeof r->what, "%s", what);
+        r->rows = rows, r->worst = worst, r->l2 = l2, r->bound = bound, r->gpu_ms = gpu_ms, r->cpu_ms = cpu_ms;
+        r->pass = pass;
+    }
+}
+
+static void report_exact(const char *fixture, const char *what, int same) {
+    report(fixture, what, 0, same ? 0.0 : INFINITY, same ? 0.0 : INFINITY, 0.0, -1, -1);
+}
+
+static void print_table(void) {
+    printf("\n| fixture | case | rows | worst row rel L2 | case rel L2 | bound | pass | GPU ms | CPU ms |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < g_nrows; i++) {
+        const Row *r = &g_rows[i];
+        char g[24] = "-", c[24] = "-";
+        if (r->gpu_ms >= 0) snprintf(g, sizeof g, "%.2f", r->gpu_ms);
+        if (r->cpu_ms >= 0) snprintf(c, sizeof c, "%.2f", r->cpu_ms);
+        printf("| %s | %s | %d | %.2e | %.2e | %.0e | %s | %s | %s |\n", r->fixture, r->what, r->rows, r->worst, r->l2,
+               r->bound, r->pass ? "yes" : "NO", g, c);
+    }
+    printf("\n%d checks, %d failed\n", g_nrows, g_fail);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static void die(const char *what, const splash_error *err) {
+    fprintf(stderr, "FATAL %s: %s\n", what, err ? err->msg : "");
+    exit(1);
+}
+
+/* ---- fixtures and the two models -------------------------------------------------------- */
+
+typedef struct {
+    splash_model *m;
+    const splash_model_needs *nd;
+    void *kv, *states;
+    int gpu;
+} Side;
+
+typedef struct {
+    const char *name;     /* tests/fixtures/<name>: the tokens */
+    const char *pkg_name; /* <packages>/<pkg_name>: the package */
+    const char *tag;      /* printed */
+    int32_t tokens[MAX_T];
+    int T, V;
+    splash_package *pkg;
+    Side cpu, gpu;
+    int ppl;             /* pages per lane */
+    int32_t pages[LANES * MAX_T];
+} Fixture;
+
+static const char *root(void) {
+    const char *r = getenv("SPLASH_ROOT");
+    return r && *r ? r : ".";
+}
+
+static int read_tokens(Fixture *f) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tests/fixtures/%s/ref.json", root(), f->name);
+    char *text = NULL;
+    size_t len;
+    splash_error err = {0, {0}};
+    if (splash_read_file(path, &text, &len, &err)) return -1;
+    char msg[128];
+    json_value *ref = json_parse(text, len, 64, msg, sizeof msg);
+    free(text);
+    if (!ref) return -1;
+    const json_value *ids = json_get(ref, "token_ids");
+    f->T = ids ? (int)ids->count : 0;
+    f->V = (int)json_get_int(ref, "vocab", 0);
+    if (f->T > MAX_T) f->T = MAX_T;
+    for (int t = 0; t < f->T; t++) f->tokens[t] = (int32_t)json_at(ids, (size_t)t)->num;
+    json_free(ref);
+    return f->T > 0 && f->V > 0 ? 0 : -1;
+}
+
+static void side_load(Fixture *f, Side *s, int gpu) {
+    splash_error err = {0, {0}};
+    splash_model_options o;
+    memset(&o, 0, sizeof o);
+    o.device = gpu ? "cuda" : "cpu";
+    o.max_rows = MAX_T, o.max_lanes = LANES, o.kv_format = SPLASH_KV_F32;
+    o.cpu_activations = SPLASH_CPU_ACT_F32;
+    if (splash_model_load(f->pkg, &o, &s->m, &err)) die(gpu ? "load (cuda)" : "load (cpu)", &err);
+    s->gpu = gpu;
+    s->nd = splash_model_get_needs(s->m);
+    const int n_pages = LANES * f->ppl;
+    s->kv = splash_model_alloc_memory(s->m, s->nd->page_bytes * n_pages);
+    s->states = splash_model_alloc_memory(s->m, s->nd->state_bytes * LANES);
+    if (!s->kv || !s->states) die("alloc_memory", NULL);
+    if (splash_model_attach_memory(s->m, s->kv, n_pages, s->states, LANES, &err)) die("attach", &err);
+}
+
+static int fixture_open(Fixture *f, const char *packages) {
+    if (read_tokens(f)) {
+        printf("SKIP %s: fixture not found under %s/tests/fixtures\n", f->tag, root());
+        return -1;
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", packages, f->pkg_name);
+    splash_error err = {0, {0}};
+    if (splash_package_open(dir, &f->pkg, &err)) {
+        printf("SKIP %s: %s\n", f->tag, err.msg);
+        return -1;
+    }
+    f->ppl = (MAX_T + 31) / 32;
+    const int n_pages = LANES * f->ppl;
+    for (int p = 0; p < n_pages; p++) f->pages[p] = (int32_t)((p * 7) % n_pages); /* scattered */
+    side_load(f, &f->cpu, 0);
+    side_load(f, &f->gpu, 1);
+    if (f->cpu.nd->page_bytes != f->gpu.nd->page_bytes || f->cpu.nd->state_bytes != f->gpu.nd->state_bytes)
+        die("the two backends declare different page or state sizes", NULL);
+    return 0;
+}
+
+static void side_free(Side *s) {
+    splash_model_free_memory(s->m, s->kv);
+    splash_model_free_memory(s->m, s->states);
+    splash_model_free(s->m);
+}
+
+/* ---- running ------------------------------------------------------------------------- */
+
+typedef struct {
+    int slot, n_past, n_rows, mode;
+} LaneSpec;
+
+/* One forward of several lanes over the fixture's tokens; logits of every
+ * row in row order.  Returns the wall time in ms. */
+static double run(Fixture *f, Side *s, const LaneSpec *ls, int n, float *logits) {
+    splash_lane lanes[LANES];
+    static splash_row rows[MAX_T];
+    int r = 0;
+    for (int i = 0; i < n; i++) {
+        lanes[i].slot = ls[i].slot, lanes[i].n_past = ls[i].n_past, lanes[i].first_row = r;
+        lanes[i].n_rows = ls[i].n_rows, lanes[i].pages = f->pages + ls[i].slot * f->ppl, lanes[i].n_pages = f->ppl;
+        lanes[i].mode = ls[i].mode;
+        for (int k = 0; k < ls[i].n_rows; k++, r++) {
+            const int t = ls[i].n_past + k;
+            rows[r].token = f->tokens[t % f->T];
+            rows[r].pos[0] = rows[r].pos[1] = rows[r].pos[2] = t;
+            rows[r].flags = SPLASH_ROW_LOGITS;
+            rows[r].embed = NULL;
+        }
+    }
+    splash_batch b;
+    b.n_lanes = n, b.n_rows = r, b.lanes = lanes, b.rows = rows, b.logits = logits, b.taps = NULL;
+    splash_error err = {0, {0}};
+    const double t0 = now_ms();
+    if (splash_model_forward(s->m, &b, &err)) die(s->gpu ? "forward (cuda)" : "forward (cpu)", &err);
+    return now_ms() - t0;
+}
+
+static double run1(Fixture *f, Side *s, int slot, int n_past, int n, int mode, float *logits) {
+    LaneSpec l = {slot, n_past, n, mode};
+    return run(f, s, &l, 1, logits);
+}
+
+static void commit(Side *s, int slot, int n) {
+    splash_error err = {0, {0}};
+    if (splash_model_commit(s->m, slot, n, &err)) die(s->gpu ? "commit (cuda)" : "commit (cpu)", &err);
+}
+
+static void reset(Fixture *f, int slot) {
+    if (splash_model_reset_slot(f->cpu.m, slot) || splash_model_reset_slot(f->gpu.m, slot)) die("reset", NULL);
+}
+
+/* Per-row relative L2 of gpu against cpu; the worst row and the whole. */
+static void compare(const float *cpu, const float *gpu, int rows, int V, double *worst, double *l2) {
+    double num = 0, den = 0;
+    *worst = 0;
+    for (int r = 0; r < rows; r++) {
+        double n = 0, d = 0;
+        for (int v = 0; v < V; v++) {
+            const double c = cpu[(size_t)r * V + v], g = gpu[(size_t)r * V + v];
+            n += (g - c) * (g - c);
+            d += c * c;
+        }
+        const double e = d > 0 ? sqrt(n / d) : (n > 0 ? INFINITY : 0);
+        if (!(e <= *worst)) *worst = e; /* NaN counts as worst */
+        num += n, den += d;
+    }
+    *l2 = den > 0 ? sqrt(num / den) : 0;
+}
+
+static void check(Fixture *f, const char *what, const float *cpu, const float *gpu, int rows, double bound,
+                  double gms, double cms) {
+    double worst, l2;
+    compare(cpu, gpu, rows, f->V, &worst, &l2);
+    report(f->tag, what, rows, worst, l2, bound, gms, cms);
+}
+
+static const double kRowBound = 1e-4, kPrefillBound = 1e-3;
+
+/* ---- cases --------------------------------------------------------------------------- */
+
+static void case_prefill(Fixture *f, float *lc, float *lg) {
+    reset(f, 0);
+    const double cms = run1(f, &f->cpu, 0, 0, f->T, SPLASH_LANE_PREFILL, lc);
+    const double gms = run1(f, &f->gpu, 0, 0, f->T, SPLASH_LANE_PREFILL, lg);
+    char what[40];
+    snprintf(what, sizeof what, "prefill %d", f->T);
+    check(f, what, lc, lg, f->T, kPrefillBound, gms, cms);
+}
+
+/* Prefill P on both sides (reported), then VERIFY blocks of `block` rows,
+ * accepting 1..block rows by a fixed pattern (all of them when all = 1). */
+static void case_blocks(Fixture *f, int P, int block, int all, const char *what, float *lc, float *lg) {
+    reset(f, 0);
+    double cms = run1(f, &f->cpu, 0, 0, P, SPLASH_LANE_PREFILL, lc);
+    double gms = run1(f, &f->gpu, 0, 0, P, SPLASH_LANE_PREFILL, lg);
+    if (block == 1) {
+        char w[40];
+        snprintf(w, sizeof w, "prefill %d", P);
+        check(f, w, lc, lg, P, kPrefillBound, gms, cms);
+    }
+    int rows = 0, it = 0;
+    cms = gms = 0;
+    for (int t = P; t < f->T; it++) {
+        const int n = f->T - t < block ? f->T - t : block;
+        cms += run1(f, &f->cpu, 0, t, n, SPLASH_LANE_VERIFY, lc + (size_t)rows * f->V);
+        gms += run1(f, &f->gpu, 0, t, n, SPLASH_LANE_VERIFY, lg + (size_t)rows * f->V);
+        const int k = all ? n : (it * 3) % n + 1;
+        commit(&f->cpu, 0, k);
+        commit(&f->gpu, 0, k);
+        rows += n, t += k;
+        if (rows + block > MAX_T) break;
+    }
+    check(f, what, lc, lg, rows, kRowBound, gms, cms);
+}
+
+/* Three lanes in one forward (PREFILL chunked + VERIFY + short PREFILL),
+ * a commit, then three VERIFY lanes; plus GPU batch invariance. */
+static void case_lanes(Fixture *f, float *lc, float *lg) {
+    for (int s = 0; s < LANES; s++) reset(f, s);
+    /* prefixes: slot 0 70 rows, slot 1 20, slot 2 40 */
+    const int pre[LANES] = {70, 20, 40};
+    for (int s = 0; s < LANES; s++) {
+        run1(f, &f->cpu, s, 0, pre[s], SPLASH_LANE_PREFILL, lc);
+        run1(f, &f->gpu, s, 0, pre[s], SPLASH_LANE_PREFILL, lg);
+    }
+    const LaneSpec a[3] = {{0, 70, 70, SPLASH_LANE_PREFILL}, {1, 20, 5, SPLASH_LANE_VERIFY}, {2, 40, 3, SPLASH_LANE_PREFILL}};
+    double cms = run(f, &f->cpu, a, 3, lc), gms = run(f, &f->gpu, a, 3, lg);
+    check(f, "3 lanes: prefill 70+verify 5+3", lc, lg, 78, kPrefillBound, gms, cms);
+    commit(&f->cpu, 1, 2);
+    commit(&f->gpu, 1, 2);
+    const LaneSpec b[3] = {{0, 140, 7, SPLASH_LANE_VERIFY}, {1, 22, 1, SPLASH_LANE_VERIFY}, {2, 43, 3, SPLASH_LANE_VERIFY}};
+    cms = run(f, &f->cpu, b, 3, lc), gms = run(f, &f->gpu, b, 3, lg);
+    check(f, "3 lanes: verify 7+1+3", lc, lg, 11, kRowBound, gms, cms);
+    /* the same VERIFY lane alone on the GPU (no state moved since): same bits */
+    float *alone = (float *)malloc(sizeof(float) * 7 * f->V);
+    run1(f, &f->gpu, 0, 140, 7, SPLASH_LANE_VERIFY, alone);
+    report_exact(f->tag, "GPU: verify lane alone = in batch", !memcmp(alone, lg, sizeof(float) * 7 * f->V));
+    free(alone);
+}
+
+/* VERIFY 7 + commit 7 leaves the state of PREFILL 7 (GPU, bytes). */
+static void case_commit_exact(Fixture *f, float *lc, float *lg) {
+    Side *g = &f->gpu;
+    const size_t sb = g->nd->state_bytes;
+    reset(f, 0);
+    reset(f, 1);
+    run1(f, g, 0, 0, 130, SPLASH_LANE_PREFILL, lg);
+    run1(f, g, 0, 130, 7, SPLASH_LANE_VERIFY, lg);
+    commit(g, 0, 7);
+    run1(f, g, 1, 0, 130, SPLASH_LANE_PREFILL, lc);
+    run1(f, g, 1, 130, 7, SPLASH_LANE_PREFILL, lc);
+    void *a = malloc(sb), *b = malloc(sb);
+    SPLASH_CUDA_CHECK(cudaMemcpy(a, (uint8_t *)g->states, sb, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(b, (uint8_t *)g->states + sb, sb, cudaMemcpyDeviceToHost));
+    report_exact(f->tag, "GPU: verify+commit 7 = prefill 7", !memcmp(a, b, sb));
+    run1(f, g, 0, 137, 1, SPLASH_LANE_VERIFY, lg);
+    run1(f, g, 1, 137, 1, SPLASH_LANE_VERIFY, lc);
+    report_exact(f->tag, "GPU: next row after commit", !memcmp(lg, lc, sizeof(float) * f->V));
+    free(a), free(b);
+}
+
+/* Copies slot `from` (state + the lane's KV pages) of one side into slot `to`
+ * of the other, through the host. */
+static void move_state(Fixture *f, Side *src, int from, Side *dst, int to) {
+    const size_t sb = src->nd->state_bytes, pb = src->nd->page_bytes;
+    uint8_t *h = (uint8_t *)malloc(sb > pb ? sb : pb);
+    const cudaMemcpyKind down = src->gpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+    const cudaMemcpyKind up = dst->gpu ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost;
+    SPLASH_CUDA_CHECK(cudaMemcpy(h, (uint8_t *)src->states + (size_t)from * sb, sb, down));
+    SPLASH_CUDA_CHECK(cudaMemcpy((uint8_t *)dst->states + (size_t)to * sb, h, sb, up));
+    for (int p = 0; p < f->ppl; p++) {
+        const size_t ps = (size_t)f->pages[from * f->ppl + p] * pb, pd = (size_t)f->pages[to * f->ppl + p] * pb;
+        SPLASH_CUDA_CHECK(cudaMemcpy(h, (uint8_t *)src->kv + ps, pb, down));
+        SPLASH_CUDA_CHECK(cudaMemcpy((uint8_t *)dst->kv + pd, h, pb, up));
+    }
+    free(h);
+}
+
+/* Decode steps on one side from the other's state (both directions). */
+static void case_move(Fixture *f, float *lc, float *lg) {
+    const int P = 130, N = 10;
+    reset(f, 0);
+    reset(f, 1);
+    run1(f, &f->cpu, 0, 0, P, SPLASH_LANE_PREFILL, lc);
+    run1(f, &f->gpu, 0, 0, P, SPLASH_LANE_PREFILL, lg);
+    move_state(f, &f->gpu, 0, &f->cpu, 1); /* CPU slot 1 <- GPU slot 0 */
+    move_state(f, &f->cpu, 0, &f->gpu, 1); /* GPU slot 1 <- CPU slot 0 */
+    for (int k = 0; k < N; k++) { /* CPU from the GPU's state vs GPU from its own */
+        run1(f, &f->cpu, 1, P + k, 1, SPLASH_LANE_VERIFY, lc + (size_t)k * f->V);
+        run1(f, &f->gpu, 0, P + k, 1, SPLASH_LANE_VERIFY, lg + (size_t)k * f->V);
+        commit(&f->cpu, 1, 1);
+        commit(&f->gpu, 0, 1);
+    }
+    check(f, "state GPU->CPU: decode 10", lc, lg, N, kRowBound, -1, -1);
+    for (int k = 0; k < N; k++) { /* GPU from the CPU's state vs CPU from its own */
+        run1(f, &f->gpu, 1, P + k, 1, SPLASH_LANE_VERIFY, lg + (size_t)k * f->V);
+        run1(f, &f->cpu, 0, P + k, 1, SPLASH_LANE_VERIFY, lc + (size_t)k * f->V);
+        commit(&f->gpu, 1, 1);
+        commit(&f->cpu, 0, 1);
+    }
+    check(f, "state CPU->GPU: decode 10", lc, lg, N, kRowBound, -1, -1);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0;
+    const char *packages = getenv("SPLASH_TEST_PACKAGES");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else
+            packages = argv[i];
+    }
+    if (!packages || !*packages) {
+        fprintf(stderr, "usage: test_cuda_model [--quick] PACKAGES_DIR (or SPLASH_TEST_PACKAGES)\n"
+                        "  --quick  the first fixture only (dense-tiny q4), e.g. under compute-sanitizer\n");
+        return 2;
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("no CUDA device: nothing tested\n");
+        return 1;
+    }
+    cudaDeviceProp prop;
+    SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    static Fixture fx[] = {
+        {"dense-tiny", "dense-tiny-q4", "dense-tiny q4", {0}, 0, 0, NULL, {}, {}, 0, {0}},
+        {"moe-tiny", "moe-tiny-q4", "moe-tiny q4", {0}, 0, 0, NULL, {}, {}, 0, {0}},
+        {"dense-tiny", "dense-tiny-bf16", "dense-tiny bf16", {0}, 0, 0, NULL, {}, {}, 0, {0}},
+    };
+    float *lc = (float *)malloc(sizeof(float) * MAX_T * 1024), *lg = (float *)malloc(sizeof(float) * MAX_T * 1024);
+    int ran = 0;
+    for (size_t i = 0; i < (quick ? 1 : sizeof fx / sizeof fx[0]); i++) {
+        Fixture *f = &fx[i];
+        if (fixture_open(f, packages)) continue;
+        if (f->V > 1024) die("fixture vocabulary larger than the test's buffers", NULL);
+        ran++;
+        case_prefill(f, lc, lg);
+        case_blocks(f, 130, 1, 1, "decode 1 x 70 (verify+commit)", lc, lg);
+        case_blocks(f, 130, 7, 0, "verify 7, accept 1..7", lc, lg);
+        case_lanes(f, lc, lg);
+        case_commit_exact(f, lc, lg);
+        case_move(f, lc, lg);
+        side_free(&f->cpu);
+        side_free(&f->gpu);
+        splash_package_close(f->pkg);
+    }
+    free(lc), free(lg);
+    print_table();
+    if (!ran) printf("no fixture package found under %s: nothing tested\n", packages);
+    return g_fail || !ran ? 1 : 0;
+}

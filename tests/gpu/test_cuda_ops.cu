@@ -1,0 +1,1368 @@
+/* test_cuda_ops.cu - every CUDA op of the Qwen3.5 models against the CPU
+ * backend's reference functions (libsplash.a), at the test fixtures' shapes
+ * and at the two production models' shapes.  Runs on the GPU machine
+ * (tools/gpu_tests.sh).
+ *
+ * For each op and shape: random inputs (never zeros), outputs poisoned with
+ * NaN before the GPU runs (so an unwritten element fails), the CPU reference
+ * on the same inputs, and a relative L2 error ||gpu - cpu|| / ||cpu|| (in
+ * double) checked against a bound written beside the case.  Ops without
+ * arithmetic (KV write, argmax, routing choice) must match exactly.  Then the
+ * op is timed: median of 20 launches, each between its own pair of CUDA
+ * events, after 3 warm-up launches, behind a spin kernel so that host launch
+ * cost is not counted (the host-driven MoE step is timed as wall time on the
+ * stream instead).  Bytes moved are counted per op (inputs read once, outputs
+ * written once); GB/s and the fraction of the 4.3 TB/s copy bandwidth
+ * measured on the H200 (NOTES.md) follow.  Small inputs stay in the 60 MB L2
+ * between launches, so their GB/s can exceed HBM; the long-context attention
+ * alternates two layers of 68 MB to read from HBM.
+ *
+ * Prints one line per check as it goes, then the table; exits 1 if any check
+ * failed.  Usage: test_cuda_ops [--quick] [--no-timing]  (--quick: the test
+ * fixtures' shapes only; --no-timing: checks only, e.g. under
+ * compute-sanitizer).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backend/cpu/cpu.h"
+#include "runtime/model.h"
+}
+#include "backend/cuda/act.h"
+#include "backend/cuda/argmax.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gdn.h"
+#include "backend/cuda/moe.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/q4_matmul.h"
+#include "backend/cuda/rope.h"
+
+static const double kCopyGBs = 4300.0; /* measured device-to-device copy, H200 (NOTES.md) */
+static const float kEps = 1e-6f;
+static const int kTimed = 20, kWarm = 3;
+
+static cpu_ctx g_cpu;
+static int g_quick, g_notime;
+
+/* ---- results ------------------------------------------------------------------ */
+
+typedef struct {
+    char op[28], shape[56];
+    double err, bound, us, bytes;
+    int pass;
+} Row;
+static Row g_rows[256];
+static int g_nrows, g_fail;
+
+static void report(const char *op, const char *shape, double err, double bound, double us, double bytes) {
+    const int pass = isfinite(err) && err <= bound;
+    if (!pass) g_fail++;
+    printf("%s %-22s %-44s err %.3g (bound %.3g)\n", pass ? "PASS" : "FAIL", op, shape, err, bound);
+    fflush(stdout);
+    if (g_nrows < 256) {
+        Row *r = &g_rows[g_nrows++];
+        snprintf(r->op, sizeof r->op, "%s", op);
+        snprintf(r->shape, sizeof r->shape, "%s", shape);
+        r->err = err, r->bound = bound, r->us = us, r->bytes = bytes, r->pass = pass;
+    }
+}
+
+static void print_table(void) {
+    printf("\n| op | shape | rel err | bound | pass | us | MB moved | GB/s | %% of 4.3 TB/s |\n");
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < g_nrows; i++) {
+        const Row *r = &g_rows[i];
+        const double gbs = r->us > 0 ? r->bytes / (r->us * 1e3) : 0;
+        if (r->us > 0 && r->bytes > 0)
+            printf("| %s | %s | %.2e | %.0e | %s | %.1f | %.2f | %.0f | %.1f |\n", r->op, r->shape, r->err, r->bound,
+                   r->pass ? "yes" : "NO", r->us, r->bytes / 1e6, gbs, 100.0 * gbs / kCopyGBs);
+        else if (r->us > 0)
+            printf("| %s | %s | %.2e | %.0e | %s | %.1f | - | - | - |\n", r->op, r->shape, r->err, r->bound,
+                   r->pass ? "yes" : "NO", r->us);
+        else
+            printf("| %s | %s | %.2e | %.0e | %s | - | - | - | - |\n", r->op, r->shape, r->err, r->bound,
+                   r->pass ? "yes" : "NO");
+    }
+    printf("\n%d checks, %d failed\n", g_nrows, g_fail);
+}
+
+/* ---- random numbers (splitmix64) ------------------------------------------------ */
+
+static uint64_t g_rng = 0x5EED5EEDull;
+static inline uint64_t rng_u64(void) {
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline float rnd(float lo, float hi) { return lo + (hi - lo) * (float)((rng_u64() >> 40) * (1.0 / 16777216.0)); }
+static inline float rnd_normal(void) { /* sum of 4 uniforms, unit variance */
+    return (rnd(-1, 1) + rnd(-1, 1) + rnd(-1, 1) + rnd(-1, 1)) * 0.8660254f;
+}
+static void fill(float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = rnd(lo, hi);
+}
+/* Rows of varied scale: row r scaled by 2^((r % 5) - 2), so norms see
+ * different magnitudes. */
+static void fill_rows(float *x, int rows, size_t n) {
+    for (int r = 0; r < rows; r++) {
+        const float s = ldexpf(1.f, r % 5 - 2);
+        for (size_t i = 0; i < n; i++) x[(size_t)r * n + i] = rnd_normal() * s;
+    }
+}
+
+/* ---- memory helpers ------------------------------------------------------------ */
+
+static void *hmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+static float *hfloats(size_t n) { return (float *)hmalloc(n * sizeof(float)); }
+static void *dmalloc(size_t n) {
+    void *p;
+    SPLASH_CUDA_CHECK(cudaMalloc(&p, n ? n : 1));
+    return p;
+}
+static float *dfloats(size_t n) { return (float *)dmalloc(n * sizeof(float)); }
+static void up(void *d, const void *h, size_t n) { SPLASH_CUDA_CHECK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice)); }
+static void down(void *h, const void *d, size_t n) {
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    SPLASH_CUDA_CHECK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+static float *dcopy(const float *h, size_t n) {
+    float *d = dfloats(n);
+    up(d, h, n * sizeof(float));
+    return d;
+}
+static void poison(void *d, size_t bytes) { SPLASH_CUDA_CHECK(cudaMemset(d, 0xFF, bytes)); } /* NaN floats */
+
+/* ||got - ref|| / ||ref|| in double; inf when got has a non-finite element. */
+static double rel_err(const float *got, const float *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        const double d = (double)got[i] - (double)ref[i];
+        num += d * d, den += (double)ref[i] * ref[i];
+    }
+    if (den == 0) return num == 0 ? 0 : INFINITY;
+    return sqrt(num / den);
+}
+static double max2(double a, double b) { return a > b ? a : b; }
+
+/* ---- timing --------------------------------------------------------------------- */
+
+__global__ void spin_kernel(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}
+
+static cudaEvent_t g_ev[2 * 32];
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median time of f(i) in us; f returns 0 or an error code (then -1). */
+template <typename F>
+static double time_us(F f, bool spin = true) {
+    if (g_notime) return -1;
+    for (int i = 0; i < kWarm; i++)
+        if (f(i)) return -1;
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    if (spin) spin_kernel<<<1, 1>>>(60000LL * kTimed); /* ~30 us a launch at ~2 GHz */
+    for (int i = 0; i < kTimed; i++) {
+        SPLASH_CUDA_CHECK(cudaEventRecord(g_ev[2 * i]));
+        if (f(kWarm + i)) return -1;
+        SPLASH_CUDA_CHECK(cudaEventRecord(g_ev[2 * i + 1]));
+    }
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    double t[32];
+    for (int i = 0; i < kTimed; i++) {
+        float ms;
+        SPLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, g_ev[2 * i], g_ev[2 * i + 1]));
+        t[i] = ms * 1e3;
+    }
+    qsort(t, kTimed, sizeof(double), cmp_double);
+    return t[kTimed / 2];
+}
+
+/* ---- model shapes ---------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int hidden;
+    int heads, kv_heads, head_dim, rot_dim;
+    int hk, hv, dk, dv;
+    int experts, top_k, expert_inter;
+} Shape;
+
+/* tests/fixtures (README.md "Geometry"): dense-tiny and moe-tiny */
+static const Shape kTiny = {"tiny", 128, 4, 2, 64, 16, 2, 6, 32, 48, 0, 0, 0};
+static const Shape kTinyMoe = {"moe-tiny", 128, 4, 1, 64, 16, 2, 4, 32, 48, 8, 2, 64};
+static const Shape k27B = {"27B", 5120, 24, 4, 256, 64, 16, 48, 128, 128, 0, 0, 0};
+static const Shape k35B = {"35B-A3B", 2048, 16, 2, 256, 64, 16, 32, 128, 128, 256, 8, 512};
+static const double kTheta = 1e7;
+
+static int n_shapes(void) { return g_quick ? 2 : 4; }
+static const Shape *shape_at(int i) {
+    static const Shape *all[4] = {&kTiny, &kTinyMoe, &k27B, &k35B};
+    return all[i];
+}
+
+/* ==== 1. norms ====================================================================== */
+
+static void test_rmsnorm(const char *name, int n, int rows) {
+    const size_t N = (size_t)rows * n;
+    float *x = hfloats(N), *w = hfloats(n), *f = hfloats(n), *ref = hfloats(N), *got = hfloats(N);
+    fill_rows(x, rows, n);
+    for (int i = 0; i < n; i++) w[i] = rnd_normal() * 0.1f, f[i] = 1.0f + w[i];
+    for (int r = 0; r < rows; r++) cpu_rmsnorm(x + (size_t)r * n, f, n, kEps, ref + (size_t)r * n);
+    float *dx = dcopy(x, N), *dw = dcopy(w, n), *dy = dfloats(N);
+    poison(dy, N * 4);
+    int rc = splash_cuda_rmsnorm(dx, n, 0, dy, n, 0, dw, 1.0f, n, rows, 1, kEps, NULL);
+    down(got, dy, N * 4);
+    double err = rc ? INFINITY : rel_err(got, ref, N);
+    double us = time_us([&](int) { return splash_cuda_rmsnorm(dx, n, 0, dy, n, 0, dw, 1.0f, n, rows, 1, kEps, NULL); });
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d x %d", name, rows, n);
+    report("rmsnorm (1+w)", sh, err, 2e-6, us, 2.0 * N * 4 + n * 4);
+    free(x), free(w), free(f), free(ref), free(got);
+    cudaFree(dx), cudaFree(dw), cudaFree(dy);
+}
+
+static void test_rmsnorm_gated(const Shape *s, int rows) {
+    const int n = s->dv, heads = s->hv;
+    const size_t N = (size_t)rows * heads * n;
+    float *x = hfloats(N), *z = hfloats(N), *w = hfloats(n), *ref = hfloats(N), *got = hfloats(N);
+    fill_rows(x, rows * heads, n);
+    fill(z, N, -4, 4);
+    for (int i = 0; i < n; i++) w[i] = 1.0f + rnd_normal() * 0.1f;
+    for (size_t v = 0; v < (size_t)rows * heads; v++) cpu_rmsnorm_gated(x + v * n, w, z + v * n, n, kEps, ref + v * n);
+    float *dx = dcopy(x, N), *dz = dcopy(z, N), *dw = dcopy(w, n), *dy = dfloats(N);
+    poison(dy, N * 4);
+    const size_t ld = (size_t)heads * n;
+    auto run = [&](int) { return splash_cuda_rmsnorm_gated(dx, ld, n, dz, ld, n, dy, ld, n, dw, n, rows, heads, kEps, NULL); };
+    int rc = run(0);
+    down(got, dy, N * 4);
+    double err = rc ? INFINITY : rel_err(got, ref, N);
+    double us = time_us(run);
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d rows x %d heads x %d", s->name, rows, heads, n);
+    report("rmsnorm_gated", sh, err, 2e-6, us, 3.0 * N * 4);
+    free(x), free(z), free(w), free(ref), free(got);
+    cudaFree(dx), cudaFree(dz), cudaFree(dw), cudaFree(dy);
+}
+
+static void test_l2norm(const Shape *s, int rows) {
+    const int n = s->dk, heads = s->hk;
+    const size_t N = (size_t)rows * heads * n;
+    const float scale = (float)pow((double)n, -0.5);
+    float *x = hfloats(N), *ref = hfloats(N), *got = hfloats(N);
+    fill_rows(x, rows * heads, n);
+    memcpy(ref, x, N * 4);
+    for (size_t v = 0; v < (size_t)rows * heads; v++) {
+        cpu_l2norm(ref + v * n, n, kEps);
+        for (int i = 0; i < n; i++) ref[v * n + i] *= scale;
+    }
+    float *dx = dcopy(x, N);
+    const size_t ld = (size_t)heads * n;
+    int rc = splash_cuda_l2norm(dx, ld, n, n, rows, heads, kEps, scale, NULL);
+    down(got, dx, N * 4);
+    double err = rc ? INFINITY : rel_err(got, ref, N);
+    double us = time_us([&](int) { return splash_cuda_l2norm(dx, ld, n, n, rows, heads, kEps, 1.0f, NULL); });
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d rows x %d heads x %d", s->name, rows, heads, n);
+    report("l2norm (q scaled)", sh, err, 2e-6, us, 2.0 * N * 4);
+    free(x), free(ref), free(got);
+    cudaFree(dx);
+}
+
+/* ==== 2. rotary, q/gate de-interleave, output gate ===================================== */
+
+static int32_t *random_positions(int rows) {
+    int32_t *pos = (int32_t *)hmalloc(rows * sizeof(int32_t));
+    for (int r = 0; r < rows; r++) pos[r] = r < 3 ? r : r % 3 == 0 ? 262143 - r : (int32_t)(rng_u64() % 262144);
+    return pos;
+}
+
+static void test_rope(const Shape *s, int rows) {
+    const int hd = s->head_dim, heads = s->heads, rot = s->rot_dim;
+    const size_t N = (size_t)rows * heads * hd;
+    float *x = hfloats(N), *ref = hfloats(N), *got = hfloats(N), *inv = hfloats(rot / 2);
+    fill(x, N, -2, 2);
+    memcpy(ref, x, N * 4);
+    int32_t *pos = random_positions(rows);
+    for (int r = 0; r < rows; r++) cpu_rope(ref + (size_t)r * heads * hd, heads, hd, rot, kTheta, pos[r]);
+    splash_cuda_rope_inv_freq(inv, rot, kTheta);
+    float *dx = dcopy(x, N), *dinv = dcopy(inv, rot / 2);
+    int32_t *dpos = (int32_t *)dmalloc(rows * 4);
+    up(dpos, pos, rows * 4);
+    int rc = splash_cuda_rope(dx, (size_t)heads * hd, rows, heads, hd, rot, dinv, dpos, NULL);
+    down(got, dx, N * 4);
+    double err = rc ? INFINITY : rel_err(got, ref, N);
+    double us = time_us([&](int) { return splash_cuda_rope(dx, (size_t)heads * hd, rows, heads, hd, rot, dinv, dpos, NULL); });
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d rows x %d heads, rot %d/%d", s->name, rows, heads, rot, hd);
+    report("rope (pos to 262143)", sh, err, 2e-6, us, 2.0 * rows * heads * rot * 4);
+    free(x), free(ref), free(got), free(inv), free(pos);
+    cudaFree(dx), cudaFree(dinv), cudaFree(dpos);
+}
+
+static void test_attn_prep(const Shape *s, int rows) {
+    const int hd = s->head_dim, H = s->heads, KV = s->kv_heads, rot = s->rot_dim;
+    const size_t nqg = (size_t)rows * H * 2 * hd, nq = (size_t)rows * H * hd, nk = (size_t)rows * KV * hd;
+    float *qg = hfloats(nqg), *k = hfloats(nk), *qw = hfloats(hd), *kw = hfloats(hd), *qf = hfloats(hd),
+          *kf = hfloats(hd), *inv = hfloats(rot / 2);
+    float *rq = hfloats(nq), *rk = hfloats(nk), *rg = hfloats(nq), *gq = hfloats(nq), *gk = hfloats(nk),
+          *gg = hfloats(nq);
+    fill_rows(qg, rows, (size_t)H * 2 * hd);
+    fill_rows(k, rows, (size_t)KV * hd);
+    for (int i = 0; i < hd; i++) {
+        qw[i] = rnd_normal() * 0.1f, kw[i] = rnd_normal() * 0.1f;
+        qf[i] = 1.0f + qw[i], kf[i] = 1.0f + kw[i];
+    }
+    int32_t *pos = random_positions(rows);
+    memcpy(rk, k, nk * 4);
+    for (int r = 0; r < rows; r++) { /* as models/qwen35/attn.c prep_task */
+        const float *src = qg + (size_t)r * H * 2 * hd;
+        float *q = rq + (size_t)r * H * hd, *kk = rk + (size_t)r * KV * hd;
+        for (int h = 0; h < H; h++) {
+            cpu_rmsnorm(src + (size_t)h * 2 * hd, qf, hd, kEps, q + (size_t)h * hd);
+            memcpy(rg + ((size_t)r * H + h) * hd, src + (size_t)h * 2 * hd + hd, hd * 4);
+        }
+        for (int h = 0; h < KV; h++) cpu_rmsnorm(kk + (size_t)h * hd, kf, hd, kEps, kk + (size_t)h * hd);
+        cpu_rope(q, H, hd, rot, kTheta, pos[r]);
+        cpu_rope(kk, KV, hd, rot, kTheta, pos[r]);
+    }
+    splash_cuda_rope_inv_freq(inv, rot, kTheta);
+    float *dqg = dcopy(qg, nqg), *dk = dcopy(k, nk), *dqw = dcopy(qw, hd), *dkw = dcopy(kw, hd),
+          *dinv = dcopy(inv, rot / 2), *dq = dfloats(nq), *dg = dfloats(nq);
+    int32_t *dpos = (int32_t *)dmalloc(rows * 4);
+    up(dpos, pos, rows * 4);
+    poison(dq, nq * 4), poison(dg, nq * 4);
+    splash_cuda_attn_prep_args a;
+    memset(&a, 0, sizeof a);
+    a.qg = dqg, a.ldqg = (size_t)H * 2 * hd, a.q = dq, a.ldq = (size_t)H * hd, a.gate = dg, a.ldg = (size_t)H * hd;
+    a.k = dk, a.ldk = (size_t)KV * hd, a.q_norm = dqw, a.k_norm = dkw, a.norm_offset = 1.0f, a.eps = kEps;
+    a.inv_freq = dinv, a.pos = dpos, a.rows = rows, a.heads = H, a.kv_heads = KV, a.head_dim = hd, a.rot_dim = rot;
+    int rc = splash_cuda_attn_prep(&a, NULL);
+    down(gq, dq, nq * 4), down(gk, dk, nk * 4), down(gg, dg, nq * 4);
+    double err = rc ? INFINITY : max2(rel_err(gq, rq, nq), rel_err(gk, rk, nk));
+    if (memcmp(gg, rg, nq * 4)) err = INFINITY; /* the gate is a copy */
+    double us = time_us([&](int) { return splash_cuda_attn_prep(&a, NULL); });
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d rows, %d/%d heads x %d", s->name, rows, H, KV, hd);
+    report("attn_prep (norm+rope+gate)", sh, err, 2e-6, us, (nqg + 2.0 * nk + 2.0 * nq) * 4);
+
+    /* the output gate alone: o *= sigmoid(gate) */
+    float *o = hfloats(nq), *ro = hfloats(nq);
+    fill(o, nq, -3, 3);
+    for (size_t i = 0; i < nq; i++) ro[i] = o[i] * cpu_sigmoid(rg[i]);
+    float *dO = dcopy(o, nq);
+    rc = splash_cuda_sigmoid_gate(dO, (size_t)H * hd, dg, (size_t)H * hd, rows, H * hd, NULL);
+    down(o, dO, nq * 4);
+    err = rc ? INFINITY : rel_err(o, ro, nq);
+    us = time_us([&](int) { return splash_cuda_sigmoid_gate(dO, (size_t)H * hd, dg, (size_t)H * hd, rows, H * hd, NULL); });
+    report("sigmoid_gate", sh, err, 1e-6, us, 3.0 * nq * 4);
+
+    free(qg), free(k), free(qw), free(kw), free(qf), free(kf), free(inv), free(rq), free(rk), free(rg), free(gq);
+    free(gk), free(gg), free(pos), free(o), free(ro);
+    cudaFree(dqg), cudaFree(dk), cudaFree(dqw), cudaFree(dkw), cudaFree(dinv), cudaFree(dq), cudaFree(dg);
+    cudaFree(dpos), cudaFree(dO);
+}
+
+/* ==== 3. paged attention (int8 / bf16 / f32 pages) ====================================== */
+
+typedef struct {
+    int n_past, n_rows;
+} LaneSpec;
+
+static const int kPageTokens = 32; /* QWEN35_PAGE_TOKENS */
+static const int kKvLayers = 2;    /* two layers: the checks use layer 1, long timings alternate 0 / 1 */
+
+static int layouts_equal(const cpu_kv_layout *c, const splash_cuda_kv_layout *g) {
+    return c->format == g->format && c->page_tokens == g->page_tokens && c->kv_heads == g->kv_heads &&
+           c->head_dim == g->head_dim && c->n_layers == g->n_layers && c->value_size == g->value_size &&
+           c->k_off == g->k_off && c->ks_off == g->ks_off && c->v_off == g->v_off && c->vs_off == g->vs_off &&
+           c->layer_bytes == g->layer_bytes && c->page_bytes == g->page_bytes;
+}
+
+static const char *fmt_name(int f) { return f == SPLASH_KV_INT8 ? "int8" : f == SPLASH_KV_BF16 ? "bf16" : "f32"; }
+
+/* A page pool shared by the CPU and GPU checks, and the lanes over it. */
+typedef struct {
+    cpu_kv_layout cl;
+    splash_cuda_kv_layout gl;
+    int n_pages, n_lanes, rows, max_lane_rows, max_ctx;
+    uint8_t *pool;        /* host */
+    uint8_t *dpool;       /* device */
+    int32_t *pages;       /* host, all lanes' page ids back to back */
+    int32_t *dpages;
+    cpu_attn_lane *cl_lanes;
+    splash_cuda_attn_lane *gl_lanes; /* host copy of the device array */
+    splash_cuda_attn_lane *dlanes;
+    double kv_bytes;      /* K/V bytes the lanes' contexts hold in one layer */
+} KvSetup;
+
+/* Random pool contents in the format's value range: int8 codes in
+ * [-127, 127] with scales in [0.002, 0.02], bf16/f32 values in (-1.5, 1.5). */
+static void fill_pool(uint8_t *pool, const cpu_kv_layout *l, int n_pages) {
+    const size_t vals = (size_t)l->kv_heads * l->page_tokens * l->head_dim;
+    const size_t nsc = (size_t)l->kv_heads * l->page_tokens;
+    for (int p = 0; p < n_pages; p++)
+        for (int L = 0; L < l->n_layers; L++) {
+            uint8_t *base = pool + (size_t)p * l->page_bytes + (size_t)L * l->layer_bytes;
+            for (int part = 0; part < 2; part++) {
+                uint8_t *v = base + (part ? l->v_off : l->k_off);
+                if (l->format == SPLASH_KV_INT8) {
+                    for (size_t i = 0; i < vals; i += 8) {
+                        const uint64_t h = rng_u64();
+                        for (int j = 0; j < 8 && i + j < vals; j++)
+                            ((int8_t *)v)[i + j] = (int8_t)((int)((h >> (8 * j)) & 0xFF) % 255 - 127);
+                    }
+                    float *sc = (float *)(base + (part ? l->vs_off : l->ks_off));
+                    for (size_t i = 0; i < nsc; i++) sc[i] = rnd(0.002f, 0.02f);
+                } else if (l->format == SPLASH_KV_BF16) {
+                    uint16_t *d = (uint16_t *)v;
+                    for (size_t i = 0; i < vals; i += 4) {
+                        const uint64_t h = rng_u64();
+                        for (int j = 0; j < 4 && i + j < vals; j++)
+                            d[i + j] = splash_f32_to_bf16((float)(int16_t)(h >> (16 * j)) * (1.5f / 32768.f));
+                    }
+                } else {
+                    float *d = (float *)v;
+                    for (size_t i = 0; i < vals; i += 2) {
+                        const uint64_t h = rng_u64();
+                        for (int j = 0; j < 2 && i + j < vals; j++)
+                            d[i + j] = (float)(int32_t)(h >> (32 * j)) * (1.5f / 2147483648.f);
+                    }
+                }
+            }
+        }
+}
+
+static void kv_setup(KvSetup *k, const Shape *s, int format, const LaneSpec *ls, int nl) {
+    memset(k, 0, sizeof *k);
+    if (cpu_kv_layout_init(&k->cl, format, kKvLayers, s->kv_heads, s->head_dim, kPageTokens) ||
+        splash_cuda_kv_layout_init(&k->gl, format, kKvLayers, s->kv_heads, s->head_dim, kPageTokens)) {
+        fprintf(stderr, "kv layout init failed\n");
+        exit(1);
+    }
+    k->n_lanes = nl;
+    int total_pages = 0;
+    for (int i = 0; i < nl; i++) {
+        total_pages += (ls[i].n_past + ls[i].n_rows + kPageTokens - 1) / kPageTokens;
+        k->rows += ls[i].n_rows;
+        if (ls[i].n_rows > k->max_lane_rows) k->max_lane_rows = ls[i].n_rows;
+        if (ls[i].n_past + ls[i].n_rows > k->max_ctx) k->max_ctx = ls[i].n_past + ls[i].n_rows;
+        k->kv_bytes += (double)(ls[i].n_past + ls[i].n_rows) * s->kv_heads *
+                       (2.0 * s->head_dim * k->cl.value_size + (format == SPLASH_KV_INT8 ? 8 : 0));
+    }
+    k->n_pages = total_pages + 3;
+    /* page ids: a random permutation, so a lane's pages are scattered */
+    int32_t *perm = (int32_t *)hmalloc(k->n_pages * sizeof(int32_t));
+    for (int i = 0; i < k->n_pages; i++) perm[i] = i;
+    for (int i = k->n_pages - 1; i > 0; i--) {
+        const int j = (int)(rng_u64() % (uint64_t)(i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    k->pages = perm;
+    k->dpages = (int32_t *)dmalloc(k->n_pages * sizeof(int32_t));
+    up(k->dpages, perm, k->n_pages * sizeof(int32_t));
+    k->cl_lanes = (cpu_attn_lane *)hmalloc(nl * sizeof(cpu_attn_lane));
+    k->gl_lanes = (splash_cuda_attn_lane *)hmalloc(nl * sizeof(splash_cuda_attn_lane));
+    int off = 0, row = 0;
+    for (int i = 0; i < nl; i++) {
+        k->cl_lanes[i].pages = perm + off;
+        k->cl_lanes[i].n_past = ls[i].n_past;
+        k->cl_lanes[i].first_row = row;
+        k->cl_lanes[i].n_rows = ls[i].n_rows;
+        k->gl_lanes[i].pages = k->dpages + off;
+        k->gl_lanes[i].n_past = ls[i].n_past;
+        k->gl_lanes[i].first_row = row;
+        k->gl_lanes[i].n_rows = ls[i].n_rows;
+        k->gl_lanes[i].reserved = 0;
+        off += (ls[i].n_past + ls[i].n_rows + kPageTokens - 1) / kPageTokens;
+        row += ls[i].n_rows;
+    }
+    k->dlanes = (splash_cuda_attn_lane *)dmalloc(nl * sizeof(splash_cuda_attn_lane));
+    up(k->dlanes, k->gl_lanes, nl * sizeof(splash_cuda_attn_lane));
+    const size_t pb = (size_t)k->n_pages * k->cl.page_bytes;
+    k->pool = (uint8_t *)hmalloc(pb);
+    memset(k->pool, 0, pb);
+    fill_pool(k->pool, &k->cl, k->n_pages);
+    k->dpool = (uint8_t *)dmalloc(pb);
+    up(k->dpool, k->pool, pb);
+}
+
+static void kv_free(KvSetup *k) {
+    free(k->pool), free(k->pages), free(k->cl_lanes), free(k->gl_lanes);
+    cudaFree(k->dpool), cudaFree(k->dpages), cudaFree(k->dlanes);
+}
+
+static void lanes_str(char *buf, size_t n, const char *name, int format, const LaneSpec *ls, int nl) {
+    int o = snprintf(buf, n, "%s %s", name, fmt_name(format));
+    for (int i = 0; i < nl && o < (int)n; i++)
+        o += snprintf(buf + o, n - (size_t)o, "%s%d+%d", i ? "," : " ", ls[i].n_past, ls[i].n_rows);
+}
+
+static void test_kv_write(const Shape *s, int format, const LaneSpec *ls, int nl) {
+    KvSetup k;
+    kv_setup(&k, s, format, ls, nl);
+    char sh[64];
+    lanes_str(sh, sizeof sh, s->name, format, ls, nl);
+    const int w = s->kv_heads * s->head_dim;
+    const size_t N = (size_t)k.rows * w;
+    float *kk = hfloats(N), *vv = hfloats(N);
+    fill_rows(kk, k.rows, w);
+    fill_rows(vv, k.rows, w);
+    for (int i = 0; i < s->head_dim; i++) vv[i] = 0.f; /* one all-zero head row: scale 0, codes 0 */
+    float *dk = dcopy(kk, N), *dv = dcopy(vv, N);
+    cpu_kv_write(&g_cpu, &k.cl, k.pool, 1, k.cl_lanes, nl, kk, w, vv, w);
+    int rc = splash_cuda_kv_write(&k.gl, k.dpool, 1, k.dlanes, nl, k.rows, dk, w, dv, w, NULL);
+    const size_t pb = (size_t)k.n_pages * k.cl.page_bytes;
+    uint8_t *got = (uint8_t *)hmalloc(pb);
+    down(got, k.dpool, pb);
+    size_t diff = 0;
+    for (size_t i = 0; i < pb; i++) diff += got[i] != k.pool[i];
+    double err = rc || !layouts_equal(&k.cl, &k.gl) ? INFINITY : (double)diff;
+    double us = time_us([&](int) { return splash_cuda_kv_write(&k.gl, k.dpool, 1, k.dlanes, nl, k.rows, dk, w, dv, w, NULL); });
+    const double stored = (double)k.rows * s->kv_heads * (2.0 * s->head_dim * k.cl.value_size + (format == SPLASH_KV_INT8 ? 8 : 0));
+    report("kv_write (bytes differ)", sh, err, 0, us, 2.0 * N * 4 + stored);
+    free(kk), free(vv), free(got);
+    cudaFree(dk), cudaFree(dv);
+    kv_free(&k);
+}
+
+/* Causal GQA attention over the pool vs cpu_attention (+ the output gate). */
+static void test_attention(const Shape *s, int format, const LaneSpec *ls, int nl, int use_gate, double bound,
+                           int alternate_layers) {
+    KvSetup k;
+    kv_setup(&k, s, format, ls, nl);
+    char sh[64];
+    lanes_str(sh, sizeof sh, s->name, format, ls, nl);
+    const int hd = s->head_dim, H = s->heads, w = H * hd;
+    const size_t N = (size_t)k.rows * w;
+    const float scale = (float)pow((double)hd, -0.5);
+    float *q = hfloats(N), *gate = hfloats(N), *ref = hfloats(N), *got = hfloats(N);
+    fill(q, N, -1.5f, 1.5f);
+    fill(gate, N, -4, 4);
+    const size_t stride = (size_t)k.max_ctx;
+    float *scores = hfloats((size_t)g_cpu.n_threads * stride);
+    cpu_attention(&g_cpu, &k.cl, k.pool, 1, k.cl_lanes, nl, H, q, w, ref, w, scale, scores, stride);
+    if (use_gate)
+        for (size_t i = 0; i < N; i++) ref[i] = ref[i] * cpu_sigmoid(gate[i]);
+    float *dq = dcopy(q, N), *dg = dcopy(gate, N), *dO = dfloats(N);
+    const size_t wsb = splash_cuda_attn_workspace_bytes(k.rows, H, hd, k.max_ctx);
+    void *ws = dmalloc(wsb);
+    poison(dO, N * 4);
+    splash_cuda_attn_args a;
+    memset(&a, 0, sizeof a);
+    a.layout = &k.gl, a.pool = k.dpool, a.layer = 1, a.lanes = k.dlanes, a.n_lanes = nl, a.rows = k.rows;
+    a.max_lane_rows = k.max_lane_rows, a.max_ctx = k.max_ctx, a.n_heads = H, a.q = dq, a.ldq = w;
+    a.gate = use_gate ? dg : NULL, a.ldg = w, a.out = dO, a.ldo = w, a.scale = scale;
+    a.workspace = ws, a.workspace_bytes = wsb;
+    int rc = splash_cuda_attention(&a, NULL);
+    down(got, dO, N * 4);
+    double err = rc ? INFINITY : rel_err(got, ref, N);
+    double us = time_us([&](int i) {
+        a.layer = alternate_layers ? i & 1 : 1;
+        return splash_cuda_attention(&a, NULL);
+    });
+    char op[32];
+    snprintf(op, sizeof op, "attention%s", use_gate ? " (+gate)" : "");
+    report(op, sh, err, bound, us, k.kv_bytes + (use_gate ? 3.0 : 2.0) * N * 4);
+    free(q), free(gate), free(ref), free(got), free(scores);
+    cudaFree(dq), cudaFree(dg), cudaFree(dO), cudaFree(ws);
+    kv_free(&k);
+}
+
+/* ==== 4. Gated DeltaNet ================================================================= */
+
+typedef struct {
+    int n_rows, update; /* update: conv state advances / state written in place (else verify) */
+} GdnLaneSpec;
+
+static const int kConvK = 4;
+
+static void test_gdn_conv(const Shape *s, const GdnLaneSpec *ls, int nl) {
+    const int C = 2 * s->hk * s->dk + s->hv * s->dv, K = kConvK;
+    int R = 0, maxr = 0;
+    for (int i = 0; i < nl; i++) R += ls[i].n_rows, maxr = ls[i].n_rows > maxr ? ls[i].n_rows : maxr;
+    const size_t N = (size_t)R * C, NS = (size_t)nl * (K - 1) * C;
+    float *wT = hfloats((size_t)K * C), *x = hfloats(N), *st = hfloats(NS), *rst = hfloats(NS), *ref = hfloats(N),
+          *got = hfloats(N), *gst = hfloats(NS);
+    fill(wT, (size_t)K * C, -0.6f, 0.6f);
+    fill_rows(x, R, C);
+    fill(st, NS, -2, 2);
+    memcpy(rst, st, NS * 4);
+    splash_cuda_gdn_lane *gl = (splash_cuda_gdn_lane *)hmalloc(nl * sizeof *gl);
+    float *dwT = dcopy(wT, (size_t)K * C), *dx = dcopy(x, N), *dst = dcopy(st, NS), *dy = dfloats(N);
+    int row = 0;
+    for (int i = 0; i < nl; i++) {
+        float *cs = rst + (size_t)i * (K - 1) * C;
+        cpu_gdn_conv(wT, C, K, cs, ls[i].update, x + (size_t)row * C, C, ls[i].n_rows, ref + (size_t)row * C, C, 0, C);
+        memset(&gl[i], 0, sizeof gl[i]);
+        gl[i].conv_state = dst + (size_t)i * (K - 1) * C;
+        gl[i].first_row = row, gl[i].n_rows = ls[i].n_rows, gl[i].update_conv = ls[i].update;
+        row += ls[i].n_rows;
+    }
+    splash_cuda_gdn_lane *dl = (splash_cuda_gdn_lane *)dmalloc(nl * sizeof *gl);
+    up(dl, gl, nl * sizeof *gl);
+    poison(dy, N * 4);
+    int rc = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, NULL);
+    down(got, dy, N * 4);
+    down(gst, dst, NS * 4);
+    double err = rc ? INFINITY : max2(rel_err(got, ref, N), rel_err(gst, rst, NS));
+    char sh[64];
+    int o = snprintf(sh, sizeof sh, "%s C=%d rows", s->name, C);
+    for (int i = 0; i < nl && o < (int)sizeof sh; i++)
+        o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d%s", i ? "," : " ", ls[i].n_rows, ls[i].update ? "" : "v");
+    double us = time_us([&](int) { return splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, NULL); });
+    report("gdn_conv (+state)", sh, err, 2e-6, us, 2.0 * N * 4 + 2.0 * NS * 4 + (double)K * C * 4);
+
+    /* y = NULL: the state update alone (commit), every lane advancing */
+    up(dst, st, NS * 4);
+    memcpy(rst, st, NS * 4);
+    row = 0;
+    for (int i = 0; i < nl; i++) {
+        cpu_gdn_conv_advance(rst + (size_t)i * (K - 1) * C, C, K, x + (size_t)row * C, C, ls[i].n_rows, 0, C);
+        gl[i].update_conv = 1;
+        row += ls[i].n_rows;
+    }
+    up(dl, gl, nl * sizeof *gl);
+    rc = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, NULL, 0, NULL);
+    down(gst, dst, NS * 4);
+    err = rc ? INFINITY : (memcmp(gst, rst, NS * 4) ? INFINITY : 0.0);
+    report("gdn_conv_advance (exact)", sh, err, 0, -1, 0);
+    free(wT), free(x), free(st), free(rst), free(ref), free(got), free(gst), free(gl);
+    cudaFree(dwT), cudaFree(dx), cudaFree(dst), cudaFree(dy), cudaFree(dl);
+}
+
+static void test_gdn_gates(const Shape *s, int rows) {
+    const int hv = s->hv;
+    const size_t N = (size_t)rows * hv;
+    float *a = hfloats(N), *b = hfloats(N), *na = hfloats(hv), *dt = hfloats(hv), *rg = hfloats(N), *rb = hfloats(N),
+          *gg = hfloats(N), *gb = hfloats(N);
+    fill(a, N, -6, 6);
+    fill(b, N, -6, 6);
+    a[0] = 30.f; /* past softplus's threshold */
+    for (int h = 0; h < hv; h++) na[h] = -expf(logf(rnd(0.05f, 1.f))), dt[h] = rnd_normal();
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < hv; h++) {
+            const size_t i = (size_t)r * hv + h;
+            rb[i] = cpu_sigmoid(b[i]);
+            rg[i] = na[h] * cpu_softplus(a[i] + dt[h]);
+        }
+    float *da = dcopy(a, N), *db = dcopy(b, N), *dna = dcopy(na, hv), *ddt = dcopy(dt, hv), *dg = dfloats(N),
+          *dbeta = dfloats(N);
+    poison(dg, N * 4), poison(dbeta, N * 4);
+    int rc = splash_cuda_gdn_gates(da, db, hv, dna, ddt, rows, hv, dg, dbeta, hv, NULL);
+    down(gg, dg, N * 4), down(gb, dbeta, N * 4);
+    double err = rc ? INFINITY : max2(rel_err(gg, rg, N), rel_err(gb, rb, N));
+    double us = time_us([&](int) { return splash_cuda_gdn_gates(da, db, hv, dna, ddt, rows, hv, dg, dbeta, hv, NULL); });
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d rows x %d heads", s->name, rows, hv);
+    report("gdn_gates", sh, err, 1e-6, us, 4.0 * N * 4);
+    free(a), free(b), free(na), free(dt), free(rg), free(rb), free(gg), free(gb);
+    cudaFree(da), cudaFree(db), cudaFree(dna), cudaFree(ddt), cudaFree(dg), cudaFree(dbeta);
+}
+
+/* Inputs of a GDN layer's recurrence for R rows. */
+typedef struct {
+    int R, conv_dim, vd;
+    float *mixed, *a, *b, *na, *dt, *z, *nw; /* host */
+    float *dmixed, *da, *db, *dna, *ddt, *dz, *dnw;
+} GdnIn;
+
+static void gdn_in_make(GdnIn *g, const Shape *s, int R) {
+    g->R = R;
+    g->conv_dim = 2 * s->hk * s->dk + s->hv * s->dv;
+    g->vd = s->hv * s->dv;
+    const size_t NM = (size_t)R * g->conv_dim, NH = (size_t)R * s->hv, NV = (size_t)R * g->vd;
+    g->mixed = hfloats(NM), g->a = hfloats(NH), g->b = hfloats(NH), g->z = hfloats(NV);
+    g->na = hfloats(s->hv), g->dt = hfloats(s->hv), g->nw = hfloats(s->dv);
+    fill(g->mixed, NM, -1.2f, 1.2f);
+    fill(g->a, NH, -4, 4);
+    fill(g->b, NH, -4, 4);
+    fill(g->z, NV, -3, 3);
+    for (int h = 0; h < s->hv; h++) g->na[h] = -expf(logf(rnd(0.05f, 1.f))), g->dt[h] = rnd_normal();
+    for (int i = 0; i < s->dv; i++) g->nw[i] = 1.0f + 0.1f * rnd_normal();
+    g->dmixed = dcopy(g->mixed, NM), g->da = dcopy(g->a, NH), g->db = dcopy(g->b, NH), g->dz = dcopy(g->z, NV);
+    g->dna = dcopy(g->na, s->hv), g->ddt = dcopy(g->dt, s->hv), g->dnw = dcopy(g->nw, s->dv);
+}
+
+static void gdn_in_free(GdnIn *g) {
+    free(g->mixed), free(g->a), free(g->b), free(g->z), free(g->na), free(g->dt), free(g->nw);
+    cudaFree(g->dmixed), cudaFree(g->da), cudaFree(g->db), cudaFree(g->dz), cudaFree(g->dna), cudaFree(g->ddt);
+    cudaFree(g->dnw);
+}
+
+/* The CPU reference of one lane, as models/qwen35/gdn.c: Sin -> S over the
+ * rows, o and the gated norm y. */
+static void cpu_gdn_lane(const Shape *s, const GdnIn *g, int first, int n, const float *Sin, float *S, float *o,
+                         float *y) {
+    const int dk = s->dk, dv = s->dv, per = s->hv / s->hk;
+    const size_t hs = (size_t)dk * dv, kd = (size_t)s->hk * dk;
+    const float qscale = (float)pow((double)dk, -0.5);
+    float *q = hfloats(dk), *k = hfloats(dk);
+    for (int h = 0; h < s->hv; h++) {
+        const int kh = h / per;
+        for (int t = 0; t < n; t++) {
+            const size_t r = (size_t)first + t;
+            const float *row = g->mixed + r * g->conv_dim;
+            memcpy(q, row + (size_t)kh * dk, dk * 4);
+            memcpy(k, row + kd + (size_t)kh * dk, dk * 4);
+            cpu_l2norm(q, dk, 1e-6f);
+            cpu_l2norm(k, dk, 1e-6f);
+            for (int i = 0; i < dk; i++) q[i] *= qscale;
+            const float beta = cpu_sigmoid(g->b[r * s->hv + h]);
+            const float gg = g->na[h] * cpu_softplus(g->a[r * s->hv + h] + g->dt[h]);
+            cpu_gdn_step_from(t ? S + h * hs : Sin + h * hs, S + h * hs, dk, dv, q, k, row + 2 * kd + (size_t)h * dv, gg,
+                              beta, o + r * g->vd + (size_t)h * dv);
+        }
+    }
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < s->hv; h++) {
+            const size_t p = ((size_t)first + t) * g->vd + (size_t)h * dv;
+            cpu_rmsnorm_gated(o + p, g->nw, g->z + p, dv, kEps, y + p);
+        }
+    free(q), free(k);
+}
+
+static void test_gdn_recurrent(const Shape *s, const GdnLaneSpec *ls, int nl) {
+    int R = 0;
+    for (int i = 0; i < nl; i++) R += ls[i].n_rows;
+    GdnIn g;
+    gdn_in_make(&g, s, R);
+    const size_t hs_all = (size_t)s->hv * s->dk * s->dv, NV = (size_t)R * g.vd;
+    float *slots = hfloats(nl * hs_all), *rslots = hfloats(nl * hs_all), *rscratch = hfloats(nl * hs_all);
+    float *ro = hfloats(NV), *ry = hfloats(NV), *go = hfloats(NV), *gy = hfloats(NV);
+    float *gslots = hfloats(nl * hs_all), *gscratch = hfloats(nl * hs_all);
+    fill(slots, nl * hs_all, -0.5f, 0.5f);
+    memcpy(rslots, slots, nl * hs_all * 4);
+    float *dslots = dcopy(slots, nl * hs_all), *dscratch = dfloats(nl * hs_all), *dO = dfloats(NV), *dY = dfloats(NV);
+    poison(dscratch, nl * hs_all * 4), poison(dO, NV * 4), poison(dY, NV * 4);
+    splash_cuda_gdn_lane *gl = (splash_cuda_gdn_lane *)hmalloc(nl * sizeof *gl);
+    int row = 0;
+    for (int i = 0; i < nl; i++) {
+        float *slot = rslots + i * hs_all;
+        if (ls[i].update) cpu_gdn_lane(s, &g, row, ls[i].n_rows, slot, slot, ro, ry);
+        else cpu_gdn_lane(s, &g, row, ls[i].n_rows, slot, rscratch + i * hs_all, ro, ry);
+        memset(&gl[i], 0, sizeof gl[i]);
+        gl[i].s_in = dslots + i * hs_all;
+        gl[i].s_out = ls[i].update ? dslots + i * hs_all : dscratch + i * hs_all;
+        gl[i].first_row = row, gl[i].n_rows = ls[i].n_rows;
+        row += ls[i].n_rows;
+    }
+    splash_cuda_gdn_lane *dl = (splash_cuda_gdn_lane *)dmalloc(nl * sizeof *gl);
+    up(dl, gl, nl * sizeof *gl);
+    splash_cuda_gdn_args a;
+    memset(&a, 0, sizeof a);
+    a.lanes = dl, a.n_lanes = nl, a.hk = s->hk, a.hv = s->hv, a.dk = s->dk, a.dv = s->dv;
+    a.mixed = g.dmixed, a.ldm = g.conv_dim, a.a = g.da, a.b = g.db, a.ldab = s->hv, a.neg_a = g.dna, a.dt_bias = g.ddt;
+    a.o = dO, a.ldo = g.vd, a.z = g.dz, a.ldz = g.vd, a.norm_w = g.dnw, a.y = dY, a.ldy = g.vd, a.eps = kEps;
+    int rc = splash_cuda_gdn_recurrent(&a, NULL);
+    down(go, dO, NV * 4), down(gy, dY, NV * 4);
+    down(gslots, dslots, nl * hs_all * 4), down(gscratch, dscratch, nl * hs_all * 4);
+    double err = rc ? INFINITY : max2(rel_err(go, ro, NV), rel_err(gy, ry, NV));
+    double serr = 0;
+    for (int i = 0; i < nl; i++) {
+        if (ls[i].update) serr = max2(serr, rel_err(gslots + i * hs_all, rslots + i * hs_all, hs_all));
+        else {
+            serr = max2(serr, rel_err(gscratch + i * hs_all, rscratch + i * hs_all, hs_all));
+            if (memcmp(gslots + i * hs_all, slots + i * hs_all, hs_all * 4)) serr = INFINITY; /* verify: slot untouched */
+        }
+    }
+    char sh[64];
+    int o = snprintf(sh, sizeof sh, "%s %d/%d x %d/%d rows", s->name, s->hk, s->hv, s->dk, s->dv);
+    for (int i = 0; i < nl && o < (int)sizeof sh; i++)
+        o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d%s", i ? "," : " ", ls[i].n_rows, ls[i].update ? "" : "v");
+    report("gdn_recurrent o, y", sh, err, 1e-5, -1, 0);
+    report("gdn_recurrent state", sh, serr, 1e-5, -1, 0);
+
+    /* Timing: one lane of 1 row (decode) and of 16 rows (verify), the state
+     * in place, rotating over enough state copies to exceed L2. */
+    const int nbuf = (int)(96e6 / (hs_all * 4.0)) + 1;
+    float *dbig = dfloats(nbuf * hs_all);
+    SPLASH_CUDA_CHECK(cudaMemset(dbig, 0x3C, nbuf * hs_all * 4)); /* every float 0.0115 */
+    splash_cuda_gdn_lane *tl = (splash_cuda_gdn_lane *)hmalloc(nbuf * sizeof *tl);
+    for (int i = 0; i < nbuf; i++) {
+        memset(&tl[i], 0, sizeof tl[i]);
+        tl[i].s_in = tl[i].s_out = dbig + i * hs_all;
+        tl[i].first_row = 0;
+    }
+    splash_cuda_gdn_lane *dtl = (splash_cuda_gdn_lane *)dmalloc(nbuf * sizeof *tl);
+    const int trows[2] = {1, 16 < R ? 16 : R};
+    for (int v = 0; v < 2; v++) {
+        for (int i = 0; i < nbuf; i++) tl[i].n_rows = trows[v];
+        up(dtl, tl, nbuf * sizeof *tl);
+        splash_cuda_gdn_args b = a;
+        b.n_lanes = 1;
+        double us = time_us([&](int i) {
+            b.lanes = dtl + i % nbuf;
+            return splash_cuda_gdn_recurrent(&b, NULL);
+        });
+        char sh2[64];
+        snprintf(sh2, sizeof sh2, "%s 1 lane x %d row%s, state rotated", s->name, trows[v], trows[v] > 1 ? "s" : "");
+        const double bytes = 2.0 * hs_all * 4 + trows[v] * ((double)g.conv_dim + 2.0 * s->hv + 3.0 * g.vd) * 4;
+        report("gdn_recurrent (timing)", sh2, 0, 0, us, bytes);
+    }
+    free(slots), free(rslots), free(rscratch), free(ro), free(ry), free(go), free(gy), free(gslots), free(gscratch);
+    free(gl), free(tl);
+    cudaFree(dslots), cudaFree(dscratch), cudaFree(dO), cudaFree(dY), cudaFree(dl), cudaFree(dbig), cudaFree(dtl);
+    gdn_in_free(&g);
+}
+
+/* The chunked form (prefill) against cpu_gdn_chunked on the same inputs, and
+ * against the GPU recurrence; then both timed on one long lane. */
+static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int timing_rows) {
+    int R = 0;
+    for (int i = 0; i < nl; i++) R += lane_rows[i];
+    GdnIn g;
+    gdn_in_make(&g, s, R);
+    const int dk = s->dk, dv = s->dv, hv = s->hv, per = hv / s->hk;
+    const size_t hs = (size_t)dk * dv, hs_all = hs * hv, NV = (size_t)R * g.vd, kd = (size_t)s->hk * dk;
+    /* CPU: normalised q, k, the gates, then cpu_gdn_chunked per (lane, head) */
+    float *qn = hfloats((size_t)R * kd), *kn = hfloats((size_t)R * kd), *gg = hfloats((size_t)R * hv),
+          *gb = hfloats((size_t)R * hv);
+    const float qscale = (float)pow((double)dk, -0.5);
+    for (int r = 0; r < R; r++) {
+        const float *row = g.mixed + (size_t)r * g.conv_dim;
+        memcpy(qn + (size_t)r * kd, row, kd * 4);
+        memcpy(kn + (size_t)r * kd, row + kd, kd * 4);
+        for (int kh = 0; kh < s->hk; kh++) {
+            float *q = qn + (size_t)r * kd + (size_t)kh * dk, *k = kn + (size_t)r * kd + (size_t)kh * dk;
+            cpu_l2norm(q, dk, 1e-6f);
+            cpu_l2norm(k, dk, 1e-6f);
+            for (int i = 0; i < dk; i++) q[i] *= qscale;
+        }
+        for (int h = 0; h < hv; h++) {
+            gb[(size_t)r * hv + h] = cpu_sigmoid(g.b[(size_t)r * hv + h]);
+            gg[(size_t)r * hv + h] = g.na[h] * cpu_softplus(g.a[(size_t)r * hv + h] + g.dt[h]);
+        }
+    }
+    float *slots = hfloats(nl * hs_all), *rslots = hfloats(nl * hs_all), *ro = hfloats(NV), *ry = hfloats(NV);
+    float *scratch = hfloats(cpu_gdn_chunk_scratch(dk, dv));
+    fill(slots, nl * hs_all, -0.5f, 0.5f);
+    memcpy(rslots, slots, nl * hs_all * 4);
+    splash_cuda_gdn_lane *gl = (splash_cuda_gdn_lane *)hmalloc(nl * sizeof *gl);
+    float *dslots = dcopy(slots, nl * hs_all), *dslots2 = dcopy(slots, nl * hs_all);
+    float *dO = dfloats(NV), *dY = dfloats(NV);
+    int row = 0;
+    for (int i = 0; i < nl; i++) {
+        const int n = lane_rows[i];
+        for (int h = 0; h < hv; h++) {
+            const size_t q0 = (size_t)row * kd + (size_t)(h / per) * dk;
+            cpu_gdn_chunked(rslots + i * hs_all + h * hs, dk, dv, n, qn + q0, kn + q0, kd,
+                            g.mixed + (size_t)row * g.conv_dim + 2 * kd + (size_t)h * dv, g.conv_dim,
+                            gg + (size_t)row * hv + h, gb + (size_t)row * hv + h, hv, ro + (size_t)row * g.vd + (size_t)h * dv,
+                            g.vd, scratch);
+        }
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < hv; h++) {
+                const size_t p = (size_t)(row + t) * g.vd + (size_t)h * dv;
+                cpu_rmsnorm_gated(ro + p, g.nw, g.z + p, dv, kEps, ry + p);
+            }
+        memset(&gl[i], 0, sizeof gl[i]);
+        gl[i].s_in = gl[i].s_out = dslots + i * hs_all;
+        gl[i].first_row = row, gl[i].n_rows = n;
+        row += n;
+    }
+    splash_cuda_gdn_lane *dl = (splash_cuda_gdn_lane *)dmalloc(nl * sizeof *gl);
+    up(dl, gl, nl * sizeof *gl);
+    splash_cuda_gdn_args a;
+    memset(&a, 0, sizeof a);
+    a.lanes = dl, a.n_lanes = nl, a.hk = s->hk, a.hv = hv, a.dk = dk, a.dv = dv;
+    a.mixed = g.dmixed, a.ldm = g.conv_dim, a.a = g.da, a.b = g.db, a.ldab = hv, a.neg_a = g.dna, a.dt_bias = g.ddt;
+    a.o = dO, a.ldo = g.vd, a.z = g.dz, a.ldz = g.vd, a.norm_w = g.dnw, a.y = dY, a.ldy = g.vd, a.eps = kEps;
+    poison(dO, NV * 4), poison(dY, NV * 4);
+    int rc = splash_cuda_gdn_chunked(&a, NULL);
+    float *go = hfloats(NV), *gy = hfloats(NV), *gs = hfloats(nl * hs_all);
+    down(go, dO, NV * 4), down(gy, dY, NV * 4), down(gs, dslots, nl * hs_all * 4);
+    double err = rc ? INFINITY : max2(max2(rel_err(go, ro, NV), rel_err(gy, ry, NV)), rel_err(gs, rslots, nl * hs_all));
+    char sh[64];
+    int o = snprintf(sh, sizeof sh, "%s %d/%d x %d/%d rows", s->name, s->hk, hv, dk, dv);
+    for (int i = 0; i < nl && o < (int)sizeof sh; i++) o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d", i ? "," : " ", lane_rows[i]);
+    report("gdn_chunked o,y,state", sh, err, 1e-5, -1, 0);
+
+    /* the GPU recurrence on the same inputs: the two forms agree */
+    for (int i = 0; i < nl; i++) gl[i].s_in = gl[i].s_out = dslots2 + i * hs_all;
+    up(dl, gl, nl * sizeof *gl);
+    float *ro2 = hfloats(NV), *rs2 = hfloats(nl * hs_all);
+    rc = splash_cuda_gdn_recurrent(&a, NULL);
+    down(ro2, dO, NV * 4), down(rs2, dslots2, nl * hs_all * 4);
+    err = rc ? INFINITY : max2(rel_err(go, ro2, NV), rel_err(gs, rs2, nl * hs_all));
+    report("gdn_chunked vs recurrent", sh, err, 2e-5, -1, 0);
+
+    /* timing: one lane of timing_rows rows, chunked and recurrent */
+    GdnIn t;
+    gdn_in_make(&t, s, timing_rows);
+    float *dst = dfloats(hs_all);
+    SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
+    splash_cuda_gdn_lane tl;
+    memset(&tl, 0, sizeof tl);
+    tl.s_in = tl.s_out = dst, tl.n_rows = timing_rows;
+    splash_cuda_gdn_lane *dtl = (splash_cuda_gdn_lane *)dmalloc(sizeof tl);
+    up(dtl, &tl, sizeof tl);
+    const size_t TV = (size_t)timing_rows * t.vd;
+    float *tO = dfloats(TV), *tY = dfloats(TV);
+    splash_cuda_gdn_args b = a;
+    b.lanes = dtl, b.n_lanes = 1, b.mixed = t.dmixed, b.a = t.da, b.b = t.db, b.z = t.dz, b.o = tO, b.y = tY;
+    const double bytes = timing_rows * ((double)t.conv_dim + 2.0 * hv + 3.0 * t.vd) * 4 + 2.0 * hs_all * 4;
+    snprintf(sh, sizeof sh, "%s 1 lane x %d rows (prefill)", s->name, timing_rows);
+    double us = time_us([&](int) { return splash_cuda_gdn_chunked(&b, NULL); });
+    report("gdn_chunked (timing)", sh, 0, 0, us, bytes);
+    us = time_us([&](int) { return splash_cuda_gdn_recurrent(&b, NULL); });
+    report("gdn_recurrent (timing)", sh, 0, 0, us, bytes);
+
+    free(qn), free(kn), free(gg), free(gb), free(slots), free(rslots), free(ro), free(ry), free(scratch), free(gl);
+    free(go), free(gy), free(gs), free(ro2), free(rs2);
+    cudaFree(dslots), cudaFree(dslots2), cudaFree(dO), cudaFree(dY), cudaFree(dl), cudaFree(dst), cudaFree(dtl);
+    cudaFree(tO), cudaFree(tY);
+    gdn_in_free(&g);
+    gdn_in_free(&t);
+}
+
+/* ==== 5. MoE ============================================================================ */
+
+/* models/qwen35/ffn.c route_task, for one row */
+static void cpu_route(const float *logits, int E, int k, int norm, int *idx, float *w) {
+    float *p = hfloats(E);
+    memcpy(p, logits, E * 4);
+    cpu_softmax(p, E);
+    for (int kk = 0; kk < k; kk++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int q = 0; q < kk; q++) taken |= idx[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        idx[kk] = best;
+        w[kk] = p[best];
+    }
+    if (norm) {
+        float sum = 0.0f;
+        for (int kk = 0; kk < k; kk++) sum += w[kk];
+        for (int kk = 0; kk < k; kk++) w[kk] /= sum;
+    }
+    for (int a = 1; a < k; a++)
+        for (int b = a; b > 0 && idx[b - 1] > idx[b]; b--) {
+            int ti = idx[b];
+            idx[b] = idx[b - 1], idx[b - 1] = ti;
+            float tw = w[b];
+            w[b] = w[b - 1], w[b - 1] = tw;
+        }
+    free(p);
+}
+
+/* A random q4 matrix in the package's canonical layout (any codes, scales
+ * and biases are a valid matrix), and its tiled copy on the device. */
+typedef struct {
+    uint8_t *blob;
+    splash_tensor t;
+    void *dev;
+    splash_q4_matrix dm;
+    size_t tiled_bytes;
+} Q4;
+
+static void q4_make(Q4 *m, int rows, int cols) {
+    const splash_qlayout L = splash_matrix_layout(SPLASH_Q4, rows, cols);
+    m->blob = (uint8_t *)hmalloc(L.bytes);
+    memset(m->blob, 0, L.bytes);
+    for (size_t i = 0; i < (size_t)rows * cols / 2; i += 8) {
+        const uint64_t h = rng_u64();
+        memcpy(m->blob + i, &h, 8);
+    }
+    const size_t ng = (size_t)rows * (cols / 64);
+    uint16_t *sc = (uint16_t *)(m->blob + L.scales_offset), *bi = (uint16_t *)(m->blob + L.biases_offset);
+    const float mag = 1.0f / (4.6f * sqrtf((float)cols)); /* outputs of order 1 for unit inputs */
+    for (size_t i = 0; i < ng; i++) {
+        const float s = mag * rnd(0.5f, 1.5f);
+        sc[i] = splash_f32_to_bf16(s);
+        bi[i] = splash_f32_to_bf16(-7.5f * s * rnd(0.8f, 1.2f));
+    }
+    memset(&m->t, 0, sizeof m->t);
+    m->t.name = "q4";
+    m->t.dtype = SPLASH_Q4;
+    m->t.ndim = 2;
+    m->t.shape[0] = rows, m->t.shape[1] = cols;
+    m->t.data = m->blob;
+    m->t.bytes = L.bytes;
+    m->tiled_bytes = splash_q4_tiled_bytes(rows, cols);
+    uint8_t *tiled = (uint8_t *)hmalloc(m->tiled_bytes);
+    if (splash_q4_repack_host(m->blob, rows, cols, tiled, m->tiled_bytes)) {
+        fprintf(stderr, "q4 repack failed\n");
+        exit(1);
+    }
+    m->dev = dmalloc(m->tiled_bytes);
+    up(m->dev, tiled, m->tiled_bytes);
+    free(tiled);
+    splash_q4_matrix_init(&m->dm, m->dev, rows, cols);
+}
+
+static void q4_free(Q4 *m) {
+    free(m->blob);
+    cudaFree(m->dev);
+}
+
+static void test_moe(const Shape *s, int rows) {
+    const int E = s->experts, k = s->top_k, H = s->hidden, I = s->expert_inter;
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d rows, E=%d top-%d", s->name, rows, E, k);
+    /* routing */
+    float *logits = hfloats((size_t)rows * E);
+    for (size_t i = 0; i < (size_t)rows * E; i++) logits[i] = 2.0f * rnd_normal();
+    if (rows > 16) /* one expert chosen by every row: its rows go in groups of 16 */
+        for (int r = 0; r < rows; r++) logits[(size_t)r * E + 3] += 12.0f;
+    int *ridx = (int *)hmalloc((size_t)rows * k * sizeof(int));
+    float *rw = hfloats((size_t)rows * k);
+    for (int r = 0; r < rows; r++) cpu_route(logits + (size_t)r * E, E, k, 1, ridx + (size_t)r * k, rw + (size_t)r * k);
+    float *dlog = dcopy(logits, (size_t)rows * E), *dw = dfloats((size_t)rows * k);
+    int32_t *didx = (int32_t *)dmalloc((size_t)rows * k * 4);
+    SPLASH_CUDA_CHECK(cudaMemset(didx, 0xFF, (size_t)rows * k * 4));
+    poison(dw, (size_t)rows * k * 4);
+    int rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, didx, dw, NULL);
+    int32_t *gidx = (int32_t *)hmalloc((size_t)rows * k * 4);
+    float *gw = hfloats((size_t)rows * k);
+    down(gidx, didx, (size_t)rows * k * 4), down(gw, dw, (size_t)rows * k * 4);
+    double err = rc ? INFINITY : rel_err(gw, rw, (size_t)rows * k);
+    for (size_t i = 0; i < (size_t)rows * k; i++)
+        if (gidx[i] != ridx[i]) err = INFINITY;
+    double us = time_us([&](int) { return splash_cuda_moe_route(dlog, E, rows, E, k, 1, didx, dw, NULL); });
+    report("moe_route (ids exact)", sh, err, 1e-6, us, (double)rows * E * 4 + 8.0 * rows * k);
+
+    /* experts: weights only for the experts chosen */
+    Q4 *gate = (Q4 *)hmalloc(E * sizeof(Q4)), *upm = (Q4 *)hmalloc(E * sizeof(Q4)), *dn = (Q4 *)hmalloc(E * sizeof(Q4));
+    char *used = (char *)hmalloc(E);
+    memset(used, 0, E);
+    for (size_t i = 0; i < (size_t)rows * k; i++) used[ridx[i]] = 1;
+    int first = -1, n_used = 0;
+    for (int e = 0; e < E; e++)
+        if (used[e]) {
+            q4_make(&gate[e], I, H), q4_make(&upm[e], I, H), q4_make(&dn[e], H, I);
+            if (first < 0) first = e;
+            n_used++;
+        }
+    splash_q4_matrix *mg = (splash_q4_matrix *)hmalloc(E * sizeof(splash_q4_matrix));
+    splash_q4_matrix *mu = (splash_q4_matrix *)hmalloc(E * sizeof(splash_q4_matrix));
+    splash_q4_matrix *md = (splash_q4_matrix *)hmalloc(E * sizeof(splash_q4_matrix));
+    for (int e = 0; e < E; e++) { /* experts never chosen describe the first chosen one (never read) */
+        const int src = used[e] ? e : first;
+        mg[e] = gate[src].dm, mu[e] = upm[src].dm, md[e] = dn[src].dm;
+    }
+    const size_t NH = (size_t)rows * H;
+    float *xn = hfloats(NH), *ref = hfloats(NH), *got = hfloats(NH);
+    fill_rows(xn, rows, H);
+    memset(ref, 0, NH * 4);
+    float *mx = hfloats(NH), *ff1 = hfloats((size_t)rows * I), *ff2 = hfloats((size_t)rows * I), *mo = hfloats(NH);
+    int *erows = (int *)hmalloc(rows * sizeof(int));
+    float *erw = hfloats(rows);
+    for (int e = 0; e < E; e++) { /* models/qwen35/ffn.c qwen35_moe_layer */
+        int n = 0;
+        for (int r = 0; r < rows; r++)
+            for (int kk = 0; kk < k; kk++)
+                if (ridx[(size_t)r * k + kk] == e) erows[n] = r, erw[n++] = rw[(size_t)r * k + kk];
+        if (!n) continue;
+        for (int i = 0; i < n; i++) memcpy(mx + (size_t)i * H, xn + (size_t)erows[i] * H, H * 4);
+        cpu_matmul_swiglu(&g_cpu, &gate[e].t, &upm[e].t, n, mx, H, ff1, I, ff2, I);
+        cpu_matmul(&g_cpu, &dn[e].t, n, ff1, I, mo, H);
+        for (int i = 0; i < n; i++) {
+            float *fo = ref + (size_t)erows[i] * H, w = erw[i];
+            for (int c = 0; c < H; c++) fo[c] = fo[c] + mo[(size_t)i * H + c] * w;
+        }
+    }
+    splash_cuda_moe_scratch sc;
+    if (splash_cuda_moe_scratch_init(&sc, rows, H, I, k)) {
+        fprintf(stderr, "moe scratch init failed\n");
+        exit(1);
+    }
+    float *dxn = dcopy(xn, NH), *dfo = dfloats(NH);
+    poison(dfo, NH * 4);
+    rc = splash_cuda_moe_experts(mg, mu, md, E, didx, dw, rows, dxn, H, dfo, H, &sc, NULL);
+    down(got, dfo, NH * 4);
+    err = rc ? INFINITY : rel_err(got, ref, NH);
+    us = time_us([&](int) { return splash_cuda_moe_experts(mg, mu, md, E, didx, dw, rows, dxn, H, dfo, H, &sc, NULL); },
+                 false);
+    char sh2[64];
+    snprintf(sh2, sizeof sh2, "%s %d rows, %d experts x 3 x %dx%d", s->name, rows, n_used, I, H);
+    report("moe_experts (host-driven)", sh2, err, 1e-5, us, 3.0 * n_used * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
+
+    splash_cuda_moe_scratch_free(&sc);
+    for (int e = 0; e < E; e++)
+        if (used[e]) q4_free(&gate[e]), q4_free(&upm[e]), q4_free(&dn[e]);
+    free(gate), free(upm), free(dn), free(used), free(mg), free(mu), free(md), free(logits), free(ridx), free(rw);
+    free(gidx), free(gw), free(xn), free(ref), free(got), free(mx), free(ff1), free(ff2), free(mo), free(erows), free(erw);
+    cudaFree(dlog), cudaFree(dw), cudaFree(didx), cudaFree(dxn), cudaFree(dfo);
+}
+
+/* silu(g) * u and the shared-expert add, at a model's FFN widths */
+static void test_elementwise(const Shape *s, int rows, int inter) {
+    const size_t NI = (size_t)rows * inter, NH = (size_t)rows * s->hidden;
+    float *g = hfloats(NI), *u = hfloats(NI), *ref = hfloats(NI), *got = hfloats(NI);
+    fill(g, NI, -8, 8), fill(u, NI, -2, 2);
+    cpu_silu_mul(g, u, (int)NI, ref);
+    float *dg = dcopy(g, NI), *du = dcopy(u, NI), *dO = dfloats(NI);
+    poison(dO, NI * 4);
+    int rc = splash_cuda_silu_mul(dg, inter, du, inter, dO, inter, rows, inter, NULL);
+    down(got, dO, NI * 4);
+    double err = rc ? INFINITY : rel_err(got, ref, NI);
+    double us = time_us([&](int) { return splash_cuda_silu_mul(dg, inter, du, inter, dO, inter, rows, inter, NULL); });
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d x %d", s->name, rows, inter);
+    report("silu_mul", sh, err, 1e-6, us, 3.0 * NI * 4);
+
+    const int H = s->hidden;
+    float *fo = hfloats(NH), *mo = hfloats(NH), *x = hfloats(NH), *sg = hfloats(rows), *rfo = hfloats(NH),
+          *rx = hfloats(NH), *gfo = hfloats(NH), *gx = hfloats(NH);
+    fill(fo, NH, -1, 1), fill(mo, NH, -1, 1), fill(x, NH, -4, 4), fill(sg, rows, -5, 5);
+    for (int r = 0; r < rows; r++) { /* ffn.c shared_add_task */
+        const float sgm = cpu_sigmoid(sg[r]);
+        for (int i = 0; i < H; i++) {
+            const size_t j = (size_t)r * H + i;
+            rfo[j] = fo[j] + sgm * mo[j];
+            rx[j] = rfo[j] + x[j];
+        }
+    }
+    float *dfo = dcopy(fo, NH), *dmo = dcopy(mo, NH), *dx = dcopy(x, NH), *dsg = dcopy(sg, rows);
+    rc = splash_cuda_moe_shared_add(dfo, H, dmo, H, dsg, 1, dx, H, rows, H, NULL);
+    down(gfo, dfo, NH * 4), down(gx, dx, NH * 4);
+    err = rc ? INFINITY : max2(rel_err(gfo, rfo, NH), rel_err(gx, rx, NH));
+    us = time_us([&](int) { return splash_cuda_moe_shared_add(dfo, H, dmo, H, dsg, 1, dx, H, rows, H, NULL); });
+    snprintf(sh, sizeof sh, "%s %d x %d", s->name, rows, H);
+    report("moe_shared_add", sh, err, 1e-6, us, 5.0 * NH * 4);
+    free(g), free(u), free(ref), free(got), free(fo), free(mo), free(x), free(sg), free(rfo), free(rx), free(gfo), free(gx);
+    cudaFree(dg), cudaFree(du), cudaFree(dO), cudaFree(dfo), cudaFree(dmo), cudaFree(dx), cudaFree(dsg);
+}
+
+/* ==== 6. argmax, lm_head + argmax ======================================================== */
+
+static int host_argmax(const float *x, int n) { /* runtime/sampling.c greedy: strict >, NaN never */
+    float best = -INFINITY;
+    int arg = -1;
+    for (int i = 0; i < n; i++)
+        if (x[i] > best) best = x[i], arg = i;
+    return arg;
+}
+
+static __device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed) {
+    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)(z ^ (z >> 31));
+}
+
+/* Random tiled q4 weights on the device: codes random, scales and biases
+ * finite bf16 in (-0.05, 0.05). */
+__global__ void fill_tiled(uint32_t *w, size_t words, size_t code_words, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = hash32(i, seed);
+        if (i < code_words) {
+            w[i] = h;
+        } else {
+            const float a = ((h & 0xFFFF) / 65536.f - 0.5f) * 0.1f, b = ((h >> 16) / 65536.f - 0.5f) * 0.1f;
+            w[i] = (__float_as_uint(a) >> 16) | (__float_as_uint(b) & 0xFFFF0000u);
+        }
+    }
+}
+
+static void test_argmax(const char *name, int rows, int V, int hidden) {
+    const size_t N = (size_t)rows * V;
+    float *x = hfloats(N);
+    for (size_t i = 0; i < N; i++) x[i] = 3.0f * rnd_normal();
+    if (rows > 4) {
+        float *r1 = x + V, *r2 = x + 2 * (size_t)V, *r3 = x + 3 * (size_t)V, *r4 = x + 4 * (size_t)V;
+        r1[V - 7] = 100.f, r1[V / 2 + 3] = 100.f, r1[V / 3] = 100.f; /* tie: the lowest index wins */
+        for (int i = 0; i < V; i++) r2[i] = -INFINITY;                 /* nothing: -1 */
+        r3[0] = NAN, r3[V - 1] = 50.f;                                 /* NaN is never chosen */
+        for (int i = 0; i < V; i++) r4[i] = -INFINITY;
+        r4[V - 1] = -1e30f;
+    }
+    int32_t *want = (int32_t *)hmalloc(rows * 4), *got = (int32_t *)hmalloc(rows * 4);
+    for (int r = 0; r < rows; r++) want[r] = host_argmax(x + (size_t)r * V, V);
+    float *dx = dcopy(x, N), *dval = dfloats(rows);
+    int32_t *didx = (int32_t *)dmalloc(rows * 4);
+    const size_t wsb = splash_cuda_argmax_workspace_bytes(rows, V);
+    void *ws = dmalloc(wsb);
+    SPLASH_CUDA_CHECK(cudaMemset(didx, 0x7F, rows * 4));
+    int rc = splash_cuda_argmax(dx, V, rows, V, didx, dval, ws, wsb, NULL);
+    down(got, didx, rows * 4);
+    double err = rc ? INFINITY : 0;
+    for (int r = 0; r < rows; r++) err += got[r] != want[r];
+    double us = time_us([&](int) { return splash_cuda_argmax(dx, V, rows, V, didx, dval, ws, wsb, NULL); });
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d x %d (ties, -inf, NaN rows)", name, rows, V);
+    report("argmax (rows differ)", sh, err, 0, us, (double)N * 4);
+
+    /* lm_head (q4, random tiled weights) + argmax */
+    const size_t tb = splash_q4_tiled_bytes(V, hidden), cb = splash_q4_tiled_codes_bytes(V, hidden);
+    void *dW = dmalloc(tb);
+    fill_tiled<<<1024, 256>>>((uint32_t *)dW, tb / 4, cb / 4, 1234u);
+    SPLASH_CUDA_CHECK(cudaGetLastError());
+    splash_q4_matrix W;
+    splash_q4_matrix_init(&W, dW, V, hidden);
+    float *h = hfloats((size_t)rows * hidden);
+    fill_rows(h, rows, hidden);
+    float *dh = dcopy(h, (size_t)rows * hidden), *dlog = dfloats(N);
+    void *xpm = dmalloc(splash_q4_xprep_bytes(hidden));
+    splash_q4_xprep xp;
+    splash_q4_xprep_init(&xp, xpm, hidden);
+    rc = splash_q4_prep_x(&xp, dh, rows, hidden, hidden, NULL);
+    if (!rc) rc = splash_cuda_lm_head_argmax(&W, &xp, dlog, didx, dval, ws, wsb, NULL);
+    down(x, dlog, N * 4), down(got, didx, rows * 4);
+    err = rc ? INFINITY : 0;
+    for (int r = 0; r < rows; r++) err += got[r] != host_argmax(x + (size_t)r * V, V);
+    us = time_us([&](int) { return splash_cuda_lm_head_argmax(&W, &xp, dlog, didx, dval, ws, wsb, NULL); });
+    snprintf(sh, sizeof sh, "%s M=%d, %d x %d q4", name, rows, V, hidden);
+    report("lm_head+argmax", sh, err, 0, us, (double)tb + 2.0 * N * 4);
+    free(x), free(want), free(got), free(h);
+    cudaFree(dx), cudaFree(dval), cudaFree(didx), cudaFree(ws), cudaFree(dW), cudaFree(dh), cudaFree(dlog), cudaFree(xpm);
+}
+
+/* ==== argument errors ====================================================================== */
+
+static void test_errors(void) {
+    double bad = 0;
+    splash_cuda_kv_layout l;
+    bad += splash_cuda_kv_layout_init(&l, 7, 1, 1, 64, 32) != SPLASH_E_UNSUPPORTED;
+    bad += splash_cuda_kv_layout_init(&l, SPLASH_KV_INT8, 1, 1, 100, 32) != 0; /* valid layout ... */
+    splash_cuda_attn_args a;
+    memset(&a, 0, sizeof a);
+    int dummy;
+    a.layout = &l, a.pool = (const uint8_t *)&dummy, a.lanes = (const splash_cuda_attn_lane *)&dummy;
+    a.q = (const float *)&dummy, a.out = (float *)&dummy, a.workspace = &dummy;
+    a.n_lanes = a.rows = a.max_lane_rows = a.max_ctx = 1, a.n_heads = 1;
+    bad += splash_cuda_attention(&a, NULL) != SPLASH_E_UNSUPPORTED; /* ... but head_dim 100 has no kernel */
+    splash_cuda_gdn_args g;
+    memset(&g, 0, sizeof g);
+    g.lanes = (const splash_cuda_gdn_lane *)&dummy, g.mixed = g.a = g.b = g.neg_a = g.dt_bias = (const float *)&dummy;
+    g.n_lanes = 1, g.hk = 2, g.hv = 3, g.dk = 128, g.dv = 128;
+    bad += splash_cuda_gdn_recurrent(&g, NULL) != SPLASH_E_INVALID; /* hv not a multiple of hk */
+    g.hv = 4, g.dk = 96;
+    bad += splash_cuda_gdn_recurrent(&g, NULL) != SPLASH_E_UNSUPPORTED;
+    bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 9, 1, (int32_t *)&dummy, (float *)&dummy, NULL) !=
+           SPLASH_E_INVALID; /* top_k > experts */
+    bad += splash_cuda_rmsnorm((const float *)&dummy, 1, 0, (float *)&dummy, 1, 0, NULL, 1.f, 1, 1, 1, kEps, NULL) !=
+           SPLASH_E_INVALID;
+    report("argument errors refused", "-", bad, 0, -1, 0);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) g_quick = 1;
+        else if (!strcmp(argv[i], "--no-timing")) g_notime = 1;
+        else {
+            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing]\n");
+            return 2;
+        }
+    }
+    cudaDeviceProp prop;
+    SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    for (int i = 0; i < 2 * 32; i++) SPLASH_CUDA_CHECK(cudaEventCreate(&g_ev[i]));
+    if (cpu_ctx_init(&g_cpu, 0, 64, 8192)) {
+        fprintf(stderr, "cpu_ctx_init failed\n");
+        return 1;
+    }
+    printf("CPU reference: %d threads, SIMD %d\n", g_cpu.n_threads, cpu_simd());
+
+    test_errors();
+
+    /* 1. norms */
+    test_rmsnorm("tiny", kTiny.hidden, 16);
+    if (!g_quick) {
+        test_rmsnorm("27B", k27B.hidden, 1);
+        test_rmsnorm("27B", k27B.hidden, 16);
+        test_rmsnorm("35B-A3B", k35B.hidden, 16);
+    }
+    for (int i = 0; i < n_shapes(); i++) {
+        test_rmsnorm_gated(shape_at(i), 16);
+        test_l2norm(shape_at(i), 16);
+    }
+
+    /* 2. rotary, attention prep, output gate */
+    for (int i = 0; i < n_shapes(); i++) {
+        test_rope(shape_at(i), 16);
+        test_attn_prep(shape_at(i), 16);
+    }
+
+    /* 3. KV write and attention */
+    {
+        const LaneSpec tiny[3] = {{0, 5}, {40, 1}, {100, 16}};
+        const int fmts[3] = {SPLASH_KV_INT8, SPLASH_KV_BF16, SPLASH_KV_F32};
+        for (int f = 0; f < 3; f++) {
+            test_kv_write(&kTiny, fmts[f], tiny, 3);
+            test_attention(&kTiny, fmts[f], tiny, 3, f == 0, 1e-5, 0);
+        }
+        const LaneSpec moe_tiny[2] = {{7, 16}, {63, 2}};
+        test_attention(&kTinyMoe, SPLASH_KV_INT8, moe_tiny, 2, 1, 1e-5, 0);
+        test_attention(&kTinyMoe, SPLASH_KV_BF16, moe_tiny, 2, 0, 1e-5, 0);
+    }
+    if (!g_quick) {
+        const LaneSpec dec[4] = {{37, 1}, {700, 1}, {2047, 1}, {5000, 1}};
+        const LaneSpec ver[2] = {{300, 16}, {4000, 16}};
+        const LaneSpec mix[2] = {{1000, 16}, {10, 1}};
+        const LaneSpec dec32k[1] = {{32767, 1}};
+        const LaneSpec ver32k[1] = {{32752, 16}};
+        for (int f = 0; f < 2; f++) {
+            const int fmt = f ? SPLASH_KV_BF16 : SPLASH_KV_INT8;
+            test_kv_write(&k27B, fmt, ver, 2);
+            test_attention(&k27B, fmt, dec, 4, 0, 1e-5, 0);
+            test_attention(&k27B, fmt, ver, 2, 1, 1e-5, 0);
+            test_attention(&k35B, fmt, mix, 2, 1, 1e-5, 0);
+        }
+        test_attention(&k27B, SPLASH_KV_INT8, dec32k, 1, 0, 1e-5, 1);
+        test_attention(&k27B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
+        test_attention(&k35B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
+    }
+
+    /* 4. GDN */
+    {
+        const GdnLaneSpec lanes[4] = {{1, 1}, {16, 0}, {2, 1}, {100, 1}};
+        const GdnLaneSpec rec[3] = {{1, 1}, {16, 0}, {40, 1}};
+        const int chunk_rows[3] = {200, 64, 5}, chunk_rows_big[2] = {130, 1};
+        for (int i = 0; i < n_shapes(); i++) {
+            const Shape *sh = shape_at(i);
+            const int big = sh->hidden > 1024;
+            test_gdn_conv(sh, lanes, 4);
+            test_gdn_gates(sh, 16);
+            test_gdn_recurrent(sh, rec, 3);
+            test_gdn_chunked(sh, big ? chunk_rows_big : chunk_rows, big ? 2 : 3, big ? 1024 : 256);
+        }
+    }
+
+    /* 5. MoE and the FFN's elementwise ops */
+    test_moe(&kTinyMoe, 16);
+    test_moe(&kTinyMoe, 40); /* every row on expert 3: groups of 16, 16, 8 */
+    test_elementwise(&kTiny, 16, 192);
+    if (!g_quick) {
+        test_moe(&k35B, 1);
+        test_moe(&k35B, 8);
+        test_elementwise(&k27B, 16, 17408);
+        test_elementwise(&k35B, 16, 512);
+    }
+
+    /* 6. argmax */
+    test_argmax("tiny", 16, 512, kTiny.hidden);
+    if (!g_quick) {
+        test_argmax("vocab", 1, 248320, 5120);
+        test_argmax("vocab", 16, 248320, 5120);
+    }
+
+    print_table();
+    cpu_ctx_free(&g_cpu);
+    return g_fail ? 1 : 0;
+}

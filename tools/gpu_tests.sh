@@ -1,0 +1,235 @@
+#!/bin/bash
+# gpu_tests.sh - the one script the GPU machine runs for every CUDA test:
+# builds the CPU reference library, every CUDA source (src/backend/cuda and
+# the CUDA model src/models/qwen35/cuda_*.cu; sm_90a, in parallel, -Wall
+# -Wextra; ptxas reports kept), the GPU tests and the q4 benchmark, then runs
+#   test_q4_matmul   the q4 product against an fp64 reference
+#   test_cuda_ops    every other op against the CPU backend (table at the end)
+#   test_cuda_model  the CUDA model against the CPU model through
+#                    splash_model_* on the tiny fixtures (table at the end)
+# Full logs go to $OUT (test_q4_matmul.log, test_cuda_ops.log,
+# test_cuda_model.log, ptxas.log.gz, build.log); the summary lines and the
+# tables are printed last.
+#
+#   tools/gpu_tests.sh [--quick] [--sanitize] [--bench]
+#     --quick     test_cuda_ops at the fixtures' shapes only, skip test_q4_matmul
+#     --sanitize  also run test_cuda_ops --quick --no-timing and
+#                 test_cuda_model --quick under compute-sanitizer (memcheck)
+#     --bench     also run bench_q4_matmul (its table)
+#   tools/gpu_tests.sh --emulate   (no GPU needed): test_cuda_model with the
+#                 CUDA model's host code linked against tests/gpu/host_emulation.cpp
+#                 (the backend's API on the CPU backend, host memory for device
+#                 memory) instead of the kernels: checks the model's
+#                 orchestration (lanes, strides, verify save, commit replay,
+#                 state and page layouts) against the CPU model, bit for bit
+#   tools/gpu_tests.sh --prepare   (on a machine with the build's libraries,
+#                 no GPU needed): builds $PREP/libsplash.a and packs the
+#                 fixtures test_cuda_model reads into $PREP/test-packages;
+#                 carry $PREP (default build-gpu-prep, ~6 MB) to a GPU
+#                 machine that lacks those libraries' headers
+# Exit status: non-zero if a build step or any test failed.
+#
+# The CPU reference library, first that works: the full libsplash.a built
+# here when the machine has the dependencies' headers (pkg-config finds
+# them); else $PREP/libsplash.a when carried (linked with the system's
+# libcrypto, the one library the model's package reader pulls in); else only
+# what test_cuda_ops links (src/backend/cpu, four src/base files,
+# src/package/tensor.c), and test_cuda_model is skipped.  The fixture
+# packages: packed here with $B/splash when it was built, else
+# $PREP/test-packages.  Planned to fit one device call of < 5 min.
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+B=${BUILD:-build-cuda}
+OUT=${OUT:-$B}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+CC=${CC:-gcc}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
+FLAGS="-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -Xcompiler -Wall,-Wextra"
+CFLAGS="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g -pthread -Isrc -O2"
+PREP=${PREP:-build-gpu-prep}
+QUICK=0 SAN=0 BENCH=0 PREPARE=0 EMULATE=0
+for a in "$@"; do
+    case "$a" in
+    --quick) QUICK=1 ;;
+    --sanitize) SAN=1 ;;
+    --bench) BENCH=1 ;;
+    --prepare) PREPARE=1 ;;
+    --emulate) EMULATE=1 ;;
+    *) echo "usage: $0 [--quick] [--sanitize] [--bench] | --prepare | --emulate" >&2; exit 2 ;;
+    esac
+done
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+PKGS="libpcre2-8 libutf8proc libcrypto libmicrohttpd libcurl"
+
+# The fixture packages test_cuda_model loads: <dir>/<fixture>-<weights>.
+pack_fixtures() { # splash-binary dir
+    for spec in dense-tiny:q4 moe-tiny:q4 dense-tiny:bf16; do
+        fx=${spec%%:*} w=${spec##*:}
+        [ -f "$2/$fx-$w/manifest.json" ] && continue
+        [ -d "tests/fixtures/$fx" ] || continue
+        "$1" pack --from "tests/fixtures/$fx" --out "$2/$fx-$w" --weights "$w" --force --quiet || return 1
+    done
+}
+
+if [ $PREPARE = 1 ]; then
+    stamp "prepare: $PREP/libsplash.a and the fixture packages (no GPU needed)"
+    make -s BUILD="$PREP" -j"${JOBS}" "$PREP/libsplash.a" "$PREP/splash" || exit 1
+    pack_fixtures "$PREP/splash" "$PREP/test-packages" || { echo "packing failed"; exit 1; }
+    rm -rf "$PREP/src" "$PREP/tests" # objects are inside libsplash.a; keep what travels small
+    du -sh "$PREP"
+    stamp "done: carry $PREP to the GPU machine"
+    exit 0
+fi
+if [ $EMULATE = 1 ]; then
+    stamp "emulate: the CUDA model's host code on the CPU backend (no GPU)"
+    mkdir -p "$B/emu" "$OUT"
+    make -s BUILD="$B" -j"$JOBS" "$B/libsplash.a" "$B/splash" || exit 1
+    objs="" pids=""
+    for f in src/models/qwen35/cuda_*.cu tests/gpu/test_cuda_model.cu tests/gpu/host_emulation.cpp; do
+        o="$B/emu/$(basename "${f%.*}").o"
+        $NVCC -std=c++17 -O1 -Isrc -Xcompiler -Wall,-Wextra -Werror all-warnings -c "$f" -o "$o" &
+        pids="$pids $!" objs="$objs $o"
+    done
+    for p in $pids; do wait "$p" || { echo "emulation build failed"; exit 1; }; done
+    $NVCC -cudart none $objs "$B/libsplash.a" $(pkg-config --libs $PKGS) -lm -lpthread -o "$B/emu/test_cuda_model" ||
+        { echo "emulation link failed"; exit 1; }
+    pack_fixtures "$B/splash" "$B/test-packages" || { echo "packing failed"; exit 1; }
+    stamp "run: test_cuda_model (emulated)"
+    SPLASH_ROOT="$PWD" "$B/emu/test_cuda_model" "$B/test-packages" >"$OUT/test_cuda_model_emulated.log" 2>&1
+    rc=$?
+    grep -E '^(device|FAIL|SKIP|FATAL)' "$OUT/test_cuda_model_emulated.log" | head -n 30
+    sed -n '/^| fixture /,$p' "$OUT/test_cuda_model_emulated.log"
+    grep -q '^| fixture ' "$OUT/test_cuda_model_emulated.log" || tail -n 20 "$OUT/test_cuda_model_emulated.log"
+    stamp "done (rc $rc)"
+    exit $rc
+fi
+mkdir -p "$B/cuda" "$B/ref" "$OUT"
+
+stamp "build: CPU reference library"
+REFLIB="" MODEL_LIBS="" SPLASH_BIN=""
+if pkg-config --exists $PKGS 2>/dev/null; then
+    mkdir -p "$B" && touch "$B/.deps-ok" # the dependencies are there: skip tools/deps.sh
+    if make -s BUILD="$B" -j"$JOBS" "$B/libsplash.a" "$B/splash" >"$OUT/build.log" 2>&1; then
+        REFLIB="$B/libsplash.a" SPLASH_BIN="$B/splash" MODEL_LIBS="$(pkg-config --libs $PKGS) -lm -lpthread"
+    fi
+fi
+if [ -z "$REFLIB" ] && [ -f "$PREP/libsplash.a" ]; then
+    CRYPTO=$(ldconfig -p 2>/dev/null | awk '/libcrypto\.so/ {print $NF; exit}')
+    REFLIB="$PREP/libsplash.a"
+    if [ -n "$CRYPTO" ]; then MODEL_LIBS="$CRYPTO -lm -lpthread"; else echo "    no libcrypto: test_cuda_model skipped"; fi
+fi
+if [ -z "$REFLIB" ]; then
+    SRCS="$(ls src/backend/cpu/*.c) src/base/status.c src/base/mem.c src/base/threads.c src/base/log.c src/package/tensor.c"
+    pids=""
+    for f in $SRCS; do
+        o="$B/ref/$(echo "$f" | tr / _).o"
+        $CC $CFLAGS -c "$f" -o "$o" >>"$OUT/build.log" 2>&1 &
+        pids="$pids $!"
+    done
+    for p in $pids; do wait "$p" || { echo "CPU reference build failed"; tail -n 30 "$OUT/build.log"; exit 1; }; done
+    rm -f "$B/ref/libsplash_ref.a"
+    ar rcs "$B/ref/libsplash_ref.a" "$B"/ref/*.o
+    REFLIB="$B/ref/libsplash_ref.a"
+fi
+echo "    $REFLIB"
+
+stamp "build: CUDA sources (sm_90a)"
+CU_OBJS="" MODEL_OBJS=""
+pids=""
+rm -f "$B"/cuda/*.log
+for f in src/backend/cuda/*.cu src/models/qwen35/cuda_*.cu; do
+    n=$(basename "$f" .cu)
+    $NVCC $FLAGS -Xptxas -v -c "$f" -o "$B/cuda/$n.o" >"$B/cuda/$n.log" 2>&1 &
+    pids="$pids $!"
+    case "$f" in
+    src/models/*) MODEL_OBJS="$MODEL_OBJS $B/cuda/$n.o" ;;
+    *) CU_OBJS="$CU_OBJS $B/cuda/$n.o" ;;
+    esac
+done
+bad=0
+for p in $pids; do wait "$p" || bad=1; done
+cat "$B"/cuda/*.log >"$B/ptxas.log"
+gzip -c "$B/ptxas.log" >"$OUT/ptxas.log.gz"
+if [ $bad = 1 ]; then grep -v 'ptxas info' "$B/ptxas.log" | head -n 40; echo "CUDA build failed"; exit 1; fi
+if grep -v 'ptxas info' "$B/ptxas.log" | grep -iE 'warning|error'; then echo "CUDA build has warnings"; exit 1; fi
+grep -E 'spill' "$B/ptxas.log" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' && echo "    SPILLS (see ptxas.log)"
+
+stamp "build: tests and benchmark"
+LIBS="-lm -lpthread"
+[ "$REFLIB" = "$B/libsplash.a" ] && LIBS="$(pkg-config --libs $PKGS) -lm -lpthread"
+$NVCC $FLAGS tests/gpu/test_cuda_ops.cu $CU_OBJS "$REFLIB" $LIBS -o "$B/test_cuda_ops" >>"$OUT/build.log" 2>&1 &
+p1=$!
+$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/cuda/q4_matmul.o" -o "$B/test_q4_matmul" >>"$OUT/build.log" 2>&1 &
+p2=$!
+$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/cuda/q4_matmul.o" -o "$B/bench_q4_matmul" >>"$OUT/build.log" 2>&1 &
+p3=$!
+p4=""
+if [ -n "$MODEL_LIBS" ]; then
+    $NVCC $FLAGS tests/gpu/test_cuda_model.cu $CU_OBJS $MODEL_OBJS "$REFLIB" $MODEL_LIBS -o "$B/test_cuda_model" \
+        >>"$OUT/build.log" 2>&1 &
+    p4=$!
+fi
+bad=0
+for p in $p1 $p2 $p3 $p4; do wait "$p" || bad=1; done
+if [ $bad = 1 ]; then tail -n 40 "$OUT/build.log"; echo "test build failed"; exit 1; fi
+PACKAGES=""
+if [ -n "$MODEL_LIBS" ]; then
+    if [ -n "$SPLASH_BIN" ] && pack_fixtures "$SPLASH_BIN" "$B/test-packages" >>"$OUT/build.log" 2>&1; then
+        PACKAGES="$B/test-packages"
+    elif [ -d "$PREP/test-packages" ]; then
+        PACKAGES="$PREP/test-packages"
+    else
+        echo "    no fixture packages (run tools/gpu_tests.sh --prepare where the build's libraries are): test_cuda_model skipped"
+    fi
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null
+
+rc=0
+if [ $QUICK = 0 ]; then
+    stamp "run: test_q4_matmul"
+    "$B/test_q4_matmul" >"$OUT/test_q4_matmul.log" 2>&1 || rc=1
+    grep -E '^FAIL' "$OUT/test_q4_matmul.log" | head -n 20
+    tail -n 1 "$OUT/test_q4_matmul.log"
+fi
+if [ $SAN = 1 ]; then
+    stamp "run: compute-sanitizer test_cuda_ops --quick --no-timing"
+    if command -v compute-sanitizer >/dev/null 2>&1; then
+        compute-sanitizer --tool memcheck --error-exitcode 9 "$B/test_cuda_ops" --quick --no-timing \
+            >"$OUT/sanitize.log" 2>&1 || rc=1
+        grep -E '^(FAIL|=========)' "$OUT/sanitize.log" | head -n 30
+        tail -n 1 "$OUT/sanitize.log"
+        if [ -n "$PACKAGES" ]; then
+            stamp "run: compute-sanitizer test_cuda_model --quick"
+            SPLASH_ROOT="$PWD" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/test_cuda_model" --quick "$PACKAGES" \
+                >"$OUT/sanitize_model.log" 2>&1 || rc=1
+            grep -E '^(FAIL|=========)' "$OUT/sanitize_model.log" | head -n 30
+            tail -n 1 "$OUT/sanitize_model.log"
+        fi
+    else
+        echo "    compute-sanitizer not found"
+    fi
+fi
+if [ $BENCH = 1 ]; then
+    stamp "run: bench_q4_matmul"
+    "$B/bench_q4_matmul" --csv "$OUT/bench.csv" >"$OUT/bench.log" 2>&1 || rc=1
+    sed -n '/^| shape/,$p' "$OUT/bench.log"
+fi
+ARGS=""
+[ $QUICK = 1 ] && ARGS="--quick"
+stamp "run: test_cuda_ops $ARGS"
+"$B/test_cuda_ops" $ARGS >"$OUT/test_cuda_ops.log" 2>&1 || rc=1
+grep -E '^(device|CPU reference)' "$OUT/test_cuda_ops.log"
+grep -E '^FAIL' "$OUT/test_cuda_ops.log" | head -n 30
+sed -n '/^| op /,$p' "$OUT/test_cuda_ops.log"
+# a crash before the table: show the end of the log
+grep -q '^| op ' "$OUT/test_cuda_ops.log" || tail -n 20 "$OUT/test_cuda_ops.log"
+if [ -n "$PACKAGES" ]; then
+    stamp "run: test_cuda_model $PACKAGES"
+    SPLASH_ROOT="$PWD" "$B/test_cuda_model" "$PACKAGES" >"$OUT/test_cuda_model.log" 2>&1 || rc=1
+    grep -E '^(device|FAIL|SKIP|FATAL)' "$OUT/test_cuda_model.log" | head -n 30
+    sed -n '/^| fixture /,$p' "$OUT/test_cuda_model.log"
+    grep -q '^| fixture ' "$OUT/test_cuda_model.log" || tail -n 20 "$OUT/test_cuda_model.log"
+fi
+stamp "done (rc $rc)"
+exit $rc
