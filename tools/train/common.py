@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 import model as M
+import package_io
 import sizes
 import st_io
 
@@ -135,7 +136,11 @@ def export_hf(model, out_dir, dtype=torch.bfloat16, meta=None):
 
 
 def load_target(path, dev, dtype=torch.float32):
-    """From a resumable state.pt or an exported HF directory."""
+    """From a Splash package (dequantised, package_io.py), a resumable state.pt or an exported HF
+    directory.  Parameters frozen (every caller but train_target, which builds its own, only
+    runs the target)."""
+    if package_io.is_package(path):
+        return package_io.load_target(path, dev, dtype)
     if os.path.isdir(path):
         with open(os.path.join(path, "config.json")) as f:
             cfg = json.load(f)
@@ -147,7 +152,18 @@ def load_target(path, dev, dtype=torch.float32):
         st = torch.load(path, map_location="cpu", weights_only=False)
         m = M.Qwen35LM(st["spec"])
         m.load_state_dict(st["model"], strict=True)
+    for p in m.parameters():
+        p.requires_grad_(False)
     return m.to(dev, dtype)
+
+
+def tokenizer_path(target):
+    """The tokenizer.json that goes with a target: the package's, the export's, else the Qwen3
+    tokenizer of tests/node/node_modules."""
+    if package_io.is_package(target):
+        return package_io.tokenizer_path(target)
+    p = os.path.join(target, "tokenizer.json") if os.path.isdir(target) else ""
+    return p if p and os.path.isfile(p) else os.path.join(TOKENIZER_DIR, "tokenizer.json")
 
 
 def spec_from_hf(cfg):

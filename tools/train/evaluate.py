@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""The fp32 reference perplexity of an exported target, and the token windows to compare the
-q4 package against with `splash eval`.
+"""The fp32 reference perplexity of a target, and the token windows to compare the q4 package
+against with `splash eval`.
 
-    python3 tools/train/evaluate.py --target CK/export --data D --out E [--windows 16] [--seq 1024]
+    python3 tools/train/evaluate.py --target models/splash-demo --data D --out E [--windows 16] [--seq 1024]
 
-Reference = our network in float32 on the exported (bf16) weights, TF32 off, and where
-transformers is installed, Qwen3_5ForCausalLM.from_pretrained(export) the same way (models.md
-"The reference").  Windows: the first N non-overlapping windows of seq+1 tokens of the held-out
+Reference = our network in float32, TF32 off, on the target's weights: a Splash package's
+dequantised q4 weights (package_io.py: the very numbers `splash eval --cpu-activations fp32`
+multiplies, so its perplexity on the same windows should agree to ~1e-5), or an export's bf16
+weights, and then, where transformers is installed, Qwen3_5ForCausalLM.from_pretrained(export)
+the same way (models.md "The reference").  Windows: the first N non-overlapping windows of seq+1 tokens of the held-out
 stream (heldout.u32) and of the held-out chat samples (heldout_chat.u32).  Writes
 E/windows/{heldout,chat}-NN.json (JSON arrays of ids: `splash eval --tokens-file`) and
 E/ref.json (mean NLL and perplexity per window and overall, for both implementations).
@@ -24,6 +26,7 @@ sys.dont_write_bytecode = True      # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 import model as M  # noqa: E402
+import package_io  # noqa: E402
 
 
 def main():
@@ -34,20 +37,25 @@ def main():
     ap.add_argument("--windows", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    is_pkg = package_io.is_package(a.target)
     dev = C.device()
     C.fast_math(False)
     os.makedirs(os.path.join(a.out, "windows"), exist_ok=True)
     ours = C.load_target(a.target, dev).eval()
     hf = None
-    if not a.no_hf:
+    if not a.no_hf and not is_pkg:
         try:
             import transformers
             hf = transformers.Qwen3_5ForCausalLM.from_pretrained(a.target, dtype=torch.float32,
                                                                  attn_implementation="eager").to(dev).eval()
         except Exception as e:  # noqa: BLE001
             print("[eval] transformers reference unavailable: %r" % e, flush=True)
-    res = {"seq": a.seq, "reference": "fp32 on the exported bf16 weights, TF32 off"}
+    res = {"seq": a.seq, "target": a.target,
+           "reference": "fp32 on the %s weights, TF32 off" % ("dequantised q4 package" if is_pkg else "exported bf16")}
     for name, fn in (("heldout", "heldout.u32"), ("chat", "heldout_chat.u32")):
         path = os.path.join(a.data, fn)
         if os.path.getsize(path) < 4 * (a.seq + 1):

@@ -24,7 +24,7 @@ Steps (counts and times of each go to OUT/meta.json and stdout):
   6. tokenise (Qwen3 tokenizer.json, `tokenizers`, all cores) every plain file and chat sample,
      each followed by <|endoftext|>, documents shuffled with the seed, into flat uint32 streams.
 
-Outputs in OUT: train.u32, heldout.u32 (plain + chat of held-out files), heldout_chat.u32,
+Outputs in OUT: train.u32 (not with --no-train-stream: the draft pipeline needs only the rest), heldout.u32 (plain + chat of held-out files), heldout_chat.u32,
 heldout_chat.jsonl (prompts + reference answers of held-out files, for evaluation and
 acceptance), train_prompts.jsonl (chat prompts of training files, for the draft's data),
 meta.json.
@@ -282,6 +282,9 @@ def main():
     ap.add_argument("--max-files", type=int, default=0, help="keep only the first N files found (tests)")
     ap.add_argument("--stub-tokenizer", action="store_true", help="UTF-8 bytes as ids (tests without tokenizers)")
     ap.add_argument("--count-only", action="store_true", help="stop after cleaning (no chat, no tokens)")
+    ap.add_argument("--tokenizer", default=TOKENIZER, help="tokenizer.json (a package's tokenizer/tokenizer.json)")
+    ap.add_argument("--no-train-stream", action="store_true",
+                    help="skip train.u32 (the target's training text): held-out streams and prompts only")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
@@ -291,7 +294,7 @@ def main():
         times[name] = round(time.time() - t, 2)
         print("[prepare] %-10s %7.1f s  (total %.1f s)" % (name, times[name], time.time() - t0), flush=True)
 
-    tok = Tok(stub=a.stub_tokenizer)
+    tok = Tok(path=a.tokenizer, stub=a.stub_tokenizer)
     specials = [s for s in tok.added]
     meta["tokenizer"] = {"n_ids": tok.n_ids, "endoftext": tok.eot, "im_end": tok.im_end,
                          "im_start": tok.added["<|im_start|>"]}
@@ -369,15 +372,24 @@ def main():
         print("[prepare] chat example:\n" + ex["text"][:600], flush=True)
 
     t = time.time()
-    tr_plain, n_tp = tokenize_docs(tok, [u[2] for u in train])
-    tr_chat, n_tc = tokenize_docs(tok, [s["text"] for s in chats["train"]])
+    if a.no_train_stream:
+        tr_plain, n_tp, tr_chat, n_tc = [], 0, [], 0
+    else:
+        tr_plain, n_tp = tokenize_docs(tok, [u[2] for u in train])
+        tr_chat, n_tc = tokenize_docs(tok, [s["text"] for s in chats["train"]])
     he_plain, n_hp = tokenize_docs(tok, [u[2] for u in held])
     he_chat, n_hc = tokenize_docs(tok, [s["text"] for s in chats["held"]])
     stage("tokenize", t)
 
     t = time.time()
     srng = random.Random(a.seed + 1)
-    n_train = write_stream(os.path.join(a.out, "train.u32"), tr_plain + tr_chat, srng)
+    if a.no_train_stream:
+        # the same draws as writing it (shuffle consumes by length only), so the held-out
+        # streams come out in the order the target's training run evaluated
+        srng.shuffle(list(range(len(train) + len(chats["train"]))))
+        n_train = 0
+    else:
+        n_train = write_stream(os.path.join(a.out, "train.u32"), tr_plain + tr_chat, srng)
     n_held = write_stream(os.path.join(a.out, "heldout.u32"), he_plain + he_chat, srng)
     write_stream(os.path.join(a.out, "heldout_chat.u32"), he_chat, srng)
     prompt_ids = tok.encode_batch([s["prompt"] for s in chats["held"]]) if chats["held"] else []
@@ -395,7 +407,8 @@ def main():
     stage("write", t)
     meta.update(tokens_train=n_train, tokens_heldout=n_held, tokens_train_plain=n_tp, tokens_train_chat=n_tc,
                 tokens_heldout_plain=n_hp, tokens_heldout_chat=n_hc,
-                bytes_per_token=round(meta["bytes_kept"] / max(1, n_tp + n_hp), 3), times=times,
+                bytes_per_token=round((meta["bytes_kept"] if n_tp else sum(len(u[2].encode()) for u in held))
+                                      / max(1, n_tp + n_hp), 3), times=times,
                 total_seconds=round(time.time() - t0, 1))
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)

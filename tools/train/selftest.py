@@ -8,6 +8,8 @@
      an initial state;
   2. cached decoding (prefill of left-padded prompts + one-token steps) against the full forward,
      and the fixed-shape step generate.py captures in a CUDA graph against the cached decoding;
+     generate.generate_batch through StaticDecoder (the captured path's code, eagerly) gives the
+     same tokens as eager decoding, greedy and sampled rows, and runs without autograd;
   3. speculative decoding with an untrained draft gives exactly the target's greedy output;
   4. the draft's training mask: block j sees context < anchor_j and its own block only;
   5. safetensors write/read round trip, and the exact q4 byte count of sizes.py against the
@@ -25,6 +27,7 @@ import torch
 sys.dont_write_bytecode = True      # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dflash_draft as D  # noqa: E402
+import generate as G  # noqa: E402
 import model as M  # noqa: E402
 import sizes  # noqa: E402
 import st_io  # noqa: E402
@@ -102,6 +105,18 @@ def main():
             got.append(m.logits(m.decode_step_static(torch.stack([s[L + t] for s, L in zip(seqs, lens)]), sc)))
         worst = max(rel(a, b) for a, b in zip(got, outs))
     check("static (graph-shaped) decode vs cached decode", worst, 1e-5)
+    prompts = [s[:L].tolist() for s, L in zip(seqs, lens)]
+    outs = {}
+    for dec in ("static", "eager"):
+        gen_s = torch.Generator().manual_seed(5)
+        outs[dec] = G.generate_batch(m, prompts, 10, [0.0, 1.0, 1.0], {7}, gen_s, torch.device("cpu"), 0, decoder=dec)
+    check("generate_batch static vs eager (rows differing)",
+          float(sum(a != b for a, b in zip(outs["static"], outs["eager"]))), 0)
+    with torch.no_grad():
+        h, cache = m.prefill(ids, valid, Tm + cont)
+    sd = G.StaticDecoder(m, cache, torch.device("cpu"))
+    hs = sd(torch.zeros(len(lens), dtype=torch.long))
+    check("StaticDecoder output outside autograd (0 = yes)", float(hs.requires_grad), 0)
     # 3
     d = D.DFlashDraft(D.make_config(m.spec, 151669, 4))
     d.init_weights(1)

@@ -2,7 +2,7 @@
 """Trains the DFlash v1 draft (dflash_draft.py) on the target's own generations and measures
 its acceptance.
 
-    python3 tools/train/train_draft.py --target CK/export --data G/train.npz --out DR \
+    python3 tools/train/train_draft.py --target models/splash-demo --data G/train.npz --out DR \
         [--block 8] [--max-seconds 270] [--eval-prompts D/heldout_chat.jsonl]
 
 Each step (SpecForge recipe, shared/spec/dflash.md "Training"): a batch of generated
@@ -58,7 +58,9 @@ def parse():
     ap.add_argument("--eval-max-new", type=int, default=96)
     ap.add_argument("--eval-seconds", type=float, default=45, help="per temperature")
     ap.add_argument("--eval-only", action="store_true", help="load DR and measure acceptance only")
+    ap.add_argument("--tokenizer", default="", help="tokenizer.json (default: the target's)")
     ap.add_argument("--stub-tokenizer", action="store_true")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     C.add_speed_args(ap)
     return ap.parse_args()
 
@@ -118,7 +120,9 @@ def main():
     torch.manual_seed(a.seed)
     os.makedirs(a.out, exist_ok=True)
     log = C.Log(os.path.join(a.out, "train.jsonl"))
-    tok = P.Tok(stub=a.stub_tokenizer)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    tok = P.Tok(path=a.tokenizer or C.tokenizer_path(a.target), stub=a.stub_tokenizer)
     target = C.load_target(a.target, dev).eval()
     for p in target.parameters():
         p.requires_grad_(False)
