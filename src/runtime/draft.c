@@ -9,6 +9,7 @@
 
 #include "base/json.h"
 #include "models/dflash/dflash.h"
+#include "models/dflash/dflash2_draft.h"
 #include "package/package.h"
 
 static const struct {
@@ -16,6 +17,7 @@ static const struct {
     int (*open)(splash_package *pkg, const splash_draft_options *opt, splash_draft **out, splash_error *err);
 } drafts[] = {
     {"dflash", splash_dflash_draft_open},
+    {"dflash2", splash_dflash2_draft_open},
 };
 
 int splash_draft_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out, splash_error *err) {
@@ -26,7 +28,7 @@ int splash_draft_open(splash_package *pkg, const splash_draft_options *opt, spla
     const char *arch = json_get_string(o, "architecture", "");
     for (size_t i = 0; i < sizeof drafts / sizeof drafts[0]; i++)
         if (!strcmp(arch, drafts[i].name)) return drafts[i].open(pkg, opt, out, err);
-    return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: draft architecture \"%s\" is not one Splash runs (dflash)",
+    return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: draft architecture \"%s\" is not one Splash runs (dflash, dflash2)",
                        splash_package_dir(pkg), arch);
 }
 

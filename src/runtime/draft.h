@@ -17,8 +17,12 @@
  *   - propose: the anchor is the lane's last known token at position
  *     n_seq-1; the state holds positions before it.  The draft fills either
  *     logits [n][vocab] (proposal selection then happens in runtime/spec.h
- *     with the request's sampling parameters and the DRAFT random stream) or
- *     n deterministic tokens (q = the point mass).
+ *     with the request's sampling parameters and the DRAFT random stream),
+ *     n deterministic tokens (q = the point mass), or - a draft that picks
+ *     its own proposals, DFlash 2's selector - n tokens plus each one's
+ *     sparse q (r->q[i]: the candidates row i was drawn from, drawn with
+ *     (seed, n_seq + i, SPLASH_RNG_DRAFT); the cycle's rejection sampling
+ *     uses that q).  Such a draft may use logits as its scratch.
  *   - snapshot / restore: the lane's state as snapshot_bytes bytes, stored
  *     with the target's recurrent state in the prefix cache's snapshots, so a
  *     restored prefix brings back both.
@@ -35,12 +39,13 @@
 
 #include "base/status.h"
 #include "runtime/sampling.h"
+#include "runtime/spec.h"
 
 typedef struct splash_package splash_package;
 
 #define SPLASH_DRAFT_MAX_BLOCK 16 /* most rows of a block: anchor + 15 proposals */
 
-enum { SPLASH_DRAFT_LOGITS = 1, SPLASH_DRAFT_TOKENS = 2 };
+enum { SPLASH_DRAFT_LOGITS = 1, SPLASH_DRAFT_TOKENS = 2, SPLASH_DRAFT_SPARSE = 3 };
 
 /* One lane's proposal request. */
 typedef struct splash_draft_req {
@@ -49,11 +54,13 @@ typedef struct splash_draft_req {
     int n_seq;
     int n;              /* proposals wanted, 1 .. max_block-1 */
     const splash_sampling_params *sp;
+    splash_spec_q *q;   /* [n] out: each proposal's q (SPLASH_DRAFT_SPARSE) */
 } splash_draft_req;
 
 typedef struct splash_draft_ops {
-    /* Fills logits [n][vocab] and returns SPLASH_DRAFT_LOGITS, or fills
-     * tokens[n] and returns SPLASH_DRAFT_TOKENS; a negative status on error. */
+    /* Fills logits [n][vocab] and returns SPLASH_DRAFT_LOGITS, fills
+     * tokens[n] and returns SPLASH_DRAFT_TOKENS, or fills tokens[n] and
+     * r->q[n] and returns SPLASH_DRAFT_SPARSE; a negative status on error. */
     int (*propose)(void *impl, const splash_draft_req *r, float *logits, int32_t *tokens, splash_error *err);
     int (*append)(void *impl, int lane, int pos, const float *taps, int n, splash_error *err);
     void (*reset)(void *impl, int lane);
@@ -65,7 +72,7 @@ typedef struct splash_draft_ops {
 typedef struct splash_draft {
     const splash_draft_ops *ops;
     void *impl;
-    const char *name;       /* "dflash", "oracle", "random" */
+    const char *name;       /* "dflash", "dflash2", "oracle", "random" */
     int block_size;         /* the draft's own block (the engine's default B) */
     int max_block;          /* most rows propose can fill plus one (<= SPLASH_DRAFT_MAX_BLOCK) */
     int n_taps;             /* target layers it reads (0: none) */

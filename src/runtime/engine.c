@@ -137,8 +137,9 @@ typedef struct lane {
     int32_t feed[SPLASH_DRAFT_MAX_BLOCK]; /* known tokens at n_past.. not committed yet; the last is the anchor */
     int n_feed;
     int32_t props[SPLASH_DRAFT_MAX_BLOCK]; /* this step's proposals */
-    int n_props, dkind;   /* ... how many, SPLASH_DRAFT_LOGITS / _TOKENS */
+    int n_props, dkind;   /* ... how many, SPLASH_DRAFT_LOGITS / _TOKENS / _SPARSE */
     float *dlogits;       /* [max_block - 1][vocab] the draft's logits of this step (with a draft) */
+    splash_spec_q dq[SPLASH_DRAFT_MAX_BLOCK]; /* the proposals' q from a SPARSE draft */
     int taps_from;        /* first prompt position whose taps the draft gets (the last window positions) */
     int tap_row, tap_first; /* this step: the lane's first row in the batch's taps, and its row in the lane */
     int logit_row;        /* this step: index into logits, or -1 */
@@ -579,8 +580,9 @@ static void plan(splash_engine *e) {
 }
 
 /* ---- the decode cycle -------------------------------------------------------------
- * Per decoding lane and step: propose (the draft, then splash_spec_select),
- * verify [feed..., proposals] in the shared forward, decide
+ * Per decoding lane and step: propose (the draft, then splash_spec_select on
+ * its logits; a SPARSE draft picks its proposals itself and hands over each
+ * one's q), verify [feed..., proposals] in the shared forward, decide
  * (splash_spec_decide), commit the rows whose inputs stood, feed the draft
  * their taps, emit.  `feed` holds the lane's known tokens that the target
  * has not committed yet: normally just the anchor (the last emitted token);
@@ -632,13 +634,13 @@ static int cycle_propose(splash_engine *e, lane *l) {
     l->dkind = 0;
     if (!np) return 0;
     int n_seq = l->n_past + l->n_feed; /* seq[n_seq - 1] is the anchor */
-    splash_draft_req r = {l->slot, l->seq, n_seq, np, &g->sp};
+    splash_draft_req r = {l->slot, l->seq, n_seq, np, &g->sp, l->dq};
     splash_error err = {0};
     int kind = e->draft->ops->propose(e->draft->impl, &r, l->dlogits, l->props, &err);
     if (kind == SPLASH_DRAFT_LOGITS &&
         splash_spec_select(e->sampler, &e->q, &g->sp, &l->hist, l->dlogits, np, (uint64_t)n_seq, l->props, &err))
         kind = SPLASH_E_INVALID;
-    if (kind != SPLASH_DRAFT_LOGITS && kind != SPLASH_DRAFT_TOKENS) {
+    if (kind != SPLASH_DRAFT_LOGITS && kind != SPLASH_DRAFT_TOKENS && kind != SPLASH_DRAFT_SPARSE) {
         lane_end(e, l, SPLASH_FINISH_ERROR, err.msg[0] ? err.msg : "the draft failed");
         return 1;
     }
@@ -687,7 +689,8 @@ static void cycle_finish(splash_engine *e, lane *l, spec_times *tm) {
     if (g->script)
         for (int i = 0; i <= np; i++) forced[i] = script_token(e, g, l->n_out + i);
     splash_spec_block b = {rows, l->dkind == SPLASH_DRAFT_LOGITS ? l->dlogits : NULL, l->props, np,
-                           (uint64_t)(g->n_prompt + l->n_out), g->script ? forced : NULL};
+                           (uint64_t)(g->n_prompt + l->n_out), g->script ? forced : NULL,
+                           l->dkind == SPLASH_DRAFT_SPARSE ? l->dq : NULL};
     splash_error err = {0};
     double t = splash_now();
     int k = splash_spec_decide(e->sampler, &e->q, &g->sp, &l->hist, &b, out, &err);
@@ -833,7 +836,7 @@ static void step(splash_engine *e) {
         splash_gen *g = l->g;
         const float *row = e->logits + (size_t)l->logit_row * e->vocab;
         int32_t forced = g->script ? script_token(e, g, 0) : -1, tok;
-        splash_spec_block sb = {row, NULL, NULL, 0, (uint64_t)g->n_prompt, g->script ? &forced : NULL};
+        splash_spec_block sb = {row, NULL, NULL, 0, (uint64_t)g->n_prompt, g->script ? &forced : NULL, NULL};
         if (splash_spec_decide(e->sampler, &e->q, &g->sp, &l->hist, &sb, &tok, &err) < 0) {
             lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
             continue;

@@ -16,6 +16,18 @@ int splash_spec_select(splash_sampler *s, splash_dist *q, const splash_sampling_
     return SPLASH_OK;
 }
 
+/* q from a sparse draft row; the proposal x must be one of its candidates. */
+static int sparse_dist(splash_dist *q, const splash_spec_q *sq, int32_t x, splash_error *err) {
+    if (sq->n < 1 || sq->n > SPLASH_SPEC_MAX_CAND)
+        return splash_fail(err, SPLASH_E_INVALID, "spec: a draft row with %d candidates", sq->n);
+    double w[SPLASH_SPEC_MAX_CAND];
+    for (int k = 0; k < sq->n; k++) w[k] = sq->p[k];
+    int rc = splash_dist_from_weights(q, sq->ids, w, sq->n, err);
+    if (!rc && !(splash_dist_prob(q, x) > 0))
+        rc = splash_fail(err, SPLASH_E_INVALID, "spec: the draft proposed %d outside its own q", (int)x);
+    return rc;
+}
+
 int splash_spec_decide(splash_sampler *s, splash_dist *q, const splash_sampling_params *sp,
                        const splash_token_history *h, const splash_spec_block *b, int32_t *out, splash_error *err) {
     const int V = splash_sampler_vocab(s);
@@ -38,6 +50,10 @@ int splash_spec_decide(splash_sampler *s, splash_dist *q, const splash_sampling_
         if (b->draft && !p->greedy) {
             /* p is the sampler's own buffer: q goes to the caller's */
             int rc = splash_sampler_process(s, sp, b->draft + (size_t)i * V, h, b->props, i, NULL, q, err);
+            if (rc) return rc;
+            qi = q;
+        } else if (b->sparse && !p->greedy) {
+            int rc = sparse_dist(q, &b->sparse[i], b->props[i], err);
             if (rc) return rc;
             qi = q;
         }

