@@ -29,6 +29,7 @@ static void usage(FILE *f) {
             "usage: splash eval --model PKG (--tokens 1,2,3 | --tokens-file F) [--incremental N]\n"
             "                   [--chunk C] [--logits-out FILE] [--threads T] [--max-rows R]\n"
             "                   [--kv-format f32|bf16|int8] [--cpu-activations auto|fp32|int8|int16]\n"
+            "                   [--logits all|last] [--profile]\n"
             "\n"
             "Runs a token sequence through the model and prints its perplexity and speed.\n"
             "  --tokens-file    a JSON array of ids or a comma-separated list\n"
@@ -40,7 +41,10 @@ static void usage(FILE *f) {
             "  --max-rows R     rows per forward call (default 512)\n"
             "  --kv-format F    KV page storage: f32 (default, exact), bf16 or int8\n"
             "  --cpu-activations A  activations of q4/q8 products on the CPU: auto (default:\n"
-            "                   int8 for q4/q8 packages), fp32 (the exact reference), int8, int16\n");
+            "                   int8 for q4/q8 packages), fp32 (the exact reference), int8, int16\n"
+            "  --logits last    logits only for the last row of each forward call (as a server\n"
+            "                   prefills); perplexity then counts those rows only\n"
+            "  --profile        print the model's time per part of the forward pass (stderr)\n");
 }
 
 static double now(void) {
@@ -105,6 +109,7 @@ typedef struct eval_run {
     splash_row *rows;
     float *logits;
     FILE *out;
+    int last_only; /* --logits last */
     double nll;
     int n_nll;
     double seconds[2]; /* prefill, continuation */
@@ -115,7 +120,8 @@ typedef struct eval_run {
 static int run_rows(eval_run *e, int t0, int n, int mode, int phase, splash_error *err) {
     for (int r = 0; r < n; r++) {
         int t = t0 + r;
-        e->rows[r] = (splash_row){e->tokens[t], {t, t, t}, SPLASH_ROW_LOGITS, NULL};
+        uint32_t fl = !e->last_only || r == n - 1 ? SPLASH_ROW_LOGITS : 0;
+        e->rows[r] = (splash_row){e->tokens[t], {t, t, t}, fl, NULL};
     }
     const splash_model_needs *nd = splash_model_get_needs(e->m);
     int n_pages = (e->T + nd->page_tokens - 1) / nd->page_tokens;
@@ -127,9 +133,10 @@ static int run_rows(eval_run *e, int t0, int n, int mode, int phase, splash_erro
     e->seconds[phase] += now() - t;
     e->counted[phase] += n;
     if (rc) return rc;
-    for (int r = 0; r < n; r++) {
-        int pos = t0 + r;
-        const float *lg = e->logits + (size_t)r * e->vocab;
+    int n_out = e->last_only ? 1 : n;
+    for (int k = 0; k < n_out; k++) {
+        int pos = t0 + (e->last_only ? n - 1 : k);
+        const float *lg = e->logits + (size_t)k * e->vocab;
         if (pos + 1 < e->T) {
             double mx = lg[0], s = 0;
             for (int v = 1; v < e->vocab; v++) mx = lg[v] > mx ? lg[v] : mx;
@@ -138,14 +145,14 @@ static int run_rows(eval_run *e, int t0, int n, int mode, int phase, splash_erro
             e->n_nll++;
         }
     }
-    if (e->out && fwrite(e->logits, sizeof(float) * (size_t)e->vocab, (size_t)n, e->out) != (size_t)n)
+    if (e->out && fwrite(e->logits, sizeof(float) * (size_t)e->vocab, (size_t)n_out, e->out) != (size_t)n_out)
         return splash_fail(err, SPLASH_E_IO, "writing logits: %s", strerror(errno));
     return 0;
 }
 
 int splash_cmd_eval(int argc, char **argv) {
     const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *logits_out = NULL;
-    int incremental = -1, chunk = 0, threads = 0, max_rows = 512;
+    int incremental = -1, chunk = 0, threads = 0, max_rows = 512, last_only = 0, profile = 0;
     splash_kv_format kv_format = SPLASH_KV_F32;
     splash_cpu_act cpu_act = SPLASH_CPU_ACT_AUTO;
     for (int i = 1; i < argc; i++) {
@@ -153,6 +160,10 @@ int splash_cmd_eval(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--profile")) {
+            profile = 1;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "splash eval: %s needs a value (or is unknown)\n\n", a);
@@ -168,6 +179,7 @@ int splash_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
         else if (!strcmp(a, "--threads")) threads = atoi(v);
         else if (!strcmp(a, "--max-rows")) max_rows = atoi(v);
+        else if (!strcmp(a, "--logits") && (!strcmp(v, "all") || !strcmp(v, "last"))) last_only = !strcmp(v, "last");
         else if (!strcmp(a, "--cpu-activations") && splash_cpu_act_parse(v) >= 0)
             cpu_act = (splash_cpu_act)splash_cpu_act_parse(v);
         else if (!strcmp(a, "--kv-format") && (!strcmp(v, "f32") || !strcmp(v, "bf16") || !strcmp(v, "int8")))
@@ -205,6 +217,7 @@ int splash_cmd_eval(int argc, char **argv) {
     if (incremental < 0) incremental = chunk ? 0 : T;
     if (incremental > T) incremental = T;
     if ((rc = splash_package_open(model_dir, &pkg, &err))) goto done;
+    if (profile) setenv("SPLASH_PROFILE", "1", 1); /* the model reports at free */
     splash_model_options opt = {.threads = threads, .max_rows = max_rows, .max_lanes = 1, .kv_format = kv_format,
                                 .cpu_activations = cpu_act};
     if ((rc = splash_model_load(pkg, &opt, &m, &err))) goto done;
@@ -226,6 +239,7 @@ int splash_cmd_eval(int argc, char **argv) {
     e.tokens = tokens;
     e.T = T;
     e.vocab = nd->vocab;
+    e.last_only = last_only;
     if (logits_out && !(e.out = fopen(logits_out, "wb"))) {
         rc = splash_fail(&err, SPLASH_E_IO, "%s: %s", logits_out, strerror(errno));
         goto done;
@@ -251,6 +265,7 @@ int splash_cmd_eval(int argc, char **argv) {
     if (e.counted[1] && e.seconds[1] > 0) printf("  steps %.1f tokens/s", e.counted[1] / e.seconds[1]);
     printf("\n");
 done:
+    fflush(stdout); /* before --profile's report on stderr */
     if (rc) fprintf(stderr, "splash eval: %s\n", err.msg);
     if (e.out) fclose(e.out);
     if (m) {

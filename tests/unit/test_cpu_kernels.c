@@ -615,6 +615,257 @@ static void test_gdn_step_paths(void **state) {
     gdn_free(&in);
 }
 
+/* ---- prefill kernels: long attention, blocked products, chunked GDN ------- */
+
+/* Attention over many pages (several 32-position blocks per query, blocks
+ * cut by the causal limit, tiles of many queries): against a double
+ * reference within a stated bound, and bit-identical for each lane alone,
+ * on 1 thread and on the scalar path.  head_dim 64 (whole 8 x 8
+ * transposes) and 40 (dims left over); GQA groups of 3. */
+static void run_long_attn(cpu_ctx *c, const cpu_kv_layout *l, const uint8_t *pool, const cpu_attn_lane *lanes, int n,
+                          int heads, const float *q, float *out) {
+    int hd = l->head_dim;
+    cpu_attention(c, l, pool, 1, lanes, n, heads, q, (size_t)heads * hd, out, (size_t)heads * hd, 1.0f / sqrtf((float)hd),
+                  NULL, 0);
+}
+
+static void test_attention_long(void **state) {
+    (void)state;
+    cpu_ctx c2, c1;
+    assert_int_equal(cpu_ctx_init(&c2, 2, 8, 64), 0);
+    assert_int_equal(cpu_ctx_init(&c1, 1, 8, 64), 0);
+    const int hds[2] = {64, 40}, formats[2] = {SPLASH_KV_F32, SPLASH_KV_INT8};
+    enum { KVH = 2, HEADS = 6, NL = 3 };
+    const int past[NL] = {700, 0, 95}, rows[NL] = {37, 45, 3};
+    for (int hi = 0; hi < 2; hi++)
+        for (int fi = 0; fi < 2; fi++) {
+            int hd = hds[hi], kw = KVH * hd, qw = HEADS * hd;
+            cpu_kv_layout l;
+            assert_int_equal(cpu_kv_layout_init(&l, formats[fi], 2, KVH, hd, 32), 0);
+            int n_pool = 0, total = 0;
+            for (int i = 0; i < NL; i++) n_pool += (past[i] + rows[i] + 31) / 32, total += rows[i];
+            uint8_t *pool = calloc((size_t)n_pool, l.page_bytes);
+            int32_t *pages[NL];
+            float *K[NL], *V[NL];
+            cpu_attn_lane lanes[NL];
+            int next = 0, r0 = 0;
+            for (int i = 0; i < NL; i++) {
+                int np = (past[i] + rows[i] + 31) / 32, T = past[i] + rows[i];
+                pages[i] = malloc(sizeof(int32_t) * np);
+                for (int p = 0; p < np; p++) pages[i][p] = (int32_t)((n_pool - 1 - next++) * 1); /* reversed order */
+                K[i] = rand_vec((size_t)T * kw, 1.0f);
+                V[i] = rand_vec((size_t)T * kw, 1.0f);
+                cpu_attn_lane all = {pages[i], 0, 0, T};
+                cpu_kv_write(&c2, &l, pool, 1, &all, 1, K[i], kw, V[i], kw);
+                lanes[i] = (cpu_attn_lane){pages[i], past[i], r0, rows[i]};
+                r0 += rows[i];
+            }
+            float *q = rand_vec((size_t)total * qw, 1.5f), *out = malloc(sizeof(float) * total * qw);
+            float *other = malloc(sizeof(float) * total * qw);
+            run_long_attn(&c2, &l, pool, lanes, NL, HEADS, q, out);
+            /* reference: the stored K and V (int8: as the pages hold them), double */
+            double worst = 0;
+            int row = 0;
+            for (int i = 0; i < NL; i++)
+                for (int r = 0; r < rows[i]; r++, row++) {
+                    int n_pos = past[i] + r + 1;
+                    for (int h = 0; h < HEADS; h++) {
+                        int g = h / (HEADS / KVH);
+                        const float *qh = q + (size_t)row * qw + h * hd;
+                        double *sc = malloc(sizeof(double) * n_pos), mx = -1e300, sum = 0;
+                        for (int t = 0; t < n_pos; t++) {
+                            const float *kr = K[i] + (size_t)t * kw + g * hd;
+                            int8_t q8[64];
+                            float ks = 1.0f;
+                            if (formats[fi] == SPLASH_KV_INT8) cpu_kv_quant_int8(kr, hd, q8, &ks);
+                            double d = 0;
+                            for (int e = 0; e < hd; e++) d += (double)qh[e] * (formats[fi] == SPLASH_KV_INT8 ? q8[e] * (double)ks : kr[e]);
+                            sc[t] = d / sqrt((double)hd);
+                            mx = fmax(mx, sc[t]);
+                        }
+                        for (int t = 0; t < n_pos; t++) sum += (sc[t] = exp(sc[t] - mx));
+                        for (int e = 0; e < hd; e++) {
+                            double o = 0, mag = 0;
+                            for (int t = 0; t < n_pos; t++) {
+                                const float *vr = V[i] + (size_t)t * kw + g * hd;
+                                int8_t q8[64];
+                                float vs = 1.0f;
+                                double ve = vr[e];
+                                if (formats[fi] == SPLASH_KV_INT8) cpu_kv_quant_int8(vr, hd, q8, &vs), ve = q8[e] * (double)vs;
+                                o += sc[t] / sum * ve;
+                                mag += sc[t] / sum * fabs(ve);
+                            }
+                            /* fp32 rounding of scores (hd-term chains), exp (~1 ulp) and sums */
+                            double err = fabs(out[(size_t)row * qw + h * hd + e] - o), bound = 4e-6 * (mag + 1e-3);
+                            if (err > bound)
+                                fail_msg("hd %d format %d: row %d head %d dim %d: %.8g vs %.8g", hd, formats[fi], row, h, e,
+                                         out[(size_t)row * qw + h * hd + e], o);
+                            worst = fmax(worst, err / bound);
+                        }
+                        free(sc);
+                    }
+                }
+            printf("# long attention hd %d %s: worst error / bound %.3f\n", hd, formats[fi] == SPLASH_KV_INT8 ? "int8" : "f32",
+                   worst);
+            run_long_attn(&c1, &l, pool, lanes, NL, HEADS, q, other);
+            assert_memory_equal(out, other, sizeof(float) * total * qw);
+            if (cpu_simd()) {
+                cpu_simd_set(0);
+                run_long_attn(&c2, &l, pool, lanes, NL, HEADS, q, other);
+                cpu_simd_set(-1);
+                assert_memory_equal(out, other, sizeof(float) * total * qw);
+            }
+            for (int i = 0, off = 0; i < NL; off += rows[i], i++) {
+                cpu_attn_lane alone = lanes[i];
+                alone.first_row = 0;
+                run_long_attn(&c2, &l, pool, &alone, 1, HEADS, q + (size_t)off * qw, other);
+                assert_memory_equal(other, out + (size_t)off * qw, sizeof(float) * rows[i] * qw);
+                /* and one row at a time (decode), the last rows of the lane */
+                for (int r = rows[i] - 2 < 0 ? 0 : rows[i] - 2; r < rows[i]; r++) {
+                    cpu_attn_lane one = {pages[i], past[i] + r, 0, 1};
+                    run_long_attn(&c2, &l, pool, &one, 1, HEADS, q + (size_t)(off + r) * qw, other);
+                    assert_memory_equal(other, out + (size_t)(off + r) * qw, sizeof(float) * qw);
+                }
+            }
+            for (int i = 0; i < NL; i++) free(pages[i]), free(K[i]), free(V[i]);
+            free(pool), free(q), free(out), free(other);
+        }
+    cpu_ctx_free(&c2);
+    cpu_ctx_free(&c1);
+}
+
+/* The chained helpers give exactly the bits of the calls they replace. */
+static void test_dot_axpy_rows(void **state) {
+    (void)state;
+    const int lens[4] = {64, 96, 40, 13};
+    for (int li = 0; li < 4; li++)
+        for (int path = 0; path < 2; path++) {
+            int len = lens[li], n = 11;
+            size_t ld = (size_t)len + 5;
+            float *a = rand_vec((size_t)len, 1.0f), *B = rand_vec((size_t)n * ld, 1.0f), got[11], want[11];
+            if (path) cpu_simd_set(0);
+            cpu_dot_rows(a, B, ld, n, len, got);
+            cpu_simd_set(-1);
+            for (int k = 0; k < n; k++) want[k] = cpu_dot(a, B + (size_t)k * ld, len);
+            assert_memory_equal(got, want, sizeof want);
+            float *y0 = rand_vec((size_t)len, 1.0f), *y1 = malloc(sizeof(float) * len);
+            memcpy(y1, y0, sizeof(float) * len);
+            if (path) cpu_simd_set(0);
+            cpu_axpy_rows(a, B, ld, n, y0, len);
+            cpu_simd_set(-1);
+            for (int k = 0; k < n; k++) cpu_axpy(a[k], B + (size_t)k * ld, y1, len);
+            assert_memory_equal(y0, y1, sizeof(float) * len);
+            free(a), free(B), free(y0), free(y1);
+        }
+}
+
+/* The chunked GDN kernel computes, bit for bit, the straightforward chunked
+ * algorithm written with one cpu_dot / cpu_axpy per step (below), on both
+ * paths. */
+static void chunked_reference(float *S, int dk, int dv, int n, const float *q, const float *k, const float *v,
+                              const float *g, const float *beta, float *o) {
+    enum { C = CPU_GDN_CHUNK };
+    float cum[C], *A = malloc(sizeof(float) * C * C), *kb = malloc(sizeof(float) * C * dk);
+    float *W = malloc(sizeof(float) * C * dk), *U = malloc(sizeof(float) * C * dv);
+    float *tmp = malloc(sizeof(float) * dv), *tmp2 = malloc(sizeof(float) * dv), kd[C];
+    for (int t0 = 0; t0 < n; t0 += C) {
+        int L = n - t0 < C ? n - t0 : C;
+        const float *qc = q + (size_t)t0 * dk, *kc = k + (size_t)t0 * dk, *vc = v + (size_t)t0 * dv;
+        for (int i = 0; i < L; i++) cum[i] = (i ? cum[i - 1] : 0.0f) + g[t0 + i];
+        for (int i = 0; i < L; i++) {
+            for (int r = 0; r < dk; r++) kb[i * dk + r] = kc[i * dk + r] * beta[t0 + i];
+            for (int c = 0; c < dv; c++) U[i * dv + c] = vc[i * dv + c] * beta[t0 + i];
+        }
+        for (int i = 0; i < L; i++)
+            for (int j = 0; j < i; j++) A[i * C + j] = cpu_dot(kb + i * dk, kc + j * dk, dk) * expf(cum[i] - cum[j]);
+        for (int i = 0; i < L; i++) {
+            float e = expf(cum[i]);
+            for (int r = 0; r < dk; r++) W[i * dk + r] = kb[i * dk + r] * e;
+            for (int j = 0; j < i; j++) {
+                cpu_axpy(-A[i * C + j], U + j * dv, U + i * dv, dv);
+                cpu_axpy(-A[i * C + j], W + j * dk, W + i * dk, dk);
+            }
+        }
+        for (int i = 0; i < L; i++) {
+            memset(tmp, 0, sizeof(float) * dv);
+            for (int r = 0; r < dk; r++) cpu_axpy(W[i * dk + r], S + r * dv, tmp, dv);
+            for (int c = 0; c < dv; c++) U[i * dv + c] -= tmp[c];
+        }
+        for (int i = 0; i < L; i++) {
+            const float *qi = qc + i * dk;
+            float e = expf(cum[i]);
+            memset(tmp, 0, sizeof(float) * dv);
+            for (int r = 0; r < dk; r++) cpu_axpy(qi[r] * e, S + r * dv, tmp, dv);
+            memset(tmp2, 0, sizeof(float) * dv);
+            for (int j = 0; j <= i; j++) cpu_axpy(cpu_dot(qi, kc + j * dk, dk) * expf(cum[i] - cum[j]), U + j * dv, tmp2, dv);
+            for (int c = 0; c < dv; c++) o[(size_t)(t0 + i) * dv + c] = tmp[c] + tmp2[c];
+        }
+        float el = expf(cum[L - 1]);
+        for (int i = 0; i < L; i++) kd[i] = expf(cum[L - 1] - cum[i]);
+        for (int r = 0; r < dk; r++) {
+            memset(tmp, 0, sizeof(float) * dv);
+            for (int i = 0; i < L; i++) cpu_axpy(kc[i * dk + r] * kd[i], U + i * dv, tmp, dv);
+            for (int c = 0; c < dv; c++) S[r * dv + c] = S[r * dv + c] * el + tmp[c];
+        }
+    }
+    free(A), free(kb), free(W), free(U), free(tmp), free(tmp2);
+}
+
+static void test_gdn_chunked_exact(void **state) {
+    (void)state;
+    const int dks[3] = {64, 32, 16}, dvs[3] = {64, 48, 16}, ns[3] = {150, 64, 70};
+    for (int cfg = 0; cfg < 3; cfg++)
+        for (int path = 0; path < 2; path++) {
+            int dk = dks[cfg], dv = dvs[cfg], n = ns[cfg];
+            gdn_in in = gdn_random(n, dk, dv, 0.5f);
+            float *S0 = rand_vec((size_t)dk * dv, 0.3f), *Sa = malloc(sizeof(float) * dk * dv);
+            float *Sb = malloc(sizeof(float) * dk * dv), *oa = malloc(sizeof(float) * n * dv);
+            float *ob = malloc(sizeof(float) * n * dv), *scratch = malloc(sizeof(float) * cpu_gdn_chunk_scratch(dk, dv));
+            memcpy(Sa, S0, sizeof(float) * dk * dv);
+            memcpy(Sb, S0, sizeof(float) * dk * dv);
+            if (path) cpu_simd_set(0);
+            chunked_reference(Sa, dk, dv, n, in.q, in.k, in.v, in.g, in.beta, oa);
+            cpu_gdn_chunked(Sb, dk, dv, n, in.q, in.k, dk, in.v, dv, in.g, in.beta, 1, ob, dv, scratch);
+            cpu_simd_set(-1);
+            assert_memory_equal(oa, ob, sizeof(float) * n * dv);
+            assert_memory_equal(Sa, Sb, sizeof(float) * dk * dv);
+            free(S0), free(Sa), free(Sb), free(oa), free(ob), free(scratch);
+            gdn_free(&in);
+        }
+}
+
+/* Quantised-activation products of many rows on narrow matrices (fewer than
+ * 8 groups: the hidden size of the small models) and wide ones: each input
+ * alone gives the same bits, and the scalar path too. */
+static void test_matmul_act_blocks(void **state) {
+    (void)state;
+    cpu_ctx c;
+    assert_int_equal(cpu_ctx_init(&c, 2, 16, 1024), 0);
+    const int colss[3] = {256, 1024, 576}, ms[3] = {13, 6, 16};
+    for (int act = CPU_ACT_I16; act <= CPU_ACT_I8; act++) {
+        assert_int_equal(cpu_set_act(&c, act), 0);
+        for (int dq = 0; dq < 2; dq++)
+            for (int si = 0; si < 3; si++) {
+                int rows = 37, cols = colss[si], m = ms[si];
+                test_mat w = make_mat(dq ? SPLASH_Q8 : SPLASH_Q4, rows, cols);
+                float *x = rand_vec((size_t)m * cols, 1.0f), *y = malloc(sizeof(float) * m * rows);
+                float *y1 = malloc(sizeof(float) * rows), *ys = malloc(sizeof(float) * m * rows);
+                cpu_matmul(&c, &w.t, m, x, cols, y, rows);
+                for (int i = 0; i < m; i++) {
+                    cpu_matmul(&c, &w.t, 1, x + (size_t)i * cols, cols, y1, rows);
+                    assert_memory_equal(y1, y + (size_t)i * rows, sizeof(float) * rows);
+                }
+                cpu_simd_set(0);
+                cpu_matmul(&c, &w.t, m, x, cols, ys, rows);
+                cpu_simd_set(-1);
+                assert_memory_equal(ys, y, sizeof(float) * m * rows);
+                free(x), free(y), free(y1), free(ys);
+                free_mat(&w);
+            }
+    }
+    cpu_ctx_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_all_dtypes),
@@ -628,6 +879,10 @@ int main(void) {
         cmocka_unit_test(test_gdn_step_reference),
         cmocka_unit_test(test_gdn_chunked_matches_recurrent),
         cmocka_unit_test(test_gdn_step_paths),
+        cmocka_unit_test(test_attention_long),
+        cmocka_unit_test(test_dot_axpy_rows),
+        cmocka_unit_test(test_gdn_chunked_exact),
+        cmocka_unit_test(test_matmul_act_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
  * kernel allocates while a forward pass runs.
  */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,11 @@ int cpu_ctx_init(cpu_ctx *c, int threads, int max_m, int max_cols) {
     }
     c->pool = splash_pool_create(threads);
     c->n_threads = splash_pool_size(c->pool);
+    c->att = splash_aligned_alloc(64, (size_t)c->n_threads * CPU_ATT_SCRATCH * sizeof(float));
+    if (!c->att) {
+        cpu_ctx_free(c);
+        return SPLASH_E_NOMEM;
+    }
     cpu_simd();
     return 0;
 }
@@ -63,13 +69,15 @@ static void free_act(cpu_ctx *c) {
     free(c->xq4);
     free(c->xq8);
     free(c->xd);
-    c->xp = NULL, c->xq4 = c->xq8 = NULL, c->xd = NULL;
+    free(c->xt);
+    c->xp = NULL, c->xq4 = c->xq8 = NULL, c->xd = c->xt = NULL;
 }
 
 void cpu_ctx_free(cpu_ctx *c) {
     if (!c) return;
     splash_pool_destroy(c->pool);
     free(c->xsum);
+    free(c->att);
     free_act(c);
     memset(c, 0, sizeof *c);
 }
@@ -77,19 +85,21 @@ void cpu_ctx_free(cpu_ctx *c) {
 static size_t act_bytes(const cpu_ctx *c, int act) {
     size_t n = (size_t)c->max_m * (size_t)c->max_cols, groups = (size_t)c->max_cols / SPLASH_QGROUP;
     if (act == CPU_ACT_F32) return n * sizeof(float);
-    return 2 * n * (act == CPU_ACT_I8 ? 1 : 2) + (size_t)c->max_m * groups * 2 * sizeof(float);
+    return 2 * n * (act == CPU_ACT_I8 ? 1 : 2) + (size_t)c->max_m * groups * 2 * sizeof(float) +
+           cpu_act_transpose_floats(c->max_m, (int)groups) * sizeof(float);
 }
 
 size_t cpu_ctx_scratch_bytes(const cpu_ctx *c) {
     size_t groups = (size_t)c->max_cols / SPLASH_QGROUP;
-    return (size_t)c->max_m * groups * sizeof(float) + act_bytes(c, c->act);
+    return (size_t)c->max_m * groups * sizeof(float) + act_bytes(c, c->act) +
+           (size_t)c->n_threads * CPU_ATT_SCRATCH * sizeof(float);
 }
 
 int cpu_set_act(cpu_ctx *c, int act) {
     if (act == c->act) return 0;
     size_t n = (size_t)c->max_m * (size_t)c->max_cols, groups = (size_t)c->max_cols / SPLASH_QGROUP;
     cpu_ctx t = *c;
-    t.xp = NULL, t.xq4 = t.xq8 = NULL, t.xd = NULL;
+    t.xp = NULL, t.xq4 = t.xq8 = NULL, t.xd = t.xt = NULL;
     if (act == CPU_ACT_F32) {
         t.xp = splash_aligned_alloc(64, n * sizeof(float));
         if (!t.xp) return SPLASH_E_NOMEM;
@@ -98,13 +108,14 @@ int cpu_set_act(cpu_ctx *c, int act) {
         t.xq4 = splash_aligned_alloc(64, n * es);
         t.xq8 = splash_aligned_alloc(64, n * es);
         t.xd = splash_aligned_alloc(64, (size_t)c->max_m * groups * 2 * sizeof(float));
-        if (!t.xq4 || !t.xq8 || !t.xd) {
+        t.xt = splash_aligned_alloc(64, (cpu_act_transpose_floats(c->max_m, (int)groups) + 1) * sizeof(float));
+        if (!t.xq4 || !t.xq8 || !t.xd || !t.xt) {
             free_act(&t);
             return SPLASH_E_NOMEM;
         }
     }
     free_act(c);
-    c->xp = t.xp, c->xq4 = t.xq4, c->xq8 = t.xq8, c->xd = t.xd;
+    c->xp = t.xp, c->xq4 = t.xq4, c->xq8 = t.xq8, c->xd = t.xd, c->xt = t.xt;
     c->act = act;
     return 0;
 }

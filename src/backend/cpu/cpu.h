@@ -68,7 +68,13 @@ typedef struct cpu_ctx {
     float *xp;          /* F32:  [max_m][max_cols] inputs in q4 order */
     void *xq4, *xq8;    /* I8/I16: [max_m][max_cols] quantised inputs, q4 / column order */
     float *xd;          /* I8/I16: [max_m][2][max_cols/64] their scales, compensation sums */
+    float *xt;          /* I8/I16: the same per block of 4 inputs, group by group (matmul_act.c) */
+    float *att;         /* [n_threads][CPU_ATT_SCRATCH] attention's K and V blocks (attention.c) */
 } cpu_ctx;
+
+/* Floats of attention scratch per worker: a widened K block, its
+ * transpose and a widened V block, ATT_BUF floats each. */
+#define CPU_ATT_SCRATCH (3 * 8192)
 
 /* Creates the pool (threads <= 0: all cores) and the scratch for fp32
  * activations.  Returns 0 or SPLASH_E_NOMEM.  cpu_ctx_scratch_bytes: what
@@ -124,11 +130,17 @@ enum { CPU_ACT_F32 = 0, CPU_ACT_I16 = 1, CPU_ACT_I8 = 2 };
 int cpu_set_act(cpu_ctx *c, int act);
 /* The fixed-order fp32 dot product described above. */
 float cpu_dot(const float *a, const float *b, int n);
+/* out[k] = cpu_dot(a, B_k, len) for k < n (rows B_k ldb apart): the same
+ * bits, four rows at a time when len is a multiple of 32. */
+void cpu_dot_rows(const float *a, const float *B, size_t ldb, int n, int len, float *out);
 
 /* ---- elementwise and norms (vec.c, norm.c, act.c) ------------------------ */
 
 /* y[i] = fmaf(a, x[i], y[i]) */
 void cpu_axpy(float a, const float *x, float *y, int n);
+/* y = fmaf(a[k], X_k, y) for k = 0..n-1 in order (rows X_k ldx apart, w
+ * columns): the bits of n cpu_axpy calls, with y in registers. */
+void cpu_axpy_rows(const float *a, const float *X, size_t ldx, int n, float *y, int w);
 /* y[i] += x[i] */
 void cpu_add(const float *x, float *y, int n);
 
@@ -145,6 +157,8 @@ float cpu_silu(float x);
 float cpu_softplus(float x); /* torch: x > 20 ? x : log1p(exp(x)) */
 /* out[i] = silu(g[i]) * u[i] */
 void cpu_silu_mul(const float *g, const float *u, int n, float *out);
+/* x[i] = silu(x[i]) */
+void cpu_silu_inplace(float *x, int n);
 /* In-place softmax in fp32 (max subtracted). */
 void cpu_softmax(float *x, int n);
 
@@ -198,8 +212,10 @@ typedef struct cpu_attn_lane {
 void cpu_kv_write(cpu_ctx *c, const cpu_kv_layout *l, uint8_t *pool, int layer, const cpu_attn_lane *lanes,
                   int n_lanes, const float *k, size_t ldk, const float *v, size_t ldv);
 /* out[row][h*hd..] = softmax(q_h . K^T * scale) V over positions
- * [0, n_past + r] of the lane, kv head h / (n_heads / kv_heads).  scores: per
- * worker scratch of scores_stride floats (>= the longest context). */
+ * [0, n_past + r] of the lane, kv head h / (n_heads / kv_heads), with the
+ * block-wise online softmax that attention.c describes (the same bits for a
+ * row whatever else is in the call).  Scratch comes from the context
+ * (c->att); scores and scores_stride are not used (pass NULL, 0). */
 void cpu_attention(cpu_ctx *c, const cpu_kv_layout *l, const uint8_t *pool, int layer,
                    const cpu_attn_lane *lanes, int n_lanes, int n_heads, const float *q, size_t ldq,
                    float *out, size_t ldo, float scale, float *scores, size_t scores_stride);

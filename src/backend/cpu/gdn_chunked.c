@@ -24,20 +24,28 @@
 #define C CPU_GDN_CHUNK
 
 size_t cpu_gdn_chunk_scratch(int dk, int dv) {
-    return (size_t)C + (size_t)C * C + (size_t)C * (2 * (size_t)dk + (size_t)dv) + 2 * (size_t)dv + (size_t)C;
+    return (size_t)C + 2 * (size_t)C * C + (size_t)C * (2 * (size_t)dk + (size_t)dv) + 2 * (size_t)dv + (size_t)C +
+           (size_t)(dk > C ? dk : C);
 }
 
+/* Every sum below is a chain over its reduction index in increasing order:
+ * y = fmaf(a_k, X_k, y) elementwise (cpu_axpy_rows: the bits of one cpu_axpy
+ * per k, with y held in registers), or a cpu_dot (cpu_dot_rows: several at
+ * once, the same bits).  exp(cum_i - cum_j) is computed once per pair. */
 void cpu_gdn_chunked(float *S, int dk, int dv, int n, const float *q, const float *k, size_t ldqk, const float *v,
                      size_t ldv, const float *g, const float *beta, size_t ldgb, float *o, size_t ldo,
                      float *scratch) {
     float *cum = scratch;                  /* [C] */
     float *A = cum + C;                    /* [C][C] strictly lower */
-    float *kb = A + (size_t)C * C;         /* [C][dk] beta k */
+    float *E = A + (size_t)C * C;          /* [C][C] exp(cum_i - cum_j), j <= i */
+    float *kb = E + (size_t)C * C;         /* [C][dk] beta k */
     float *W = kb + (size_t)C * dk;        /* [C][dk] */
     float *U = W + (size_t)C * dk;         /* [C][dv], becomes vnew */
     float *tmp = U + (size_t)C * dv;       /* [dv] */
     float *tmp2 = tmp + dv;                /* [dv] */
     float *kd = tmp2 + dv;                 /* [C] exp(cum_L - cum_i) */
+    float *coef = kd + C;                  /* [max(C, dk)] the coefficients of one chain */
+    float d[C];
     for (int t0 = 0; t0 < n; t0 += C) {
         int L = n - t0 < C ? n - t0 : C;
         const float *qc = q + (size_t)t0 * ldqk, *kc = k + (size_t)t0 * ldqk, *vc = v + (size_t)t0 * ldv;
@@ -47,26 +55,27 @@ void cpu_gdn_chunked(float *S, int dk, int dv, int n, const float *q, const floa
             const float *ki = kc + (size_t)i * ldqk, *vi = vc + (size_t)i * ldv;
             for (int r = 0; r < dk; r++) kb[(size_t)i * dk + r] = ki[r] * b;
             for (int c = 0; c < dv; c++) U[(size_t)i * dv + c] = vi[c] * b;
+            for (int j = 0; j < i; j++) E[i * C + j] = expf(cum[i] - cum[j]);
+            E[i * C + i] = expf(cum[i] - cum[i]);
         }
-        for (int i = 0; i < L; i++)
-            for (int j = 0; j < i; j++)
-                A[i * C + j] = cpu_dot(kb + (size_t)i * dk, kc + (size_t)j * ldqk, dk) * expf(cum[i] - cum[j]);
+        for (int i = 1; i < L; i++) {
+            cpu_dot_rows(kb + (size_t)i * dk, kc, ldqk, i, dk, d);
+            for (int j = 0; j < i; j++) A[i * C + j] = d[j] * E[i * C + j];
+        }
         /* forward substitution: rows of U and W in order, each minus the
          * earlier solved rows */
         for (int i = 0; i < L; i++) {
             float e = expf(cum[i]);
             float *Wi = W + (size_t)i * dk, *Ui = U + (size_t)i * dv;
             for (int r = 0; r < dk; r++) Wi[r] = kb[(size_t)i * dk + r] * e;
-            for (int j = 0; j < i; j++) {
-                cpu_axpy(-A[i * C + j], U + (size_t)j * dv, Ui, dv);
-                cpu_axpy(-A[i * C + j], W + (size_t)j * dk, Wi, dk);
-            }
+            for (int j = 0; j < i; j++) coef[j] = -A[i * C + j];
+            cpu_axpy_rows(coef, U, (size_t)dv, i, Ui, dv);
+            cpu_axpy_rows(coef, W, (size_t)dk, i, Wi, dk);
         }
         /* vnew_i = U_i - W_i S  (in U) */
         for (int i = 0; i < L; i++) {
             memset(tmp, 0, (size_t)dv * sizeof *tmp);
-            const float *Wi = W + (size_t)i * dk;
-            for (int r = 0; r < dk; r++) cpu_axpy(Wi[r], S + (size_t)r * dv, tmp, dv);
+            cpu_axpy_rows(W + (size_t)i * dk, S, (size_t)dv, dk, tmp, dv);
             float *Ui = U + (size_t)i * dv;
             for (int c = 0; c < dv; c++) Ui[c] -= tmp[c];
         }
@@ -75,12 +84,12 @@ void cpu_gdn_chunked(float *S, int dk, int dv, int n, const float *q, const floa
             const float *qi = qc + (size_t)i * ldqk;
             float e = expf(cum[i]);
             memset(tmp, 0, (size_t)dv * sizeof *tmp);
-            for (int r = 0; r < dk; r++) cpu_axpy(qi[r] * e, S + (size_t)r * dv, tmp, dv);
+            for (int r = 0; r < dk; r++) coef[r] = qi[r] * e;
+            cpu_axpy_rows(coef, S, (size_t)dv, dk, tmp, dv);
             memset(tmp2, 0, (size_t)dv * sizeof *tmp2);
-            for (int j = 0; j <= i; j++) {
-                float a = cpu_dot(qi, kc + (size_t)j * ldqk, dk) * expf(cum[i] - cum[j]);
-                cpu_axpy(a, U + (size_t)j * dv, tmp2, dv);
-            }
+            cpu_dot_rows(qi, kc, ldqk, i + 1, dk, d);
+            for (int j = 0; j <= i; j++) coef[j] = d[j] * E[i * C + j];
+            cpu_axpy_rows(coef, U, (size_t)dv, i + 1, tmp2, dv);
             float *oi = o + (size_t)(t0 + i) * ldo;
             for (int c = 0; c < dv; c++) oi[c] = tmp[c] + tmp2[c];
         }
@@ -89,7 +98,8 @@ void cpu_gdn_chunked(float *S, int dk, int dv, int n, const float *q, const floa
         for (int i = 0; i < L; i++) kd[i] = expf(last - cum[i]);
         for (int r = 0; r < dk; r++) {
             memset(tmp, 0, (size_t)dv * sizeof *tmp);
-            for (int i = 0; i < L; i++) cpu_axpy(kc[(size_t)i * ldqk + r] * kd[i], U + (size_t)i * dv, tmp, dv);
+            for (int i = 0; i < L; i++) coef[i] = kc[(size_t)i * ldqk + r] * kd[i];
+            cpu_axpy_rows(coef, U, (size_t)dv, L, tmp, dv);
             float *Sr = S + (size_t)r * dv;
             for (int c = 0; c < dv; c++) Sr[c] = Sr[c] * el + tmp[c];
         }

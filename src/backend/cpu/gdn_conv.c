@@ -51,7 +51,7 @@ void cpu_gdn_conv(const float *wT, int C, int K, float *state, int update, const
             const float *src = j < 0 ? state + (size_t)(K - 1 + j) * C : x + (size_t)j * ldx;
             tap(acc, wT + (size_t)k * C, src, c0, c1, k == 0);
         }
-        for (int c = c0; c < c1; c++) acc[c] = cpu_silu(acc[c]);
+        cpu_silu_inplace(acc + c0, c1 - c0);
     }
     if (update) cpu_gdn_conv_advance(state, C, K, x, ldx, n, c0, c1);
 }

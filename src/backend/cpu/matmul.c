@@ -508,6 +508,10 @@ static void mm_run(cpu_ctx *c, mm_job *j, size_t total_bytes, int m, const float
             in->xq4 = c->xq4;
             in->xq8 = c->xq8;
             in->xd = c->xd;
+            if (j->simd && m > 1 && c->xt) {
+                cpu_act_transpose(m, gs, c->xd, c->xsum, c->xt);
+                in->xt = c->xt;
+            }
         }
     }
     /* Tasks: row blocks of about total / (8 threads) bytes, within [16 KB,
@@ -593,6 +597,46 @@ void cpu_matmul_swiglu(cpu_ctx *c, const splash_tensor *gate, const splash_tenso
 }
 
 void cpu_dequant_row(const splash_tensor *w, int64_t r, float *out) { splash_tensor_row_f32(w, r, out); }
+
+#if HAVE_X86
+/* Four dots of a with rows B_0..B_3 (len a multiple of 32): per row the
+ * lanes of dot_plain_avx ((a0 + a1) + (a2 + a3)), then the four hsum8s
+ * together in 128-bit halves, each performing hsum8's additions. */
+AVX static __m128 dots4_avx(const float *a, const float *B, size_t ldb, int len) {
+    __m128 u[2];
+    for (int p = 0; p < 2; p++) {
+        const float *ka = B + (size_t)(2 * p) * ldb, *kb = ka + ldb;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int c = 0; c < len; c += 32) {
+            __m256 q0 = _mm256_loadu_ps(a + c), q1 = _mm256_loadu_ps(a + c + 8), q2 = _mm256_loadu_ps(a + c + 16),
+                   q3 = _mm256_loadu_ps(a + c + 24);
+            a0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(ka + c), a0);
+            b0 = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kb + c), b0);
+            a1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(ka + c + 8), a1);
+            b1 = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kb + c + 8), b1);
+            a2 = _mm256_fmadd_ps(q2, _mm256_loadu_ps(ka + c + 16), a2);
+            b2 = _mm256_fmadd_ps(q2, _mm256_loadu_ps(kb + c + 16), b2);
+            a3 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(ka + c + 24), a3);
+            b3 = _mm256_fmadd_ps(q3, _mm256_loadu_ps(kb + c + 24), b3);
+        }
+        __m256 va = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+        __m256 vb = _mm256_add_ps(_mm256_add_ps(b0, b1), _mm256_add_ps(b2, b3));
+        __m128 ta = _mm_add_ps(_mm256_castps256_ps128(va), _mm256_extractf128_ps(va, 1)); /* l + l+4 */
+        __m128 tb = _mm_add_ps(_mm256_castps256_ps128(vb), _mm256_extractf128_ps(vb, 1));
+        u[p] = _mm_add_ps(_mm_shuffle_ps(ta, tb, 0x44), _mm_shuffle_ps(ta, tb, 0xEE)); /* (0+2), (1+3) of each */
+    }
+    return _mm_add_ps(_mm_shuffle_ps(u[0], u[1], 0x88), _mm_shuffle_ps(u[0], u[1], 0xDD));
+}
+#endif
+
+void cpu_dot_rows(const float *a, const float *B, size_t ldb, int n, int len, float *out) {
+    int k = 0;
+#if HAVE_X86
+    if (cpu_simd() && len % 32 == 0)
+        for (; k + 4 <= n; k += 4) _mm_storeu_ps(out + k, dots4_avx(a, B + (size_t)k * ldb, ldb, len));
+#endif
+    for (; k < n; k++) out[k] = cpu_dot(a, B + (size_t)k * ldb, len);
+}
 
 float cpu_dot(const float *a, const float *b, int n) {
 #if HAVE_X86

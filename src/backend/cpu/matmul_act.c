@@ -44,6 +44,7 @@
 #include "backend/cpu/reduce.h"
 
 #define G SPLASH_QGROUP
+#define NI 4 /* inputs per block kernel call (cpu_act_transpose's layout) */
 #define PF_DIST 4096 /* bytes of codes prefetched ahead (decode streams rows from DRAM) */
 #define QBAR4 7.5f   /* the middle of the code range: mean-code compensation */
 #define QBAR8 127.5f
@@ -278,13 +279,9 @@ DEFINE_ROW(row_i16_q4, grp_i16_q4, 32, int16_t, QBAR4)
 DEFINE_ROW(row_i8_q8, grp_i8_q8, 64, int8_t, QBAR8)
 DEFINE_ROW(row_i16_q8, grp_i16_q8, 64, int16_t, QBAR8)
 
-/* ---- blocks of rows x inputs (verify, prefill) ----------------------------------
- * Each group of OB weight rows is unpacked once (q4: the low and high nibble
- * vectors; q8: codes widened to 16 bits) and dotted with MB inputs; per (row,
- * input) the integer lanes, scales and sums are exactly those of the row
- * kernels above, so a row's result does not depend on the block. */
-#define OB 1
-#define MB 32
+/* ---- blocks of inputs (verify, prefill) ------------------------------------------
+ * Unpacking a group's codes (q4: the low and high nibble vectors; q8: codes
+ * widened to 16 bits) and the integer dot against one input. */
 
 AVX static inline void unp_q4_i8(const uint8_t *q, __m256i u[4]) {
     const __m256i mask = _mm256_set1_epi8(15);
@@ -323,71 +320,121 @@ AVX static inline __m256i dot_q8_i16(const __m256i u[4], const int16_t *x) {
     return I;
 }
 
-/* nr <= OB rows (codes q, row_bytes apart; their scales and biases gs apart)
- * x ni <= MB inputs (xq rows xq_stride bytes apart, xd rows 2 gs apart (the
- * scales, then the compensation sums), xs rows gs apart); y[i * ldy + r] (+)=
- * the dot. */
+/* One weight row x NI inputs (prefill, verify).  The row's codes are
+ * unpacked once per group and dotted with each input (integer lanes, then
+ * acc_(g mod 2) in registers); the scalar parts run across the inputs in
+ * 128-bit vectors: the group scales s_g * d_g, the bias lanes bl[g mod 8] and
+ * both 8 -> 1 sums, from the inputs' d_g, group sums and compensation sums
+ * laid out group by group for the block (cpu_act_transpose).  Per (row,
+ * input) these are the operations of the row kernels above in the same order,
+ * so a row's result does not depend on the block.  ni <= NI inputs (xq rows
+ * xq_stride bytes apart); xt: the block's [gs][3][NI] (d, xsum, c);
+ * y[i * ldy] (+)= the dot (NI: defined with cpu_act_transpose below). */
+
+/* hsum8 of NI lane vectors at once: [hsum8(v[0]), ..., hsum8(v[3])] */
+AVX static inline __m128 hsum8x4_avx(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+    __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v0), _mm256_extractf128_ps(v0, 1)); /* l + l+4 */
+    __m128 t1 = _mm_add_ps(_mm256_castps256_ps128(v1), _mm256_extractf128_ps(v1, 1));
+    __m128 t2 = _mm_add_ps(_mm256_castps256_ps128(v2), _mm256_extractf128_ps(v2, 1));
+    __m128 t3 = _mm_add_ps(_mm256_castps256_ps128(v3), _mm256_extractf128_ps(v3, 1));
+    __m128 u01 = _mm_add_ps(_mm_shuffle_ps(t0, t1, 0x44), _mm_shuffle_ps(t0, t1, 0xEE)); /* (0+2), (1+3) of v0, v1 */
+    __m128 u23 = _mm_add_ps(_mm_shuffle_ps(t2, t3, 0x44), _mm_shuffle_ps(t2, t3, 0xEE));
+    return _mm_add_ps(_mm_shuffle_ps(u01, u23, 0x88), _mm_shuffle_ps(u01, u23, 0xDD));
+}
+
+/* The bias lanes of one row and NI inputs: bl[g mod 8] = fma(b_g, xsum_g,
+ * bl); then fma(s_g, QBAR * c_g, bl), groups in order; returns hsum8 of the
+ * lanes for each input.  xt: the block's [gs][3][NI]. */
+#define BIAS_LANE(k)                                                                                                   \
+    {                                                                                                                  \
+        const float *t = xt + (size_t)(g + (k)) * 3 * NI;                                                              \
+        __m128 l = _mm_fmadd_ps(_mm_set1_ps(splash_bf16_to_f32(bi[g + (k)])), _mm_load_ps(t + NI), b##k);            \
+        b##k = _mm_fmadd_ps(_mm_set1_ps(splash_bf16_to_f32(sc[g + (k)])), _mm_mul_ps(qbar, _mm_load_ps(t + 2 * NI)), l); \
+    }
+AVX static inline __m128 bias_lanes_avx(const uint16_t *sc, const uint16_t *bi, int gs, const float *xt, float QBAR) {
+    const __m128 qbar = _mm_set1_ps(QBAR);
+    __m128 b0 = _mm_setzero_ps(), b1 = b0, b2 = b0, b3 = b0, b4 = b0, b5 = b0, b6 = b0, b7 = b0;
+    int g = 0;
+    for (; g + 8 <= gs; g += 8) {
+        BIAS_LANE(0) BIAS_LANE(1) BIAS_LANE(2) BIAS_LANE(3) BIAS_LANE(4) BIAS_LANE(5) BIAS_LANE(6) BIAS_LANE(7)
+    }
+    int rem = gs - g;
+    if (rem > 0) BIAS_LANE(0)
+    if (rem > 1) BIAS_LANE(1)
+    if (rem > 2) BIAS_LANE(2)
+    if (rem > 3) BIAS_LANE(3)
+    if (rem > 4) BIAS_LANE(4)
+    if (rem > 5) BIAS_LANE(5)
+    if (rem > 6) BIAS_LANE(6)
+    return _mm_add_ps(_mm_add_ps(_mm_add_ps(b0, b4), _mm_add_ps(b2, b6)), _mm_add_ps(_mm_add_ps(b1, b5), _mm_add_ps(b3, b7)));
+}
+#undef BIAS_LANE
+
+/* acc_(g mod 2) of NI inputs for group g: codes unpacked once, integer dot
+ * per input, then acc = fma(s_g * d_g, I, acc). */
+#define GROUP_STEP(UNP, DOT, QB, a0, a1, a2, a3)                                                                       \
+    {                                                                                                                  \
+        float S[NI] __attribute__((aligned(16)));                                                                      \
+        _mm_store_ps(S, _mm_mul_ps(_mm_set1_ps(splash_bf16_to_f32(sc[g])), _mm_load_ps(xt + (size_t)g * 3 * NI)));     \
+        __m256i u[4];                                                                                                  \
+        UNP(q + (size_t)g * QB, u);                                                                                    \
+        size_t o = (size_t)g * G;                                                                                      \
+        a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(S), _mm256_cvtepi32_ps(DOT(u, x0 + o)), a0);                          \
+        a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(S + 1), _mm256_cvtepi32_ps(DOT(u, x1 + o)), a1);                      \
+        a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(S + 2), _mm256_cvtepi32_ps(DOT(u, x2 + o)), a2);                      \
+        a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(S + 3), _mm256_cvtepi32_ps(DOT(u, x3 + o)), a3);                      \
+    }
+
 #define DEFINE_BLOCK(name, UNP, DOT, QB, XT, QBAR)                                                                     \
-    AVX static void name(const uint8_t *q, size_t row_bytes, const uint16_t *sc, const uint16_t *bi, int gs, int nr,    \
-                         const uint8_t *xq, size_t xq_stride, const float *xd, const float *xs, int ni, float *y,      \
-                         size_t ldy, int add) {                                                                        \
-        __m256 acc[OB][MB][2], bl[OB][MB];                                                                             \
-        for (int r = 0; r < nr; r++)                                                                                   \
-            for (int i = 0; i < ni; i++) acc[r][i][0] = acc[r][i][1] = bl[r][i] = _mm256_setzero_ps();                  \
-        for (int g8 = 0; g8 < gs; g8 += 8) {                                                                           \
-            int nk = gs - g8 < 8 ? gs - g8 : 8;                                                                        \
-            float S[OB][MB][8] __attribute__((aligned(32)));                                                           \
-            for (int r = 0; r < nr; r++) {                                                                             \
-                const uint16_t *sr = sc + (size_t)r * gs + g8, *br = bi + (size_t)r * gs + g8;                         \
-                if (nk == 8) {                                                                                         \
-                    __m256 s = bf16x8_avx(sr), b = bf16x8_avx(br);                                                     \
-                    for (int i = 0; i < ni; i++) {                                                                     \
-                        const float *di = xd + (size_t)i * 2 * gs + g8;                                                \
-                        _mm256_store_ps(S[r][i], _mm256_mul_ps(s, _mm256_loadu_ps(di)));                               \
-                        bl[r][i] = _mm256_fmadd_ps(b, _mm256_loadu_ps(xs + (size_t)i * gs + g8), bl[r][i]);            \
-                        bl[r][i] = _mm256_fmadd_ps(s, _mm256_mul_ps(_mm256_set1_ps(QBAR), _mm256_loadu_ps(di + gs)),   \
-                                                   bl[r][i]);                                                          \
-                    }                                                                                                  \
-                } else {                                                                                               \
-                    for (int i = 0; i < ni; i++) {                                                                     \
-                        float blv[8];                                                                                  \
-                        const float *di = xd + (size_t)i * 2 * gs + g8;                                                \
-                        _mm256_storeu_ps(blv, bl[r][i]);                                                               \
-                        for (int k = 0; k < nk; k++) {                                                                 \
-                            float sk = splash_bf16_to_f32(sr[k]);                                                      \
-                            S[r][i][k] = sk * di[k];                                                                   \
-                            blv[k] = fmaf(splash_bf16_to_f32(br[k]), xs[(size_t)i * gs + g8 + k], blv[k]);             \
-                            blv[k] = fmaf(sk, QBAR * di[gs + k], blv[k]);                                              \
-                        }                                                                                              \
-                        bl[r][i] = _mm256_loadu_ps(blv);                                                               \
-                    }                                                                                                  \
-                }                                                                                                      \
-            }                                                                                                          \
-            for (int k = 0; k < nk; k++) {                                                                             \
-                int g = g8 + k;                                                                                        \
-                __m256i u[OB][4];                                                                                      \
-                for (int r = 0; r < nr; r++) UNP(q + (size_t)r * row_bytes + (size_t)g * QB, u[r]);                    \
-                for (int i = 0; i < ni; i++) {                                                                         \
-                    const XT *xg = (const XT *)(const void *)(xq + (size_t)i * xq_stride) + (size_t)g * G;             \
-                    for (int r = 0; r < nr; r++)                                                                       \
-                        acc[r][i][k & 1] = _mm256_fmadd_ps(_mm256_broadcast_ss(&S[r][i][k]),                           \
-                                                           _mm256_cvtepi32_ps(DOT(u[r], xg)), acc[r][i][k & 1]);       \
-                }                                                                                                      \
-            }                                                                                                          \
+    AVX static void name(const uint8_t *q, const uint16_t *sc, const uint16_t *bi, int gs, const uint8_t *xq,           \
+                         size_t xq_stride, const float *xt, int ni, float *y, size_t ldy, int add) {                   \
+        __m128 hb = bias_lanes_avx(sc, bi, gs, xt, QBAR);                                                              \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;                                             \
+        __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                                                             \
+        const XT *x0 = (const XT *)(const void *)xq;                                                                   \
+        const XT *x1 = (const XT *)(const void *)(xq + (ni > 1 ? 1 : 0) * xq_stride);                                \
+        const XT *x2 = (const XT *)(const void *)(xq + (ni > 2 ? 2 : 0) * xq_stride);                                \
+        const XT *x3 = (const XT *)(const void *)(xq + (ni > 3 ? 3 : 0) * xq_stride);                                \
+        int g = 0;                                                                                                     \
+        for (; g + 2 <= gs; g += 2) {                                                                                  \
+            GROUP_STEP(UNP, DOT, QB, a00, a01, a02, a03)                                                               \
+            g++;                                                                                                       \
+            GROUP_STEP(UNP, DOT, QB, a10, a11, a12, a13)                                                               \
+            g--;                                                                                                       \
         }                                                                                                              \
-        for (int r = 0; r < nr; r++)                                                                                   \
-            for (int i = 0; i < ni; i++) {                                                                             \
-                float v = hsum8_avx(_mm256_add_ps(acc[r][i][0], acc[r][i][1])) + hsum8_avx(bl[r][i]);                  \
-                float *yo = y + (size_t)i * ldy + r;                                                                   \
-                *yo = add ? *yo + v : v;                                                                               \
-            }                                                                                                          \
+        if (g < gs) GROUP_STEP(UNP, DOT, QB, a00, a01, a02, a03)                                                       \
+        __m128 v = hsum8x4_avx(_mm256_add_ps(a00, a10), _mm256_add_ps(a01, a11), _mm256_add_ps(a02, a12),              \
+                               _mm256_add_ps(a03, a13));                                                               \
+        float r[NI];                                                                                                   \
+        _mm_storeu_ps(r, _mm_add_ps(v, hb));                                                                           \
+        for (int i = 0; i < ni; i++) {                                                                                 \
+            float *yo = y + (size_t)i * ldy;                                                                           \
+            *yo = add ? *yo + r[i] : r[i];                                                                             \
+        }                                                                                                              \
     }
 
 DEFINE_BLOCK(block_q4_i8, unp_q4_i8, dot_q4_i8, 32, int8_t, QBAR4)
 DEFINE_BLOCK(block_q4_i16, unp_q4_i16, dot_q4_i16, 32, int16_t, QBAR4)
 DEFINE_BLOCK(block_q8_i8, unp_q8, dot_q8_i8, 64, int8_t, QBAR8)
 DEFINE_BLOCK(block_q8_i16, unp_q8, dot_q8_i16, 64, int16_t, QBAR8)
+#undef GROUP_STEP
+#undef DEFINE_BLOCK
 #endif
+
+size_t cpu_act_transpose_floats(int m, int groups) { return (size_t)((m + NI - 1) / NI) * (size_t)groups * 3 * NI; }
+
+void cpu_act_transpose(int m, int groups, const float *xd, const float *xs, float *xt) {
+    for (int i0 = 0; i0 < m; i0 += NI)
+        for (int g = 0; g < groups; g++) {
+            float *t = xt + ((size_t)(i0 / NI) * groups + g) * 3 * NI;
+            for (int k = 0; k < NI; k++) {
+                int i = i0 + k < m ? i0 + k : m - 1; /* a short block repeats its last input */
+                t[k] = xd[(size_t)i * 2 * groups + g];
+                t[NI + k] = xs[(size_t)i * groups + g];
+                t[2 * NI + k] = xd[(size_t)i * 2 * groups + groups + g];
+            }
+        }
+}
 
 static float act_dot(int act, int bits, int simd, const uint8_t *qrow, const uint16_t *sc, const uint16_t *bi,
                      int groups, const void *xq, const float *xd, const float *xs) {
@@ -408,25 +455,24 @@ void cpu_act_rows(int bits, const uint8_t *q, size_t row_bytes, const uint16_t *
     int gs = in->groups;
     const uint8_t *xq = bits == 4 ? in->xq4 : in->xq8;
 #if HAVE_X86
-    if (simd && in->m > 1) {
+    if (simd && in->m > 1 && in->xt) {
         int i8 = in->act == CPU_ACT_I8;
-        for (int r = r0; r < r1; r += OB) {
-            int nr = r1 - r < OB ? r1 - r : OB;
-            for (int i = 0; i < in->m; i += MB) {
-                int ni = in->m - i < MB ? in->m - i : MB;
-                const uint8_t *qr = q + (size_t)r * row_bytes;
-                const uint16_t *sr = sc + (size_t)r * gs, *br = bi + (size_t)r * gs;
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *qr = q + (size_t)r * row_bytes;
+            const uint16_t *sr = sc + (size_t)r * gs, *br = bi + (size_t)r * gs;
+            for (int i = 0; i < in->m; i += NI) {
+                int ni = in->m - i < NI ? in->m - i : NI;
                 const uint8_t *xi = xq + (size_t)i * in->xq_stride;
-                const float *xd = in->xd + (size_t)i * 2 * gs, *xs = in->xs + (size_t)i * gs;
+                const float *xt = in->xt + (size_t)(i / NI) * gs * 3 * NI;
                 float *yo = y + (size_t)i * ldy + r;
                 if (bits == 4 && i8)
-                    block_q4_i8(qr, row_bytes, sr, br, gs, nr, xi, in->xq_stride, xd, xs, ni, yo, ldy, add);
+                    block_q4_i8(qr, sr, br, gs, xi, in->xq_stride, xt, ni, yo, ldy, add);
                 else if (bits == 4)
-                    block_q4_i16(qr, row_bytes, sr, br, gs, nr, xi, in->xq_stride, xd, xs, ni, yo, ldy, add);
+                    block_q4_i16(qr, sr, br, gs, xi, in->xq_stride, xt, ni, yo, ldy, add);
                 else if (i8)
-                    block_q8_i8(qr, row_bytes, sr, br, gs, nr, xi, in->xq_stride, xd, xs, ni, yo, ldy, add);
+                    block_q8_i8(qr, sr, br, gs, xi, in->xq_stride, xt, ni, yo, ldy, add);
                 else
-                    block_q8_i16(qr, row_bytes, sr, br, gs, nr, xi, in->xq_stride, xd, xs, ni, yo, ldy, add);
+                    block_q8_i16(qr, sr, br, gs, xi, in->xq_stride, xt, ni, yo, ldy, add);
             }
         }
         return;

@@ -19,7 +19,8 @@ void cpu_rmsnorm(const float *x, const float *f, int n, float eps, float *y) {
 void cpu_rmsnorm_gated(const float *x, const float *w, const float *z, int n, float eps, float *y) {
     float ms = cpu_dot(x, x, n) / (float)n;
     float r = 1.0f / sqrtf(ms + eps);
-    for (int i = 0; i < n; i++) y[i] = (w[i] * (x[i] * r)) * cpu_silu(z[i]);
+    for (int i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+    cpu_silu_mul(z, y, n, y); /* silu(z) * (w * (x * r)): the same product */
 }
 
 void cpu_l2norm(float *x, int n, float eps) {

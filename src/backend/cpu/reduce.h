@@ -65,6 +65,8 @@ typedef struct mm_in {
     size_t xq_stride; /* bytes between rows of xq4 / xq8 */
     const float *xd;  /* [m][2][groups] their scales d_g (amax / Q), then
                          c_g = xsum_g - d_g * sum(xq) (matmul_act.c) */
+    const float *xt;  /* [m/4][groups][3][4] d_g, xsum_g, c_g of 4 inputs at a
+                         time (cpu_act_transpose; NULL: not prepared) */
 } mm_in;
 
 /* matmul_act.c: quantises input rows (x rows ldx apart, their group sums xs
@@ -72,6 +74,11 @@ typedef struct mm_in {
  * layout, xd as in mm_in.  Either destination may be NULL. */
 void cpu_act_prepare(int act, int m, const float *x, size_t ldx, const float *xs, int groups, void *xq4, void *xq8,
                      size_t xq_stride, float *xd, int simd);
+/* The block kernels' view of xd and xs: for each block of 4 inputs, group
+ * by group, [d_g of the 4][xsum_g of the 4][c_g of the 4] (a short last
+ * block repeats its last input).  cpu_act_transpose_floats: its size. */
+size_t cpu_act_transpose_floats(int m, int groups);
+void cpu_act_transpose(int m, int groups, const float *xd, const float *xs, float *xt);
 /* y[i * ldy + r] (+)= row r of a q4/q8 matrix . input i, for rows [r0, r1)
  * and inputs [0, in->m), on quantised activations. */
 void cpu_act_rows(int bits, const uint8_t *q, size_t row_bytes, const uint16_t *sc, const uint16_t *bi, int r0,

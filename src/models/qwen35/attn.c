@@ -59,9 +59,13 @@ void qwen35_attn_layer(qwen35_fwd *f, const qwen35_layer *L) {
     cpu_matmul_parts(&m->cpu, in, 3, R, m->xn, H);
     attn_job j = {f, L};
     qwen35_rows(m, R, prep_task, &j);
+    qwen35_prof(m, QWEN35_PROF_ATTN_PROJ);
     cpu_kv_write(&m->cpu, &m->kv, m->kv_pool, L->index, m->alanes, f->b->n_lanes, m->mix2, kvw, m->mix3, kvw);
+    qwen35_prof(m, QWEN35_PROF_ATTN_KV);
     cpu_attention(&m->cpu, &m->kv, m->kv_pool, L->index, m->alanes, f->b->n_lanes, d->heads, m->mix1, qw, m->mix4, qw,
-                  (float)pow((double)hd, -0.5), m->scores, m->scores_stride);
+                  (float)pow((double)hd, -0.5), NULL, 0);
+    qwen35_prof(m, QWEN35_PROF_ATTN_CORE);
     qwen35_rows(m, R, gate_task, &j);
     cpu_matmul_add(&m->cpu, L->o_proj, R, m->mix4, qw, m->x, H);
+    qwen35_prof(m, QWEN35_PROF_ATTN_OUT);
 }

@@ -58,9 +58,9 @@ static int validate(qwen35_model *m, const splash_batch *b, splash_error *err) {
             if (!l->pages || l->n_pages < need)
                 return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d needs %lld pages for %d positions, has %d", i,
                                    (long long)need, l->n_past + l->n_rows, l->pages ? l->n_pages : 0);
-            if ((int64_t)l->n_past + l->n_rows > (int64_t)m->scores_stride)
+            if ((int64_t)l->n_past + l->n_rows > (int64_t)m->max_context)
                 return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d context %d exceeds the attached pool (%zu)", i,
-                                   l->n_past + l->n_rows, m->scores_stride);
+                                   l->n_past + l->n_rows, m->max_context);
             for (int64_t p = 0; p < need; p++)
                 if (l->pages[p] < 0 || l->pages[p] >= m->n_pages)
                     return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d page[%lld] = %d outside the pool [0, %d)",
@@ -153,20 +153,30 @@ int qwen35_forward(void *impl, const splash_batch *b, splash_error *err) {
             vrow += l->n_rows;
         }
     }
+    if (m->profile) {
+        m->prof_t = qwen35_clock(CLOCK_MONOTONIC);
+        m->prof_c = qwen35_clock(CLOCK_PROCESS_CPUTIME_ID);
+        m->prof_calls++;
+        m->prof_rows += f.R;
+    }
     qwen35_rows(m, f.R, embed_task, &f);
+    qwen35_prof(m, QWEN35_PROF_EMBED);
     for (int li = 0; li < d->n_layers; li++) {
         const qwen35_layer *L = &m->w.layers[li];
         norm_rows(&f, L->input_norm);
+        qwen35_prof(m, QWEN35_PROF_NORM);
         if (L->is_attn) /* each block adds its output into x */
             qwen35_attn_layer(&f, L);
         else
             qwen35_gdn_layer(&f, L);
         norm_rows(&f, L->post_norm);
+        qwen35_prof(m, QWEN35_PROF_NORM);
         if (d->moe)
             qwen35_moe_layer(&f, L);
         else
             qwen35_ffn_layer(&f, L);
         if (m->n_taps) write_taps(&f, li);
+        qwen35_prof(m, QWEN35_PROF_FFN);
     }
     /* the LOGITS rows, compacted in row order, through the final norm and lm_head */
     int n = 0;
@@ -180,5 +190,6 @@ int qwen35_forward(void *impl, const splash_batch *b, splash_error *err) {
         qwen35_rows(m, n, norm_task, &j);
         cpu_matmul(&m->cpu, m->w.lm_head, n, m->xn, H, b->logits, (size_t)d->vocab);
     }
+    qwen35_prof(m, QWEN35_PROF_HEAD);
     return 0;
 }

@@ -136,10 +136,13 @@ void qwen35_gdn_layer(qwen35_fwd *f, const qwen35_layer *L) {
                          {L->in_b, m->gb, (size_t)d->hv, 0},
                          {L->in_a, m->ga, (size_t)d->hv, 0}};
     cpu_matmul_parts(&m->cpu, in, 4, R, m->xn, H);
+    qwen35_prof(m, QWEN35_PROF_GDN_PROJ);
     gdn_job j = {f, L, (float)pow((double)d->dk, -0.5)};
     cpu_parallel(&m->cpu, (size_t)f->b->n_lanes * d->hk, head_task, &j);
     if (m->n_pending) save_verify_rows(&j);
+    qwen35_prof(m, QWEN35_PROF_GDN_CORE);
     cpu_matmul_add(&m->cpu, L->out_proj, R, m->mix4, (size_t)d->value_dim, m->x, H);
+    qwen35_prof(m, QWEN35_PROF_GDN_OUT);
 }
 
 /* ---- commit ------------------------------------------------------------------ */

@@ -4,10 +4,10 @@
  * The forward pass is in forward.c.
  *
  * Everything a forward needs is allocated here, at load (activations for
- * max_rows rows, the verify save, per-thread GDN scratch) or at attach
- * (attention score rows as long as the longest context the pool can hold),
- * so a forward never allocates.
+ * max_rows rows, the verify save, per-thread GDN scratch; the CPU context
+ * holds the attention blocks), so a forward never allocates.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,12 +27,26 @@ static float *scratch(qwen35_model *m, size_t n, int *bad) {
     return p;
 }
 
+static void print_profile(const qwen35_model *m) {
+    static const char *names[QWEN35_PROF_N] = {"embed", "norms", "attn q/k/v + rope", "attn kv write", "attn core",
+                                               "attn gate + o_proj", "gdn projections", "gdn core", "gdn out_proj",
+                                               "ffn", "final norm + lm_head"};
+    double total = 0, cpu = 0;
+    for (int k = 0; k < QWEN35_PROF_N; k++) total += m->prof[k], cpu += m->prof_cpu[k];
+    fprintf(stderr, "profile: %ld forward calls, %ld rows, %.3f s wall, %.3f s CPU (all threads)\n", m->prof_calls,
+            m->prof_rows, total, cpu);
+    for (int k = 0; k < QWEN35_PROF_N; k++)
+        fprintf(stderr, "  %-22s %9.3f s %5.1f%%  CPU %9.3f s\n", names[k], m->prof[k],
+                total > 0 ? 100.0 * m->prof[k] / total : 0.0, m->prof_cpu[k]);
+}
+
 static void q_free(void *impl) {
     qwen35_model *m = impl;
     if (!m) return;
+    if (m->profile) print_profile(m);
     float **bufs[] = {&m->x, &m->xn, &m->fo, &m->qkv, &m->mix1, &m->mix2, &m->mix3, &m->mix4, &m->gb, &m->ga,
                       &m->gg, &m->gbeta, &m->ff1, &m->ff2, &m->mx, &m->mo, &m->router, &m->topw, &m->erw,
-                      &m->sgate, &m->gdn_chunk, &m->verify_state, &m->verify_save, &m->scores};
+                      &m->sgate, &m->gdn_chunk, &m->verify_state, &m->verify_save};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
     free(m->topk);
     free(m->erows);
@@ -148,6 +162,8 @@ static int q_load(splash_package *pkg, const splash_model_options *opt, void **i
     m->n_taps = o.n_taps;
     m->max_rows = o.max_rows;
     m->max_lanes = o.max_lanes;
+    const char *prof = getenv("SPLASH_PROFILE");
+    m->profile = prof && *prof && strcmp(prof, "0");
     if ((rc = qwen35_weights_bind(pkg, d, &m->w, err))) {
         splash_error_prefix(err, "%s", splash_package_dir(pkg));
         goto fail;
@@ -189,18 +205,12 @@ static int q_attach(void *impl, void *kv_pages, int n_pages, void *states, int n
     if (n_pages < 0 || n_slots < 1 || (n_pages > 0 && !kv_pages) || (m->state_floats && !states))
         return splash_fail(err, SPLASH_E_INVALID, "attach: %d pages at %p, %d slots at %p", n_pages, kv_pages, n_slots,
                            states);
-    float *scores = NULL;
-    size_t stride = 0;
+    size_t ctx = 0;
     if (m->d.n_attn) {
-        size_t ctx = (size_t)n_pages * QWEN35_PAGE_TOKENS;
+        ctx = (size_t)n_pages * QWEN35_PAGE_TOKENS;
         if (ctx > (size_t)m->d.max_positions) ctx = (size_t)m->d.max_positions;
-        stride = (ctx + 15) & ~(size_t)15;
-        scores = splash_aligned_alloc(64, (size_t)m->cpu.n_threads * (stride ? stride : 16) * sizeof(float));
-        if (!scores) return splash_fail(err, SPLASH_E_NOMEM, "out of memory for attention scores");
     }
-    free(m->scores);
-    m->scores = scores;
-    m->scores_stride = stride;
+    m->max_context = ctx;
     m->kv_pool = kv_pages;
     m->n_pages = n_pages;
     m->states = states;

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "backend/cpu/cpu.h"
 #include "base/json.h"
@@ -116,6 +117,15 @@ typedef struct qwen35_pending {
     int slot, first, n_rows; /* first: index of its first row in the verify save */
 } qwen35_pending;
 
+/* Wall time per part of the forward pass, kept when SPLASH_PROFILE is set in
+ * the environment at load (`splash eval --profile`) and printed to stderr
+ * when the model is freed. */
+enum {
+    QWEN35_PROF_EMBED, QWEN35_PROF_NORM, QWEN35_PROF_ATTN_PROJ, QWEN35_PROF_ATTN_KV, QWEN35_PROF_ATTN_CORE,
+    QWEN35_PROF_ATTN_OUT, QWEN35_PROF_GDN_PROJ, QWEN35_PROF_GDN_CORE, QWEN35_PROF_GDN_OUT, QWEN35_PROF_FFN,
+    QWEN35_PROF_HEAD, QWEN35_PROF_N
+};
+
 typedef struct qwen35_model {
     qwen35_dims d;
     qwen35_weights w;
@@ -132,8 +142,7 @@ typedef struct qwen35_model {
     int n_pages;
     float *states;
     int n_slots;
-    float *scores;           /* [n_threads][scores_stride] attention scores */
-    size_t scores_stride;
+    size_t max_context;      /* longest lane context the attached KV pool allows */
     /* activations, [max_rows][width] each */
     float *x, *xn, *fo;      /* residual, normed, MoE block output [R][H] */
     float *qkv;              /* attn q+gate / GDN pre-conv        [R][max(2*heads*hd, conv_dim)] */
@@ -162,6 +171,10 @@ typedef struct qwen35_model {
     qwen35_pending *pending; /* [max_lanes] */
     int n_pending;
     cpu_attn_lane *alanes;   /* [max_lanes] per-forward lane views */
+    int profile;             /* SPLASH_PROFILE was set at load */
+    double prof_t, prof_c;   /* the last mark: wall, process CPU */
+    double prof[QWEN35_PROF_N], prof_cpu[QWEN35_PROF_N]; /* seconds per part: wall, CPU */
+    long prof_rows, prof_calls;
 } qwen35_model;
 
 /* Per-forward context shared by the layer functions. */
@@ -177,6 +190,22 @@ static inline float *qwen35_conv_state(qwen35_model *m, int slot, int index) {
 }
 static inline float *qwen35_delta_state(qwen35_model *m, int slot, int index) {
     return qwen35_conv_state(m, slot, index) + (size_t)(m->d.conv_kernel - 1) * m->d.conv_dim;
+}
+
+/* Profiling: the time since the last mark goes to part k (nothing unless
+ * profiling). */
+static inline double qwen35_clock(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static inline void qwen35_prof(qwen35_model *m, int k) {
+    if (!m->profile) return;
+    double t = qwen35_clock(CLOCK_MONOTONIC), c = qwen35_clock(CLOCK_PROCESS_CPUTIME_ID);
+    m->prof[k] += t - m->prof_t;
+    m->prof_cpu[k] += c - m->prof_c;
+    m->prof_t = t;
+    m->prof_c = c;
 }
 
 int qwen35_forward(void *impl, const splash_batch *b, splash_error *err);
