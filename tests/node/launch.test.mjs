@@ -30,26 +30,15 @@ const KEY = "sk-launch-test-51c7";
 const ANSWER = "Hello from the Splash launcher test.";
 const SCRIPT = `Answering.\n</think>\n\n${ANSWER}`;
 
-// The test model with a manifest that allows 64K positions (agents' system
-// prompts are 10-20K tokens; the default test model stops at 4K).
-function widePackage() {
-    const pkg = testModel(), wide = `${pkg}-64k`;
-    if (fs.existsSync(path.join(wide, "manifest.json"))) return wide;
-    const tmp = fs.mkdtempSync(`${pkg}-64k-tmp`);
-    for (const f of fs.readdirSync(pkg)) if (f !== "manifest.json") fs.symlinkSync(path.join(pkg, f), path.join(tmp, f));
-    const m = JSON.parse(fs.readFileSync(path.join(pkg, "manifest.json"), "utf8"));
-    m.model.max_positions = 65536;
-    fs.writeFileSync(path.join(tmp, "manifest.json"), JSON.stringify(m));
-    try { fs.renameSync(tmp, wide); } catch { fs.rmSync(tmp, { recursive: true, force: true }); }
-    return wide;
-}
-
 const CONTEXT = 32768; // --max-context 32K
 let srv, keyed, tmp;
 before(async () => {
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), "splash-launch-"));
-    srv = await startServer(["--model", widePackage(), "--test-hooks", "--threads", "2", "--max-context", "32K", "--max-lanes", "2",
-        "--served-model-name", "tiny"]);
+    // The default model (no --model): the agents' 10-20K-token system prompts go through its real
+    // prefill.  The answers are scripted (test hooks) so the protocol can be checked exactly; the
+    // script thinks first, so every request thinks whatever the client sends.
+    srv = await startServer(["--test-hooks", "--threads", "2", "--max-context", "32K", "--max-lanes", "2",
+        "--served-model-name", "tiny", "--default-reasoning-effort", "medium"]);
     keyed = await startServer(["--model", testModel(), "--threads", "1", "--max-context", "1K", "--api-key", KEY, "--served-model-name", "tiny"]);
 });
 after(async () => {
