@@ -46,7 +46,7 @@ static void q_free(void *impl) {
     if (m->profile) print_profile(m);
     float **bufs[] = {&m->x, &m->xn, &m->fo, &m->qkv, &m->mix1, &m->mix2, &m->mix3, &m->mix4, &m->gb, &m->ga,
                       &m->gg, &m->gbeta, &m->ff1, &m->ff2, &m->mx, &m->mo, &m->router, &m->topw, &m->erw,
-                      &m->sgate, &m->gdn_chunk, &m->verify_state, &m->verify_save};
+                      &m->sgate, &m->verify_state, &m->verify_save};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(*bufs[i]);
     free(m->topk);
     free(m->erows);
@@ -97,8 +97,6 @@ static int alloc_scratch(qwen35_model *m, splash_error *err) {
     if (!m->head_rows || !m->pending || !m->alanes) bad = 1;
     if (d->n_gdn) {
         size_t delta = hv * (size_t)d->dk * (size_t)d->dv;
-        m->gdn_chunk_stride = cpu_gdn_chunk_scratch(d->dk, d->dv);
-        m->gdn_chunk = scratch(m, (size_t)m->cpu.n_threads * m->gdn_chunk_stride, &bad);
         m->verify_state = scratch(m, (size_t)m->max_lanes * delta, &bad);
         m->verify_cap = m->max_lanes * QWEN35_MAX_VERIFY_ROWS;
         if (m->verify_cap > m->max_rows) m->verify_cap = m->max_rows;

@@ -41,9 +41,12 @@ extern const splash_model_ops qwen35_ops;
  * about 18K floats per GDN layer per row on the 27B, so the buffer for them is
  * sized for max_lanes lanes of this many rows (capped by max_rows). */
 #define QWEN35_MAX_VERIFY_ROWS 32
-/* PREFILL lanes with at least this many rows use the chunked GDN algorithm;
- * shorter ones (and every VERIFY lane) the recurrence. */
+/* CUDA: PREFILL lanes with at least this many rows use the chunked GDN
+ * algorithm, shorter ones (and every VERIFY lane) the recurrence.  The CPU
+ * backend always runs the recurrence (gdn.c says why). */
+#ifndef QWEN35_CHUNKED_MIN_ROWS
 #define QWEN35_CHUNKED_MIN_ROWS 64
+#endif
 /* Activations of q4/q8 products when the options say auto (CPU_ACT_*). */
 #define QWEN35_DEFAULT_Q_ACT CPU_ACT_I8
 
@@ -160,8 +163,6 @@ typedef struct qwen35_model {
     float *erw;              /* [R] their weights */
     float *sgate;            /* [R] shared-expert gate logits */
     int *head_rows;          /* [R] rows with LOGITS */
-    float *gdn_chunk;        /* [n_threads][cpu_gdn_chunk_scratch] */
-    size_t gdn_chunk_stride;
     float *verify_state;     /* [max_lanes][Hv][dk][dv] a verify lane's delta state */
     /* verify save, per GDN layer [verify_cap][verify_row_floats]:
      * pre-conv [conv_dim] | k [Hk*dk] | v [Hv*dv] | g [Hv] | beta [Hv] */
