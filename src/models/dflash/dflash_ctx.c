@@ -209,7 +209,7 @@ int splash_dflash_kv_init(splash_dflash_kv *s, const splash_dflash_ctx *c, splas
         s->cap[l] = d->sliding[l] && d->sliding_window < c->max_context ? d->sliding_window : c->max_context;
         total += 2 * (size_t)s->cap[l] * (size_t)s->kvw;
     }
-    s->mem = malloc(total * sizeof(float));
+    s->mem = calloc(total, sizeof(float)); /* zeroed: a snapshot copies slots never written too */
     if (!s->mem)
         return splash_fail(err, SPLASH_E_NOMEM, "%s: out of memory for a draft state (%zu bytes)", c->name, total * 4);
     float *p = s->mem;

@@ -57,74 +57,13 @@ int qc_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p
     return 0;
 }
 
-/* ---- validation (forward.c's rules) ------------------------------------------------ */
+/* ---- validation (forward.c's rules, shared) ------------------------------------------------ */
 
 static int validate(qc_model *m, const splash_batch *b, splash_error *err) {
-    const qwen35_dims *d = &m->d;
-    if (!b || !b->lanes || !b->rows) return splash_fail(err, SPLASH_E_INVALID, "forward: empty batch");
-    if (m->n_slots <= 0) return splash_fail(err, SPLASH_E_INVALID, "forward: no memory attached");
-    if (b->n_rows < 1 || b->n_rows > m->max_rows)
-        return splash_fail(err, SPLASH_E_RANGE, "forward: %d rows, the model was loaded for 1..%d", b->n_rows,
-                           m->max_rows);
-    if (b->n_lanes < 1 || b->n_lanes > m->max_lanes)
-        return splash_fail(err, SPLASH_E_RANGE, "forward: %d lanes, the model was loaded for 1..%d", b->n_lanes,
-                           m->max_lanes);
-    int next = 0, verify_rows = 0;
-    for (int i = 0; i < b->n_lanes; i++) {
-        const splash_lane *l = &b->lanes[i];
-        if (l->first_row != next || l->n_rows < 1 || l->first_row + l->n_rows > b->n_rows)
-            return splash_fail(err, SPLASH_E_INVALID,
-                               "forward: lane %d has rows [%d, %d); lanes must cover the rows contiguously, in order", i,
-                               l->first_row, l->first_row + l->n_rows);
-        next += l->n_rows;
-        if (l->slot < 0 || l->slot >= m->n_slots)
-            return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d slot %d outside [0, %d)", i, l->slot, m->n_slots);
-        for (int j = 0; j < i; j++)
-            if (b->lanes[j].slot == l->slot)
-                return splash_fail(err, SPLASH_E_INVALID, "forward: lanes %d and %d share slot %d", j, i, l->slot);
-        if (l->mode != SPLASH_LANE_PREFILL && l->mode != SPLASH_LANE_VERIFY)
-            return splash_fail(err, SPLASH_E_INVALID, "forward: lane %d mode %d unknown", i, l->mode);
-        if (l->mode == SPLASH_LANE_VERIFY) {
-            if (l->n_rows > QWEN35_MAX_VERIFY_ROWS)
-                return splash_fail(err, SPLASH_E_RANGE, "forward: verify lane %d has %d rows (at most %d)", i, l->n_rows,
-                                   QWEN35_MAX_VERIFY_ROWS);
-            verify_rows += l->n_rows;
-        }
-        if (l->n_past < 0 || (int64_t)l->n_past + l->n_rows > d->max_positions)
-            return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d positions [%d, %d) beyond the model's %d", i,
-                               l->n_past, l->n_past + l->n_rows, d->max_positions);
-        if (d->n_attn) {
-            int64_t need = ((int64_t)l->n_past + l->n_rows + QWEN35_PAGE_TOKENS - 1) / QWEN35_PAGE_TOKENS;
-            if (!l->pages || l->n_pages < need)
-                return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d needs %lld pages for %d positions, has %d", i,
-                                   (long long)need, l->n_past + l->n_rows, l->pages ? l->n_pages : 0);
-            if ((int64_t)l->n_past + l->n_rows > (int64_t)m->ctx_cap)
-                return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d context %d exceeds the attached pool (%d)", i,
-                                   l->n_past + l->n_rows, m->ctx_cap);
-            for (int64_t p = 0; p < need; p++)
-                if (l->pages[p] < 0 || l->pages[p] >= m->n_pages)
-                    return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d page[%lld] = %d outside the pool [0, %d)",
-                                       i, (long long)p, l->pages[p], m->n_pages);
-        }
-    }
-    if (next != b->n_rows)
-        return splash_fail(err, SPLASH_E_INVALID, "forward: lanes cover %d rows of %d", next, b->n_rows);
-    if (verify_rows > m->verify_cap && d->n_gdn)
-        return splash_fail(err, SPLASH_E_RANGE, "forward: %d verify rows, at most %d", verify_rows, m->verify_cap);
-    for (int r = 0; r < b->n_rows; r++) {
-        const splash_row *row = &b->rows[r];
-        if (!row->embed && (row->token < 0 || row->token >= d->vocab))
-            return splash_fail(err, SPLASH_E_RANGE, "forward: row %d token %d outside the vocabulary [0, %d)", r,
-                               row->token, d->vocab);
-        if (row->flags & ~(uint32_t)(SPLASH_ROW_LOGITS | SPLASH_ROW_TAPS))
-            return splash_fail(err, SPLASH_E_INVALID, "forward: row %d has unknown flags 0x%x", r, row->flags);
-        if ((row->flags & SPLASH_ROW_LOGITS) && !b->logits)
-            return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for logits but the batch has no buffer", r);
-        if ((row->flags & SPLASH_ROW_TAPS) && (!b->taps || m->n_taps == 0))
-            return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for taps but %s", r,
-                               m->n_taps ? "the batch has no buffer" : "the model was loaded without tap layers");
-    }
-    return 0;
+    /* d, n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps, max_context */
+    qwen35_batch_limits lim = {&m->d, m->n_slots, m->max_rows, m->max_lanes, m->n_pages, m->verify_cap, m->n_taps,
+                               (int64_t)m->ctx_cap};
+    return qwen35_check_batch(&lim, b, err);
 }
 
 /* ---- the descriptor ------------------------------------------------------------------ */

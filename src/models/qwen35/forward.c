@@ -19,8 +19,11 @@ void qwen35_rows(qwen35_model *m, int R, splash_task_fn fn, void *ctx) { cpu_par
 
 /* ---- validation ------------------------------------------------------------ */
 
-static int validate(qwen35_model *m, const splash_batch *b, splash_error *err) {
-    const qwen35_dims *d = &m->d;
+/* The rules of a forward call for both backends (the CUDA model calls it
+ * with its own limits): nothing runs unless the whole batch is valid. */
+
+int qwen35_check_batch(const qwen35_batch_limits *m, const splash_batch *b, splash_error *err) {
+    const qwen35_dims *d = m->d;
     if (!b || !b->lanes || !b->rows) return splash_fail(err, SPLASH_E_INVALID, "forward: empty batch");
     if (m->n_slots <= 0) return splash_fail(err, SPLASH_E_INVALID, "forward: no memory attached");
     if (b->n_rows < 1 || b->n_rows > m->max_rows)
@@ -58,9 +61,9 @@ static int validate(qwen35_model *m, const splash_batch *b, splash_error *err) {
             if (!l->pages || l->n_pages < need)
                 return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d needs %lld pages for %d positions, has %d", i,
                                    (long long)need, l->n_past + l->n_rows, l->pages ? l->n_pages : 0);
-            if ((int64_t)l->n_past + l->n_rows > (int64_t)m->max_context)
-                return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d context %d exceeds the attached pool (%zu)", i,
-                                   l->n_past + l->n_rows, m->max_context);
+            if ((int64_t)l->n_past + l->n_rows > m->max_context)
+                return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d context %d exceeds the attached pool (%lld)", i,
+                                   l->n_past + l->n_rows, (long long)m->max_context);
             for (int64_t p = 0; p < need; p++)
                 if (l->pages[p] < 0 || l->pages[p] >= m->n_pages)
                     return splash_fail(err, SPLASH_E_RANGE, "forward: lane %d page[%lld] = %d outside the pool [0, %d)",
@@ -138,7 +141,10 @@ static void write_taps(qwen35_fwd *f, int layer) {
 
 int qwen35_forward(void *impl, const splash_batch *b, splash_error *err) {
     qwen35_model *m = impl;
-    int rc = validate(m, b, err);
+    qwen35_batch_limits lim = {.d = &m->d, .n_slots = m->n_slots, .max_rows = m->max_rows, .max_lanes = m->max_lanes,
+                               .n_pages = m->n_pages, .verify_cap = m->verify_cap, .n_taps = m->n_taps,
+                               .max_context = (int64_t)m->max_context};
+    int rc = qwen35_check_batch(&lim, b, err);
     if (rc) return rc;
     const qwen35_dims *d = &m->d;
     qwen35_fwd f = {m, b, b->n_rows};

@@ -72,6 +72,15 @@ typedef struct qwen35_dims {
  * every field; the error names the first bad field. */
 int qwen35_dims_parse(const json_value *model, const char *arch, qwen35_dims *d, splash_error *err);
 
+/* What a forward call may ask of a loaded model; qwen35_check_batch
+ * (forward.c) applies the rules both backends share. */
+typedef struct qwen35_batch_limits {
+    const qwen35_dims *d;
+    int n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps;
+    int64_t max_context; /* longest lane context the attached KV pool allows */
+} qwen35_batch_limits;
+int qwen35_check_batch(const qwen35_batch_limits *lim, const splash_batch *b, splash_error *err);
+
 typedef struct qwen35_layer {
     int is_attn;
     int index;                  /* ordinal among attention (or GDN) layers */
