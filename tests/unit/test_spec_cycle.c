@@ -20,16 +20,18 @@
  *     proposals end the request there, with block 1's text and counts;
  *   - sampling: the cycle's decisions (splash_spec_select +
  *     splash_spec_decide, the functions the engine calls) give the target's
- *     joint distribution of 3 consecutive tokens, by a G-test over 20000
- *     fixed-seed draws on a 5-token vocabulary, at temperature 1, with
- *     top-k + top-p, and with penalties; the same test rejects the draft's
- *     own distribution and a cycle that draws its replacement from p instead
- *     of max(p - q, 0), so it can fail;
+ *     joint distribution of 3 consecutive tokens, by a G-test over 250,000
+ *     fixed-seed draws per setting on a 5-token vocabulary, at temperature
+ *     1, with top-k + top-p, and with penalties; the same test rejects the
+ *     draft's own distribution and a cycle that draws its replacement from p
+ *     instead of max(p - q, 0), so it can fail;
  *   - sampling with a sparse draft q (DFlash 2's selector: proposals and q
  *     over 16 of 20 tokens from the draft's own code, decided with that q):
- *     the same G-test over 2 consecutive tokens, 20000 draws (T 1, T 0.8 +
- *     top-k, top-p + penalties), rejecting the draft alone and a decision
- *     with the dense softmax(logits / T) q of a v1 draft;
+ *     the same G-test over 3 consecutive tokens (8000 cells, the sparse ones
+ *     pooled), 100,000 draws per setting (T 1, T 0.8 + top-k, top-p +
+ *     penalties), rejecting the draft alone and a decision with the dense
+ *     softmax(logits / T) q of a v1 draft; 1,050,000 draws in all, on a
+ *     worker pool;
  *   - sampled requests through the engine do not depend on their batch
  *     neighbours (random draft, B 8);
  *   - prefix reuse: a request restored from a cached prefix (recurrent state
@@ -52,6 +54,7 @@
 #include "base/fs.h"
 #include "base/json.h"
 #include "base/strbuf.h"
+#include "base/threads.h"
 #include "package/packer.h"
 #include "models/dflash/dflash.h"
 #include "models/dflash/dflash2_draft.h"
@@ -282,10 +285,7 @@ static void same_output(const job *a, const job *b, const char *what) {
 
 /* Four prompts (33, 36, 58, 61 tokens) that share their first page, so most
  * requests restore it and prefill a few rows; with 8 output tokens or more
- * the last two cross a page boundary.  Under 64 tokens every prefill chunk
- * runs the GDN recurrence, whose bits do not depend on where chunks split
- * (the chunked algorithm's do: a cached prefix or a junction snapshot splits
- * a prompt differently from a cold run). */
+ * the last two cross a page boundary. */
 enum { NPROMPT = 4 };
 static int32_t prompts[NPROMPT][64];
 static const int plen[NPROMPT] = {33, 36, 58, 61};
@@ -736,12 +736,29 @@ static void test_sampled_dflash2(void **state) {
     prefix_reuse(2);
 }
 
-/* ---- the cycle's distribution: a G-test on made-up rows ----------------------------- */
+/* ---- the cycle's distribution: G-tests on made-up rows -----------------------------
+ * Each setting draws DRAWS (SPARSE_DRAWS) fixed-seed samples of the 3
+ * tokens that follow anchor 0 through cycles of spec.h (seed of draw t:
+ * 1000003 t + salt) and compares their joint, and the joint of the first 2,
+ * with the target's, computed apart from sampling.c (ref_dist_n).  Cells
+ * expected below MIN_EXPECTED are pooled into one; a token the target
+ * excludes fails at once.  The critical value is the chi-square quantile at
+ * p ~ 1e-6.  The controls (the draft's proposals unverified; a cycle that
+ * decides wrongly) run CONTROL_DRAWS and must fail (on 2 tokens they do
+ * with fewer draws).  6 settings: 1,050,000 draws of the cycle.  The draws
+ * are split over a worker pool (each worker its own sampler, history and
+ * selector scratch; counts are sums, so the result does not depend on the
+ * thread count); worker code reports errors instead of asserting, since
+ * cmocka's asserts jump on the main thread only. */
 
-#define SV 5 /* vocabulary */
-#define SB 4 /* block: anchor + 3 proposals */
-#define TRIALS 20000
-#define QV 20 /* the sparse-draft test's vocabulary (below) */
+#define SV 5                /* the dense test's vocabulary */
+#define SB 4                /* block: anchor + 3 proposals */
+#define QV 20               /* the sparse-draft test's vocabulary (below) */
+#define DRAWS 250000        /* per dense setting, the cycle under test */
+#define SPARSE_DRAWS 100000 /* per sparse setting (a draw costs ~4x: selector walks, more rows) */
+#define CONTROL_DRAWS 20000 /* per control */
+#define CHUNK 5000          /* draws per pool task */
+#define MIN_EXPECTED 5.0
 
 /* target logits given the previous token; draft logits per block row */
 static const float T[SV][SV] = {
@@ -783,88 +800,49 @@ static void ref_dist_n(const splash_sampling_params *sp, const float *logits, co
     for (int t = 0; t < nv; t++) p[t] = w[t] / z;
 }
 
-static void ref_dist(const splash_sampling_params *sp, const float *logits, const int *count, double *p) {
-    ref_dist_n(sp, logits, count, p, SV);
-}
-
-/* 3 tokens after anchor 0 through cycles of spec.h; mode 0 = the engine's
- * functions, 1 = the draft's proposals unverified, 2 = a wrong cycle (the
- * replacement drawn from p, not the residual). */
-static void three_tokens(const splash_sampling_params *sp, splash_sampler *s, splash_dist *q,
-                         splash_token_history *h, int mode, int32_t out3[3]) {
-    splash_error err = {0};
-    splash_history_clear(h);
-    int32_t anchor = 0;
-    assert_int_equal(splash_history_add(h, &anchor, 1, 1), 0);
-    int got = 0;
-    uint64_t pos = 10;
-    while (got < 3) {
-        int32_t props[SB - 1], out[SB];
-        float dl[(SB - 1) * SV], tl[SB * SV];
-        memcpy(dl, D, sizeof dl);
-        assert_int_equal(splash_spec_select(s, q, sp, h, dl, SB - 1, pos, props, &err), 0);
-        for (int i = 0; i < SB; i++) memcpy(tl + i * SV, T[i ? props[i - 1] : anchor], sizeof(float) * SV);
-        int k;
-        if (mode == 1) {
-            memcpy(out, props, sizeof props);
-            k = SB - 2; /* take the proposals as they are */
-        } else if (mode == 2) {
-            k = 0;
-            for (;; k++) {
-                splash_dist *p = splash_sampler_dist(s);
-                assert_int_equal(splash_sampler_process(s, sp, tl + k * SV, h, props, k, NULL, p, &err), 0);
-                if (k == SB - 1) {
-                    out[k] = splash_dist_sample(p, splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_SAMPLE, 0));
-                    break;
-                }
-                assert_int_equal(splash_sampler_process(s, sp, dl + k * SV, h, props, k, NULL, q, &err), 0);
-                double u = splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_ACCEPT, 0);
-                out[k] = props[k];
-                if (!splash_spec_accept(p, q, props[k], u)) { /* wrong: a draw from p */
-                    out[k] = splash_dist_sample(p, splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_RESIDUAL, 0));
-                    break;
-                }
-            }
-        } else {
-            splash_spec_block b = {tl, dl, props, SB - 1, pos, NULL, NULL};
-            k = splash_spec_decide(s, q, sp, h, &b, out, &err);
-            assert_true(k >= 0);
-        }
-        for (int i = 0; i <= k && got < 3; i++) out3[got++] = out[i];
-        assert_int_equal(splash_history_add(h, out, k + 1, 0), 0);
-        anchor = out[k];
-        pos += (uint64_t)k + 1;
-    }
-}
-
-/* G statistic of the observed 3-token counts against the reference joint;
- * -1 when a token the reference excludes appeared. */
-static double g_stat(const splash_sampling_params *sp, const int *obs, int n, int *df) {
-    double g = 0;
-    int cells = 0;
-    for (int a = 0; a < SV; a++) {
-        int cnt[SV] = {0};
-        double pa[SV], pb[SV], pc[SV];
-        ref_dist(sp, T[0], cnt, pa);
+/* The target's joint of the 3 tokens after anchor 0 (a prompt token, so no
+ * penalty), tl[a * nv ..] the logits after token a: p[(a nv + b) nv + c]. */
+static void ref_joint3(const splash_sampling_params *sp, const float *tl, int nv, double *p) {
+    int cnt[QV] = {0};
+    double pa[QV], pb[QV], pc[QV];
+    ref_dist_n(sp, tl, cnt, pa, nv);
+    for (int a = 0; a < nv; a++) {
         cnt[a]++;
-        for (int b = 0; b < SV; b++) {
-            ref_dist(sp, T[a], cnt, pb);
+        ref_dist_n(sp, tl + a * nv, cnt, pb, nv);
+        for (int b = 0; b < nv; b++) {
             cnt[b]++;
-            ref_dist(sp, T[b], cnt, pc);
+            ref_dist_n(sp, tl + b * nv, cnt, pc, nv);
             cnt[b]--;
-            for (int c = 0; c < SV; c++) {
-                double e = n * pa[a] * pb[b] * pc[c];
-                int o = obs[(a * SV + b) * SV + c];
-                if (e <= 0) {
-                    if (o) return -1;
-                    continue;
-                }
-                cells++;
-                if (o) g += 2.0 * o * log(o / e);
-            }
+            for (int c = 0; c < nv; c++) p[(a * nv + b) * nv + c] = pa[a] * pb[b] * pc[c];
         }
+        cnt[a]--;
     }
-    *df = cells - 1;
+}
+
+/* G of the counts against n p, cells of n p < MIN_EXPECTED pooled into one;
+ * -1 when a cell of p = 0 was observed. */
+static double g_pooled(const int *obs, const double *p, int cells, int n, int *df) {
+    double g = 0, pool_e = 0;
+    long pool_o = 0;
+    int k = 0;
+    for (int i = 0; i < cells; i++) {
+        double e = n * p[i];
+        if (p[i] <= 0) {
+            if (obs[i]) return -1;
+            continue;
+        }
+        if (e < MIN_EXPECTED) {
+            pool_e += e, pool_o += obs[i];
+            continue;
+        }
+        k++;
+        if (obs[i]) g += 2.0 * obs[i] * log(obs[i] / e);
+    }
+    if (pool_e > 0) {
+        k++;
+        if (pool_o) g += 2.0 * (double)pool_o * log((double)pool_o / pool_e);
+    }
+    *df = k - 1;
     return g;
 }
 
@@ -874,63 +852,15 @@ static double chi2_quantile(int df, double z) {
     return k * pow(1.0 - c + z * sqrt(c), 3);
 }
 
-static void g_test(const char *name, splash_sampling_params *sp) {
-    splash_sampler *s;
-    splash_error err = {0};
-    assert_int_equal(splash_sampler_create(SV, &s, &err), 0);
-    splash_dist q;
-    assert_int_equal(splash_dist_init(&q, SV), 0);
-    splash_token_history h;
-    assert_int_equal(splash_history_init(&h, 8), 0);
-    double gs[3];
-    int df = 0;
-    for (int mode = 0; mode < 3; mode++) {
-        int *obs = calloc(SV * SV * SV, sizeof *obs);
-        for (int t = 0; t < TRIALS; t++) {
-            sp->seed = 1000003ull * (uint64_t)t + 17;
-            int32_t x[3];
-            three_tokens(sp, s, &q, &h, mode, x);
-            obs[(x[0] * SV + x[1]) * SV + x[2]]++;
-        }
-        gs[mode] = g_stat(sp, obs, TRIALS, &df);
-        free(obs);
-    }
-    double crit = chi2_quantile(df, 4.75); /* p ~ 1e-6 */
-    printf("# G-test %s: cycle G = %.1f, df %d, critical %.1f; draft alone G = %.1f; residual from p G = %.1f\n", name,
-           gs[0], df, crit, gs[1], gs[2]);
-    assert_true(gs[0] >= 0 && gs[0] < crit);
-    assert_true(gs[1] < 0 || gs[1] > 4 * crit);
-    assert_true(gs[2] < 0 || gs[2] > crit);
-    splash_history_free(&h);
-    splash_dist_free(&q);
-    splash_sampler_free(s);
-}
-
-static void test_cycle_distribution(void **state) {
-    (void)state;
-    splash_sampling_params sp;
-    splash_sampling_params_default(&sp);
-    g_test("T=1", &sp);
-    sp.temperature = 0.8;
-    sp.top_k = 4;
-    sp.top_p = 0.85;
-    g_test("T=0.8 top_k 4 top_p 0.85", &sp);
-    splash_sampling_params_default(&sp);
-    sp.presence_penalty = 0.6;
-    sp.frequency_penalty = 0.4;
-    g_test("T=1 presence 0.6 frequency 0.4", &sp);
-}
-
-/* ---- the cycle with a sparse draft q: DFlash 2's selector ------------------------
- * The same G-test for a draft that picks its own proposals: a hand-made
- * selector (vocab 20, top_k 16, rank 4, codebooks and gates from a fixed
- * LCG) walks each block with the draft's own code (splash_dflash2_draft_args:
- * T and the keyed DRAFT uniforms; splash_dflash2_walk; splash_dflash2_draft_rows),
- * and splash_spec_decide uses each row's q over its 16 candidates (zero on
- * the other 4 tokens).  The joint of 2 consecutive tokens (400 cells) must be
- * the target's; controls: the draft's proposals unverified, and the cycle
- * run on the draft's logits as a v1 draft (q = softmax(logits / T) over the
- * whole vocab, not the q the proposals were drawn from). */
+/* ---- the sparse draft: DFlash 2's selector
+ * A hand-made selector (vocab 20, top_k 16, rank 4, codebooks and gates from
+ * a fixed LCG) walks each block with the draft's own code
+ * (splash_dflash2_draft_args: T and the keyed DRAFT uniforms;
+ * splash_dflash2_walk; splash_dflash2_draft_rows), and splash_spec_decide
+ * uses each row's q over its 16 candidates (zero on the other 4 tokens).
+ * Its second control runs the cycle on the draft's logits as a v1 draft
+ * (q = softmax(logits / T) over the whole vocab, not the q the proposals
+ * were drawn from). */
 
 #define QK 16 /* candidates per row */
 #define QR 4  /* selector rank */
@@ -942,10 +872,7 @@ typedef struct sparse_sel {
     float pred[QV][QR], succ[QV][QR], gate[QB - 1][QR];
     splash_tensor tp, ts;
     splash_dflash2_selector sel;
-    void *scratch;
 } sparse_sel;
-
-static uint64_t sparse_drafted, sparse_accepted; /* mode 0's proposals */
 
 static float lcg_unit(uint32_t *s) { /* in [-1, 1) */
     *s = *s * 1664525u + 1013904223u;
@@ -979,30 +906,110 @@ static void sparse_sel_init(sparse_sel *z) {
     z->ts = f32_matrix(&z->succ[0][0], QV, QR);
     z->sel = (splash_dflash2_selector){.vocab = QV, .rank = QR, .top_k = QK, .pred_codebook = &z->tp,
                                        .succ_codebook = &z->ts};
-    z->scratch = calloc(1, splash_dflash2_walk_scratch(QV, QR));
-    assert_non_null(z->scratch);
 }
 
-/* 2 tokens after anchor 0 through cycles; mode 0 = the engine's functions
- * (sparse q), 1 = the proposals unverified, 2 = decided as a v1 draft from
- * the draft logits. */
-static void two_tokens_sparse(const splash_sampling_params *sp, splash_sampler *s, splash_dist *q,
-                              splash_token_history *h, sparse_sel *z, int mode, int32_t out2[2]) {
+/* ---- the draws, on a worker pool ---------------------------------------------------- */
+
+typedef struct gt_worker {
+    splash_sampler *s;
+    splash_dist q;
+    splash_token_history h;
+    void *scratch;              /* the selector walk's (sparse) */
+    int *obs;                   /* [nv^3] */
+    uint64_t drafted, accepted; /* the cycle's proposals (mode 0) */
+    char err[1100];             /* the first failure, or "" (an error message and a prefix) */
+} gt_worker;
+
+typedef struct gt_run {
+    const splash_sampling_params *sp;
+    const sparse_sel *z; /* NULL: the dense test (SV, T, D) */
+    int mode, draws, nv;
+    uint64_t salt;
+    gt_worker *w;
+} gt_run;
+
+#define CHECK(cond, ...)                                             \
+    do {                                                             \
+        if (!(cond)) {                                               \
+            snprintf(w->err, sizeof w->err, __VA_ARGS__);            \
+            return -1;                                               \
+        }                                                            \
+    } while (0)
+
+/* Dense draft: 3 tokens after anchor 0; mode 0 = the engine's functions,
+ * 1 = the draft's proposals unverified, 2 = a wrong cycle (the replacement
+ * drawn from p, not the residual). */
+static int three_tokens(const splash_sampling_params *sp, gt_worker *w, int mode, int32_t out3[3]) {
     splash_error err = {0};
+    splash_token_history *h = &w->h;
+    splash_dist *q = &w->q;
     splash_history_clear(h);
     int32_t anchor = 0;
-    assert_int_equal(splash_history_add(h, &anchor, 1, 1), 0);
+    CHECK(splash_history_add(h, &anchor, 1, 1) == 0, "history");
     int got = 0;
     uint64_t pos = 10;
-    while (got < 2) {
+    while (got < 3) {
+        int32_t props[SB - 1], out[SB];
+        float tl[SB * SV];
+        const float *dl = &D[0][0];
+        CHECK(splash_spec_select(w->s, q, sp, h, dl, SB - 1, pos, props, &err) == 0, "select: %s", err.msg);
+        for (int i = 0; i < SB; i++) memcpy(tl + i * SV, T[i ? props[i - 1] : anchor], sizeof(float) * SV);
+        int k;
+        if (mode == 1) {
+            memcpy(out, props, sizeof props);
+            k = SB - 2; /* take the proposals as they are */
+        } else if (mode == 2) {
+            k = 0;
+            for (;; k++) {
+                splash_dist *p = splash_sampler_dist(w->s);
+                CHECK(splash_sampler_process(w->s, sp, tl + k * SV, h, props, k, NULL, p, &err) == 0, "%s", err.msg);
+                if (k == SB - 1) {
+                    out[k] = splash_dist_sample(p, splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_SAMPLE, 0));
+                    break;
+                }
+                CHECK(splash_sampler_process(w->s, sp, dl + k * SV, h, props, k, NULL, q, &err) == 0, "%s", err.msg);
+                double u = splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_ACCEPT, 0);
+                out[k] = props[k];
+                if (!splash_spec_accept(p, q, props[k], u)) { /* wrong: a draw from p */
+                    out[k] = splash_dist_sample(p, splash_rng_uniform(sp->seed, pos + k, SPLASH_RNG_RESIDUAL, 0));
+                    break;
+                }
+            }
+        } else {
+            splash_spec_block b = {tl, dl, props, SB - 1, pos, NULL, NULL};
+            k = splash_spec_decide(w->s, q, sp, h, &b, out, &err);
+            CHECK(k >= 0, "decide: %s", err.msg);
+            w->drafted += SB - 1, w->accepted += (uint64_t)k;
+        }
+        for (int i = 0; i <= k && got < 3; i++) out3[got++] = out[i];
+        CHECK(splash_history_add(h, out, k + 1, 0) == 0, "history");
+        anchor = out[k];
+        pos += (uint64_t)k + 1;
+    }
+    return 0;
+}
+
+/* Sparse draft: 3 tokens after anchor 0; mode 0 = the engine's functions
+ * (sparse q), 1 = the proposals unverified, 2 = decided as a v1 draft from
+ * the draft logits. */
+static int three_tokens_sparse(const splash_sampling_params *sp, gt_worker *w, const sparse_sel *z, int mode,
+                               int32_t out3[3]) {
+    splash_error err = {0};
+    splash_token_history *h = &w->h;
+    splash_history_clear(h);
+    int32_t anchor = 0;
+    CHECK(splash_history_add(h, &anchor, 1, 1) == 0, "history");
+    int got = 0;
+    uint64_t pos = 10;
+    while (got < 3) {
         float dl[(QB - 1) * QV], tl[QB * QV], u[QB - 1];
         for (int r = 0; r < QB - 1; r++)
             for (int t = 0; t < QV; t++) dl[r * QV + t] = z->dl[r][(t + 3 * anchor) % QV];
         splash_dflash2_select_args a;
         splash_dflash2_draft_args(sp, pos, QB - 1, u, &a);
         splash_dflash2_row rows[QB - 1];
-        assert_int_equal(splash_dflash2_walk(&z->sel, &z->gate[0][0], dl, anchor, QB - 1, &a, rows, z->scratch, &err),
-                         QB - 1);
+        int n = splash_dflash2_walk(&z->sel, &z->gate[0][0], dl, anchor, QB - 1, &a, rows, w->scratch, &err);
+        CHECK(n == QB - 1, "walk %d: %s", n, err.msg);
         int32_t props[QB - 1], out[QB];
         splash_spec_q sq[QB - 1];
         splash_dflash2_draft_rows(rows, QB - 1, props, sq);
@@ -1013,92 +1020,144 @@ static void two_tokens_sparse(const splash_sampling_params *sp, splash_sampler *
             k = QB - 2;
         } else {
             splash_spec_block b = {tl, mode == 2 ? dl : NULL, props, QB - 1, pos, NULL, mode == 2 ? NULL : sq};
-            k = splash_spec_decide(s, q, sp, h, &b, out, &err);
-            if (k < 0) fail_msg("decide: %s", err.msg);
-            if (mode == 0) sparse_drafted += QB - 1, sparse_accepted += (uint64_t)k;
+            k = splash_spec_decide(w->s, &w->q, sp, h, &b, out, &err);
+            CHECK(k >= 0, "decide: %s", err.msg);
+            if (mode == 0) w->drafted += QB - 1, w->accepted += (uint64_t)k;
         }
-        for (int i = 0; i <= k && got < 2; i++) out2[got++] = out[i];
-        assert_int_equal(splash_history_add(h, out, k + 1, 0), 0);
+        for (int i = 0; i <= k && got < 3; i++) out3[got++] = out[i];
+        CHECK(splash_history_add(h, out, k + 1, 0) == 0, "history");
         anchor = out[k];
         pos += (uint64_t)k + 1;
     }
+    return 0;
 }
 
-/* G of the 2-token counts against the target's joint; -1 when a token the
- * target excludes appeared. */
-static double g_stat2(const splash_sampling_params *sp, const sparse_sel *z, const int *obs, int n, int *df) {
-    double g = 0, pa[QV], pb[QV];
-    int cells = 0, cnt[QV] = {0};
-    ref_dist_n(sp, z->tl[0], cnt, pa, QV);
-    for (int a = 0; a < QV; a++) {
-        cnt[a]++;
-        ref_dist_n(sp, z->tl[a], cnt, pb, QV);
-        cnt[a]--;
-        for (int b = 0; b < QV; b++) {
-            double e = n * pa[a] * pb[b];
-            int o = obs[a * QV + b];
-            if (e <= 0) {
-                if (o) return -1;
-                continue;
-            }
-            cells++;
-            if (o) g += 2.0 * o * log(o / e);
-        }
+static void gt_task(void *ctx, size_t task, int worker) {
+    gt_run *r = ctx;
+    gt_worker *w = &r->w[worker];
+    splash_sampling_params sp = *r->sp;
+    int end = (int)task * CHUNK + CHUNK < r->draws ? (int)task * CHUNK + CHUNK : r->draws;
+    for (int t = (int)task * CHUNK; t < end && !w->err[0]; t++) {
+        sp.seed = 1000003ull * (uint64_t)t + r->salt;
+        int32_t x[3];
+        if ((r->z ? three_tokens_sparse(&sp, w, r->z, r->mode, x) : three_tokens(&sp, w, r->mode, x)) == 0)
+            w->obs[(x[0] * r->nv + x[1]) * r->nv + x[2]]++;
     }
-    *df = cells - 1;
-    return g;
 }
 
-static void g_test_sparse(const char *name, splash_sampling_params *sp, sparse_sel *z) {
-    splash_sampler *s;
+typedef struct gt_result {
+    double g, crit;        /* the joint of 3 tokens */
+    double g2, crit2;      /* the joint of the first 2 (fewer cells: more power per draw) */
+    int df, df2;
+    double accepted; /* fraction of the proposals (mode 0) */
+} gt_result;
+
+/* Draws `draws` triples in `mode` and tests them against the target's joint. */
+static gt_result gt_draw(splash_pool *pool, const splash_sampling_params *sp, const sparse_sel *z, int mode,
+                         int draws, uint64_t salt) {
+    int nv = z ? QV : SV, cells = nv * nv * nv, nw = splash_pool_size(pool);
+    gt_worker *w = calloc((size_t)nw, sizeof *w);
+    assert_non_null(w);
     splash_error err = {0};
-    assert_int_equal(splash_sampler_create(QV, &s, &err), 0);
-    splash_dist q;
-    assert_int_equal(splash_dist_init(&q, QV), 0);
-    splash_token_history h;
-    assert_int_equal(splash_history_init(&h, 8), 0);
-    double gs[3];
-    int df = 0;
-    sparse_drafted = sparse_accepted = 0;
-    for (int mode = 0; mode < 3; mode++) {
-        int *obs = calloc(QV * QV, sizeof *obs);
-        for (int t = 0; t < TRIALS; t++) {
-            sp->seed = 1000003ull * (uint64_t)t + 29;
-            int32_t x[2];
-            two_tokens_sparse(sp, s, &q, &h, z, mode, x);
-            obs[x[0] * QV + x[1]]++;
-        }
-        gs[mode] = g_stat2(sp, z, obs, TRIALS, &df);
-        free(obs);
+    for (int i = 0; i < nw; i++) {
+        assert_int_equal(splash_sampler_create(nv, &w[i].s, &err), 0);
+        assert_int_equal(splash_dist_init(&w[i].q, nv), 0);
+        assert_int_equal(splash_history_init(&w[i].h, 8), 0);
+        assert_non_null(w[i].obs = calloc((size_t)cells, sizeof *w[i].obs));
+        if (z) assert_non_null(w[i].scratch = calloc(1, splash_dflash2_walk_scratch(QV, QR)));
     }
-    double crit = chi2_quantile(df, 4.75); /* p ~ 1e-6 */
-    printf("# G-test sparse q (16 of %d), %s: cycle G = %.1f, df %d, critical %.1f (%.0f%% of proposals accepted); "
-           "draft alone G = %.1f; decided with the dense q of a v1 draft G = %.1f\n",
-           QV, name, gs[0], df, crit, 100.0 * (double)sparse_accepted / (double)sparse_drafted, gs[1], gs[2]);
-    assert_true(gs[0] >= 0 && gs[0] < crit);
-    assert_true(gs[1] < 0 || gs[1] > 4 * crit);
-    assert_true(gs[2] < 0 || gs[2] > crit);
-    splash_history_free(&h);
-    splash_dist_free(&q);
-    splash_sampler_free(s);
+    gt_run r = {sp, z, mode, draws, nv, salt, w};
+    splash_pool_run(pool, (size_t)(draws + CHUNK - 1) / CHUNK, gt_task, &r);
+    int *obs = calloc((size_t)cells, sizeof *obs);
+    double *p = malloc(sizeof *p * (size_t)cells);
+    assert_non_null(obs);
+    assert_non_null(p);
+    uint64_t drafted = 0, accepted = 0;
+    for (int i = 0; i < nw; i++) {
+        if (w[i].err[0]) fail_msg("draw: %s", w[i].err);
+        for (int c = 0; c < cells; c++) obs[c] += w[i].obs[c];
+        drafted += w[i].drafted, accepted += w[i].accepted;
+        free(w[i].obs);
+        free(w[i].scratch);
+        splash_history_free(&w[i].h);
+        splash_dist_free(&w[i].q);
+        splash_sampler_free(w[i].s);
+    }
+    free(w);
+    ref_joint3(sp, z ? &z->tl[0][0] : &T[0][0], nv, p);
+    gt_result res = {0};
+    res.g = g_pooled(obs, p, cells, draws, &res.df);
+    res.crit = res.df > 0 ? chi2_quantile(res.df, 4.75) : 0; /* p ~ 1e-6 */
+    for (int ab = 0; ab < nv * nv; ab++) { /* marginalise the third token, in place */
+        int o = 0;
+        double e = 0;
+        for (int c = 0; c < nv; c++) o += obs[ab * nv + c], e += p[ab * nv + c];
+        obs[ab] = o, p[ab] = e;
+    }
+    res.g2 = g_pooled(obs, p, nv * nv, draws, &res.df2);
+    res.crit2 = res.df2 > 0 ? chi2_quantile(res.df2, 4.75) : 0;
+    res.accepted = drafted ? (double)accepted / (double)drafted : 0;
+    free(obs);
+    free(p);
+    return res;
+}
+
+/* The cycle passes on 3 tokens and on the first 2; the draft alone fails
+ * by far (or emits an excluded token), and the wrong cycle fails too. */
+static void g_test(splash_pool *pool, const char *name, const splash_sampling_params *sp, const sparse_sel *z) {
+    uint64_t salt = z ? 29 : 17;
+    int draws = z ? SPARSE_DRAWS : DRAWS, control = CONTROL_DRAWS;
+    gt_result c = gt_draw(pool, sp, z, 0, draws, salt);
+    gt_result d = gt_draw(pool, sp, z, 1, control, salt);
+    gt_result x = gt_draw(pool, sp, z, 2, control, salt);
+    printf("# G-test %s%s: %d draws, cycle G = %.1f, df %d, critical %.1f; 2 tokens G = %.1f, df %d, critical %.1f "
+           "(%.0f%% of proposals accepted); controls (%d draws), 3 / 2 tokens: draft alone G = %.1f / %.1f "
+           "(critical %.1f / %.1f), %s G = %.1f / %.1f (critical %.1f / %.1f)\n",
+           z ? "sparse q (16 of 20), " : "", name, draws, c.g, c.df, c.crit, c.g2, c.df2, c.crit2, 100 * c.accepted,
+           control, d.g, d.g2, d.crit, d.crit2, z ? "decided with the dense q of a v1 draft" : "residual from p", x.g,
+           x.g2, x.crit, x.crit2);
+    assert_true(c.g >= 0 && c.g < c.crit);
+    assert_true(c.g2 >= 0 && c.g2 < c.crit2);
+    assert_true(d.g < 0 || d.g > 4 * d.crit || d.g2 > 4 * d.crit2);
+    assert_true(x.g < 0 || x.g > x.crit || x.g2 > x.crit2);
+}
+
+static void test_cycle_distribution(void **state) {
+    (void)state;
+    splash_pool *pool = splash_pool_create(0);
+    assert_non_null(pool);
+    splash_sampling_params sp;
+    splash_sampling_params_default(&sp);
+    g_test(pool, "T=1", &sp, NULL);
+    sp.temperature = 0.8;
+    sp.top_k = 4;
+    sp.top_p = 0.85;
+    g_test(pool, "T=0.8 top_k 4 top_p 0.85", &sp, NULL);
+    splash_sampling_params_default(&sp);
+    sp.presence_penalty = 0.6;
+    sp.frequency_penalty = 0.4;
+    g_test(pool, "T=1 presence 0.6 frequency 0.4", &sp, NULL);
+    splash_pool_destroy(pool);
 }
 
 static void test_cycle_distribution_sparse(void **state) {
     (void)state;
+    splash_pool *pool = splash_pool_create(0);
+    assert_non_null(pool);
     sparse_sel z;
     sparse_sel_init(&z);
     splash_sampling_params sp;
     splash_sampling_params_default(&sp);
-    g_test_sparse("T=1", &sp, &z);
+    g_test(pool, "T=1", &sp, &z);
     sp.temperature = 0.8;
     sp.top_k = 12;
-    g_test_sparse("T=0.8 top_k 12", &sp, &z);
+    g_test(pool, "T=0.8 top_k 12", &sp, &z);
     splash_sampling_params_default(&sp);
     sp.presence_penalty = 0.6;
     sp.frequency_penalty = 0.4;
     sp.top_p = 0.9;
-    g_test_sparse("T=1 top_p 0.9 presence 0.6 frequency 0.4", &sp, &z);
-    free(z.scratch);
+    g_test(pool, "T=1 top_p 0.9 presence 0.6 frequency 0.4", &sp, &z);
+    splash_pool_destroy(pool);
     /* a proposal its own q gives no mass is refused, not accepted on q(x) = 0 */
     splash_sampler *s;
     splash_error err = {0};
