@@ -14,10 +14,16 @@ static void pack_usage(FILE *f) {
     fprintf(f,
             "usage: splash pack --from HF_DIR --out PKG [--weights q4|q8|bf16] [--draft DRAFT_DIR]\n"
             "                   [--threads N] [--force] [--quiet] [--default-reasoning-effort none|...|max]\n"
+            "       splash pack --into PKG --draft DRAFT_DIR [--weights q4|q8|bf16] [--threads N] [--force] [--quiet]\n"
             "\n"
             "Turns a Qwen3.5 checkpoint (Hugging Face or mlx-lm: config.json, *.safetensors,\n"
             "tokenizer files) into a Splash package directory (docs/package-format.md).\n"
             "  --weights  q4 (default): affine 4-bit group 64; q8: 8-bit; bf16: unquantised\n"
+            "  --draft    also pack a DFlash draft (DFlashDraftModel or DFlash2DraftModel) for it\n"
+            "  --into     attach the --draft to an existing PKG instead, without the target's\n"
+            "             checkpoint: checked against PKG's target, target files untouched, the\n"
+            "             result the same as packing both in one go; --weights defaults to PKG's;\n"
+            "             --force replaces a draft PKG already has; on failure PKG is unchanged\n"
             "  --force    replace an existing PKG\n"
             "  --default-reasoning-effort  what `splash serve` uses when neither the request nor\n"
             "             its own flag sets one (none: a model trained without thinking)\n"
@@ -31,6 +37,22 @@ static const char *human(uint64_t n, char *buf, size_t size) {
     else if (n >= 1024) snprintf(buf, size, "%.1f KiB", (double)n / 1024.0);
     else snprintf(buf, size, "%" PRIu64 " B", n);
     return buf;
+}
+
+static int pack_into(splash_pack_options *opt, int quiet) {
+    opt->progress = !quiet && isatty(2);
+    splash_pack_stats st;
+    splash_error err = {0};
+    if (splash_pack_draft_into(opt, &st, &err)) {
+        fprintf(stderr, "splash pack: %s\n", err.msg);
+        return 1;
+    }
+    if (!quiet) {
+        char b[32];
+        printf("attached a %s draft from %s to %s in %.2f s\n", st.architecture, opt->draft, opt->into, st.seconds);
+        printf("  %zu tensors in %zu files, %s in total\n", st.tensors, st.files, human(st.total_bytes, b, sizeof b));
+    }
+    return 0;
 }
 
 int splash_cmd_pack(int argc, char **argv) {
@@ -52,6 +74,8 @@ int splash_cmd_pack(int argc, char **argv) {
             return 2;
         } else if (!strcmp(a, "--from")) {
             opt.from = v, i++;
+        } else if (!strcmp(a, "--into")) {
+            opt.into = v, i++;
         } else if (!strcmp(a, "--out")) {
             opt.out = v, i++;
         } else if (!strcmp(a, "--default-reasoning-effort") && v) {
@@ -74,12 +98,20 @@ int splash_cmd_pack(int argc, char **argv) {
                 fprintf(stderr, "splash pack: --weights %s: expected q4, q8 or bf16\n", v);
                 return 2;
             }
-            opt.weights = (splash_dtype)t, i++;
+            opt.weights = (splash_dtype)t, opt.weights_given = 1, i++;
         } else {
             fprintf(stderr, "splash pack: unknown option %s\n\n", a);
             pack_usage(stderr);
             return 2;
         }
+    }
+    if (opt.into) {
+        if (opt.from || opt.out || opt.default_reasoning_effort || !opt.draft) {
+            fprintf(stderr, "splash pack: --into takes --draft, and not --from, --out or --default-reasoning-effort\n\n");
+            pack_usage(stderr);
+            return 2;
+        }
+        return pack_into(&opt, quiet);
     }
     if (!opt.from || !opt.out) {
         fprintf(stderr, "splash pack: --from and --out are required\n\n");

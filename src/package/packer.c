@@ -630,6 +630,19 @@ static const char *mtp_name(const char *name) {
 
 static int plan_draft(packer *p, splash_error *err);
 
+/* The stored dtype of every planned tensor (--weights and the kind decide). */
+static void choose_dtypes(packer *p) {
+    for (size_t i = 0; i < p->n_specs; i++) {
+        spec *sp = &p->specs[i];
+        sp->dtype = choose_dtype(p, sp);
+        sp->copy_codes = sp->slices[0].bits && (int)sp->dtype == (sp->slices[0].bits == 4 ? SPLASH_Q4 : SPLASH_Q8);
+        if (sp->slices[0].bits) {
+            if (sp->copy_codes) p->stats->copied_quantized++;
+            else p->stats->requantized++;
+        }
+    }
+}
+
 static int plan(packer *p, splash_error *err) {
     const model_cfg *c = &p->cfg;
     static const char *prefixes[] = {"model.language_model.", "model.", "language_model.model."};
@@ -703,15 +716,7 @@ static int plan(packer *p, splash_error *err) {
         p->stats->mtp_tensors++;
     }
     if (p->dst && (rc = plan_draft(p, err))) return rc;
-    for (size_t i = 0; i < p->n_specs; i++) {
-        spec *sp = &p->specs[i];
-        sp->dtype = choose_dtype(p, sp);
-        sp->copy_codes = sp->slices[0].bits && (int)sp->dtype == (sp->slices[0].bits == 4 ? SPLASH_Q4 : SPLASH_Q8);
-        if (sp->slices[0].bits) {
-            if (sp->copy_codes) p->stats->copied_quantized++;
-            else p->stats->requantized++;
-        }
-    }
+    choose_dtypes(p);
     size_t unused = 0;
     const char *first = NULL;
     for (size_t i = 0; i < n_st; i++)
@@ -1786,19 +1791,10 @@ static json_value *draft_json(packer *p) {
     return m;
 }
 
-static int write_package(packer *p, splash_error *err) {
-    json_value *manifest = json_new(JSON_OBJECT);
-    json_value *tensors = json_new(JSON_ARRAY);
-    p->file_list = json_new(JSON_ARRAY);
+/* Every planned .bin file into p->tmp, in plan order; records the files in
+ * p->file_list and the tensors in `tensors`. */
+static int write_bins(packer *p, json_value *tensors, splash_error *err) {
     int rc = SPLASH_OK;
-    char *target = splash_path_join(p->tmp, "target");
-    rc = splash_mkdirs(target, err);
-    free(target);
-    if (!rc && p->dst) {
-        char *dd = splash_path_join(p->tmp, "draft");
-        rc = splash_mkdirs(dd, err);
-        free(dd);
-    }
     size_t next = 0;
     for (size_t fi = 0; !rc && fi < p->n_files; fi++) {
         out_file f;
@@ -1812,6 +1808,41 @@ static int write_package(packer *p, splash_error *err) {
         else of_abort(&f);
         if (!rc && p->opt->progress) fprintf(stderr, "  %s\n", p->files[fi]);
     }
+    return rc;
+}
+
+/* Writes `manifest` as PKG.tmp/manifest.json and fsyncs it. */
+static int write_manifest_file(packer *p, const json_value *manifest, splash_error *err) {
+    strbuf sb;
+    sb_init(&sb);
+    write_manifest_text(&sb, manifest);
+    char *mpath = splash_path_join(p->tmp, "manifest.json");
+    int rc = sb.oom ? splash_fail(err, SPLASH_E_NOMEM, "out of memory writing the manifest")
+                    : splash_write_file(mpath, sb.data, sb.len, err);
+    if (!rc) {
+        int fd = open(mpath, O_RDONLY);
+        if (fd < 0 || fsync(fd) != 0) rc = splash_fail(err, SPLASH_E_IO, "%s: fsync failed", mpath);
+        if (fd >= 0) close(fd);
+    }
+    free(mpath);
+    sb_free(&sb);
+    return rc;
+}
+
+static int write_package(packer *p, splash_error *err) {
+    json_value *manifest = json_new(JSON_OBJECT);
+    json_value *tensors = json_new(JSON_ARRAY);
+    p->file_list = json_new(JSON_ARRAY);
+    int rc = SPLASH_OK;
+    char *target = splash_path_join(p->tmp, "target");
+    rc = splash_mkdirs(target, err);
+    free(target);
+    if (!rc && p->dst) {
+        char *dd = splash_path_join(p->tmp, "draft");
+        rc = splash_mkdirs(dd, err);
+        free(dd);
+    }
+    if (!rc) rc = write_bins(p, tensors, err);
     json_obj_set(manifest, "format", json_new_string(SPLASH_PACKAGE_FORMAT));
     json_obj_set(manifest, "version", json_new_int(SPLASH_PACKAGE_VERSION));
     json_obj_set(manifest, "architecture", json_new_string(p->cfg.moe ? "qwen3_5_moe" : "qwen3_5"));
@@ -1833,19 +1864,7 @@ static int write_package(packer *p, splash_error *err) {
         tensors = NULL;
         json_obj_set(manifest, "files", p->file_list);
         p->file_list = NULL;
-        strbuf sb;
-        sb_init(&sb);
-        write_manifest_text(&sb, manifest);
-        char *mpath = splash_path_join(p->tmp, "manifest.json");
-        rc = sb.oom ? splash_fail(err, SPLASH_E_NOMEM, "out of memory writing the manifest")
-                    : splash_write_file(mpath, sb.data, sb.len, err);
-        if (!rc) {
-            int fd = open(mpath, O_RDONLY);
-            if (fd < 0 || fsync(fd) != 0) rc = splash_fail(err, SPLASH_E_IO, "%s: fsync failed", mpath);
-            if (fd >= 0) close(fd);
-        }
-        free(mpath);
-        sb_free(&sb);
+        rc = write_manifest_file(p, manifest, err);
         if (!rc) {
             char *td = splash_path_join(p->tmp, "target");
             fsync_dir(td);
@@ -1863,6 +1882,49 @@ static int write_package(packer *p, splash_error *err) {
     p->file_list = NULL;
     json_free(manifest);
     return rc;
+}
+
+/* p->tmp = "<base>.tmp-XXXXXX", a fresh directory beside base (so that
+ * renames out of it stay on one file system). */
+static int make_tmp(packer *p, const char *base, splash_error *err) {
+    size_t n = strlen(base) + 16;
+    p->tmp = xmalloc(n);
+    snprintf(p->tmp, n, "%s.tmp-XXXXXX", base);
+    /* strip trailing slashes of base before the suffix */
+    char *q = strstr(p->tmp, ".tmp-XXXXXX");
+    while (q > p->tmp && q[-1] == '/') memmove(q - 1, q, strlen(q) + 1), q--;
+    if (!mkdtemp(p->tmp)) {
+        int rc = splash_fail(err, SPLASH_E_IO, "%s: cannot create a temporary directory: %s", p->tmp, strerror(errno));
+        free(p->tmp);
+        p->tmp = NULL;
+        return rc;
+    }
+    chmod(p->tmp, 0755);
+    return SPLASH_OK;
+}
+
+/* Frees everything a packer holds (p->tmp is removed first when set). */
+static void packer_free(packer *p) {
+    if (p->tmp) {
+        splash_remove_tree(p->tmp);
+        free(p->tmp);
+        p->tmp = NULL;
+    }
+    if (p->pool) splash_pool_destroy(p->pool);
+    for (size_t i = 0; i < p->n_specs; i++) free(p->specs[i].slices);
+    free(p->specs);
+    for (size_t i = 0; i < p->n_files; i++) free(p->files[i]);
+    free(p->files);
+    free(p->used);
+    free(p->cfg.full);
+    if (p->st) splash_st_close(p->st);
+    if (p->dst) splash_st_close(p->dst);
+    free(p->dused);
+    free(p->dc.sliding);
+    free(p->dc.causal);
+    json_free(p->dconfig);
+    free(p->dconfig_path);
+    json_free(p->config);
 }
 
 int splash_pack(const splash_pack_options *opt, splash_pack_stats *stats, splash_error *err) {
@@ -1900,47 +1962,212 @@ int splash_pack(const splash_pack_options *opt, splash_pack_stats *stats, splash
         rc = splash_mkdirs(parent, err);
         free(parent);
     }
-    if (!rc) {
-        size_t n = strlen(opt->out) + 16;
-        p->tmp = xmalloc(n);
-        snprintf(p->tmp, n, "%s.tmp-XXXXXX", opt->out);
-        /* strip trailing slashes of out before the suffix */
-        char *q = strstr(p->tmp, ".tmp-XXXXXX");
-        while (q > p->tmp && q[-1] == '/') memmove(q - 1, q, strlen(q) + 1), q--;
-        if (!mkdtemp(p->tmp)) {
-            rc = splash_fail(err, SPLASH_E_IO, "%s: cannot create a temporary directory: %s", p->tmp, strerror(errno));
-            free(p->tmp);
-            p->tmp = NULL;
-        } else {
-            chmod(p->tmp, 0755);
-        }
-    }
+    if (!rc) rc = make_tmp(p, opt->out, err);
     if (!rc) {
         p->pool = splash_pool_create(opt->threads);
         rc = write_package(p, err);
     }
     if (!rc) rc = commit(p, err);
-    if (p->tmp) {
-        splash_remove_tree(p->tmp);
-        free(p->tmp);
-    }
-    if (p->pool) splash_pool_destroy(p->pool);
-    for (size_t i = 0; i < p->n_specs; i++) free(p->specs[i].slices);
-    free(p->specs);
-    for (size_t i = 0; i < p->n_files; i++) free(p->files[i]);
-    free(p->files);
-    free(p->used);
-    free(p->cfg.full);
-    splash_st_close(p->st);
-    if (p->dst) splash_st_close(p->dst);
-    free(p->dused);
-    free(p->dc.sliding);
-    free(p->dc.causal);
-    json_free(p->dconfig);
-    free(p->dconfig_path);
-    json_free(p->config);
-    free(config_path);
     snprintf(stats->architecture, sizeof stats->architecture, "%s", p->cfg.moe ? "qwen3_5_moe" : "qwen3_5");
+    packer_free(p);
+    free(config_path);
+    stats->seconds = now_s() - t0;
+    return rc;
+}
+
+/* ---- a draft into an existing package (--into) -------------------------------------
+ *
+ * The target's checkpoint is not needed: the draft is checked (read_draft_config,
+ * plan_draft: the same code as --draft) against the dimensions the package's
+ * manifest records in "model", planned and written by the same functions, and
+ * the manifest is rewritten with the target's entries as they were.  The result
+ * equals a package packed in one go with --from ... --draft: the draft's
+ * tensors after the target's, its files after the last target/ file, and the
+ * "draft" object after "model" (or where the replaced one was).
+ *
+ * Commit: everything is written into PKG.tmp-XXXXXX (draft/..., manifest.json)
+ * and fsynced first; then an existing PKG/draft moves aside, the new draft/
+ * moves in, and the new manifest replaces the old one last; a failing rename
+ * undoes the earlier ones.  Target files are never opened for writing. */
+
+/* The target dimensions a draft is checked against, from manifest "model". */
+static int cfg_from_manifest(packer *p, const json_value *m, const char *mpath, splash_error *err) {
+    const json_value *model = json_get(m, "model");
+    const char *keys[3] = {"hidden", "layers", "vocab"};
+    int64_t *outs[3] = {&p->cfg.hidden, &p->cfg.layers, &p->cfg.vocab};
+    if (!model || model->type != JSON_OBJECT)
+        return splash_fail(err, SPLASH_E_FORMAT, "%s: no \"model\" object", mpath);
+    for (int i = 0; i < 3; i++) {
+        const json_value *v = json_get(model, keys[i]);
+        if (!v || json_int64(v, outs[i]) || *outs[i] <= 0)
+            return splash_fail(err, SPLASH_E_FORMAT, "%s: model.%s must be a positive integer", mpath, keys[i]);
+    }
+    p->cfg.moe = !strcmp(json_get_string(m, "architecture", ""), "qwen3_5_moe");
+    return SPLASH_OK;
+}
+
+static int is_draft_file(const json_value *e) { return starts_with(json_get_string(e, "path", ""), "draft/"); }
+
+/* The old manifest with its draft (object, tensors, files) replaced by the new
+ * one; takes ownership of draft, tensors and files. */
+static json_value *attach_manifest(const json_value *old, json_value *draft, json_value *tensors, json_value *files) {
+    json_value *m = json_new(JSON_OBJECT);
+    int had_draft = json_get(old, "draft") != NULL;
+    for (size_t i = 0; i < old->count; i++) {
+        const char *k = old->keys[i];
+        const json_value *v = old->items[i];
+        if (!strcmp(k, "draft")) {
+            json_obj_set(m, k, draft);
+            draft = NULL;
+        } else if (!strcmp(k, "tensors") && v->type == JSON_ARRAY) {
+            json_value *a = json_new(JSON_ARRAY);
+            for (size_t t = 0; t < v->count; t++)
+                if (!starts_with(json_get_string(v->items[t], "name", ""), "draft.")) json_arr_push(a, json_clone(v->items[t]));
+            for (size_t t = 0; t < tensors->count; t++) json_arr_push(a, json_clone(tensors->items[t]));
+            json_obj_set(m, k, a);
+        } else if (!strcmp(k, "files") && v->type == JSON_ARRAY) {
+            size_t after = 0; /* the new draft files go after the last target/ file */
+            for (size_t f = 0; f < v->count; f++)
+                if (starts_with(json_get_string(v->items[f], "path", ""), "target/")) after = f + 1;
+            json_value *a = json_new(JSON_ARRAY);
+            for (size_t f = 0; f <= v->count; f++) {
+                if (f == after)
+                    for (size_t n = 0; n < files->count; n++) json_arr_push(a, json_clone(files->items[n]));
+                if (f < v->count && !is_draft_file(v->items[f])) json_arr_push(a, json_clone(v->items[f]));
+            }
+            json_obj_set(m, k, a);
+        } else {
+            json_obj_set(m, k, json_clone(v));
+        }
+        if (!strcmp(k, "model") && !had_draft) {
+            json_obj_set(m, "draft", draft);
+            draft = NULL;
+        }
+    }
+    if (draft) json_obj_set(m, "draft", draft);
+    json_free(tensors);
+    json_free(files);
+    return m;
+}
+
+/* Moves PKG.tmp/draft and PKG.tmp/manifest.json into PKG (see above). */
+static int commit_draft(packer *p, const char *pkg, splash_error *err) {
+    char *cur = splash_path_join(pkg, "draft"), *fresh = splash_path_join(p->tmp, "draft");
+    char *man = splash_path_join(pkg, "manifest.json"), *fresh_man = splash_path_join(p->tmp, "manifest.json");
+    char *old = NULL;
+    int rc = SPLASH_OK;
+    if (splash_is_dir(cur) || splash_is_file(cur)) {
+        old = splash_path_join(p->tmp, "draft.old"); /* inside PKG.tmp: removed with it */
+        if (rename(cur, old) != 0) {
+            rc = splash_fail(err, SPLASH_E_IO, "%s: cannot move the old draft aside: %s", cur, strerror(errno));
+            goto done;
+        }
+    }
+    if (rename(fresh, cur) != 0) {
+        rc = splash_fail(err, SPLASH_E_IO, "cannot rename %s to %s: %s", fresh, cur, strerror(errno));
+        if (old) rename(old, cur);
+        goto done;
+    }
+    if (rename(fresh_man, man) != 0) {
+        rc = splash_fail(err, SPLASH_E_IO, "cannot rename %s to %s: %s", fresh_man, man, strerror(errno));
+        rename(cur, fresh);
+        if (old) rename(old, cur);
+        goto done;
+    }
+    fsync_dir(pkg);
+done:
+    free(cur);
+    free(fresh);
+    free(man);
+    free(fresh_man);
+    free(old);
+    return rc;
+}
+
+int splash_pack_draft_into(const splash_pack_options *opt, splash_pack_stats *stats, splash_error *err) {
+    double t0 = now_s();
+    splash_pack_stats local;
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (!opt->into || !opt->draft) return splash_fail(err, SPLASH_E_INVALID, "pack --into needs --draft");
+    splash_pack_options o = *opt;
+    o.from = NULL;
+    packer P, *p = &P;
+    memset(p, 0, sizeof *p);
+    p->opt = &o;
+    p->stats = stats;
+
+    /* the package as it is: opened (format, files, sizes) and its manifest kept */
+    splash_package *pkg = NULL;
+    int rc = splash_package_open(opt->into, &pkg, err);
+    if (rc) return rc;
+    json_value *old = json_clone(splash_package_manifest(pkg));
+    splash_package_close(pkg);
+    char *mpath = splash_path_join(opt->into, "manifest.json");
+    json_value *tensors = NULL, *draft = NULL, *manifest = NULL;
+    const json_value *had = json_get(old, "draft");
+    if (had && !opt->force)
+        rc = splash_fail(err, SPLASH_E_INVALID, "%s already has a draft (%s from %s): pass --force to replace it",
+                         opt->into, json_get_string(had, "architecture", "?"), json_get_string(had, "source", "?"));
+    if (!rc) rc = cfg_from_manifest(p, old, mpath, err);
+    if (!rc && !opt->weights_given) { /* the draft is quantised like the target */
+        const json_value *q = json_get(old, "quantization");
+        int t = splash_dtype_parse(q ? json_get_string(q, "weights", "") : "");
+        if (t != SPLASH_Q4 && t != SPLASH_Q8 && t != SPLASH_BF16)
+            rc = splash_fail(err, SPLASH_E_FORMAT, "%s: quantization.weights must be q4, q8 or bf16 (or pass --weights)",
+                             mpath);
+        else o.weights = (splash_dtype)t;
+    }
+    if (!rc && o.weights != SPLASH_Q4 && o.weights != SPLASH_Q8 && o.weights != SPLASH_BF16)
+        rc = splash_fail(err, SPLASH_E_INVALID, "--weights must be q4, q8 or bf16");
+
+    /* the draft: checked and planned exactly as with --from ... --draft */
+    if (!rc) {
+        p->dconfig_path = splash_path_join(opt->draft, "config.json");
+        rc = read_draft_config(p, err);
+    }
+    if (!rc) rc = splash_st_open(opt->draft, &p->dst, err);
+    if (!rc) {
+        p->dused = xcalloc(splash_st_count(p->dst) + 1, 1);
+        rc = plan_draft(p, err);
+    }
+    if (!rc) choose_dtypes(p);
+
+    /* written beside the package, then moved in */
+    if (!rc) rc = make_tmp(p, opt->into, err);
+    if (!rc) {
+        char *dd = splash_path_join(p->tmp, "draft");
+        rc = splash_mkdirs(dd, err);
+        free(dd);
+    }
+    if (!rc) {
+        p->pool = splash_pool_create(opt->threads);
+        tensors = json_new(JSON_ARRAY);
+        p->file_list = json_new(JSON_ARRAY);
+        rc = write_bins(p, tensors, err);
+    }
+    if (!rc) {
+        draft = draft_json(p);
+        manifest = attach_manifest(old, draft, tensors, p->file_list);
+        draft = tensors = NULL;
+        p->file_list = NULL;
+        rc = write_manifest_file(p, manifest, err);
+    }
+    if (!rc) {
+        char *dd = splash_path_join(p->tmp, "draft");
+        fsync_dir(dd);
+        free(dd);
+        fsync_dir(p->tmp);
+        rc = commit_draft(p, opt->into, err);
+    }
+    json_free(tensors);
+    json_free(p->file_list);
+    p->file_list = NULL;
+    json_free(manifest);
+    json_free(old);
+    free(mpath);
+    snprintf(stats->architecture, sizeof stats->architecture, "%s", p->dc.v2 ? "dflash2" : "dflash");
+    packer_free(p);
     stats->seconds = now_s() - t0;
     return rc;
 }

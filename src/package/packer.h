@@ -27,6 +27,9 @@ typedef struct splash_pack_options {
     int progress;         /* print a line per layer on stderr */
     const char *default_reasoning_effort; /* manifest "serving.reasoning_effort" (a model trained
                                              without thinking: "none"), or NULL */
+    const char *into;     /* splash_pack_draft_into: the existing package the draft goes into */
+    int weights_given;    /* splash_pack_draft_into: use `weights` for the draft; else the draft is
+                             quantised as the package's target (manifest quantization.weights) */
 } splash_pack_options;
 
 typedef struct splash_pack_stats {
@@ -42,5 +45,15 @@ typedef struct splash_pack_stats {
 } splash_pack_stats;
 
 int splash_pack(const splash_pack_options *opt, splash_pack_stats *stats, splash_error *err);
+
+/* `splash pack --into PKG --draft DIR`: attaches (with opt->force: replaces) a
+ * DFlash draft in an existing package without its target checkpoint.  The
+ * draft is checked against the target dimensions in PKG's manifest by the
+ * same code as --draft; target files are not touched; draft files and the new
+ * manifest are written under temporary names and renamed in, the manifest
+ * last, so a failure leaves PKG as it was.  Uses into, draft, weights and
+ * weights_given, threads, force, progress.  stats->architecture is the
+ * draft's ("dflash" or "dflash2"); the counts are the draft's. */
+int splash_pack_draft_into(const splash_pack_options *opt, splash_pack_stats *stats, splash_error *err);
 
 #endif

@@ -5,6 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -172,6 +173,147 @@ test("special token ids come from the tokenizer and configs", { skip: !fs.exists
             assert.ok(paths.includes(f), f);
         assert.deepEqual(fs.readFileSync(path.join(out, "tokenizer", "tokenizer.json")), fs.readFileSync(path.join(qwen3, "tokenizer.json")));
         assert.equal(run("verify", "--quiet", out).status, 0);
+    } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+    }
+});
+
+// `splash pack --into PKG --draft DIR`: a draft attached to (or replacing the
+// one in) a package packed without it must give exactly the package packed in
+// one go with --from ... --draft, touch no target file, and leave the package
+// unchanged when it refuses.
+function treeHashes(root) {
+    const out = {};
+    const walk = (rel) => {
+        for (const e of fs.readdirSync(path.join(root, rel), { withFileTypes: true })) {
+            const r = path.join(rel, e.name);
+            if (e.isDirectory()) walk(r);
+            else out[r] = crypto.createHash("sha256").update(fs.readFileSync(path.join(root, r))).digest("hex");
+        }
+    };
+    walk("");
+    return out;
+}
+
+const haveDrafts = ["dense-tiny", "dflash-tiny", "dflash2-tiny"].every((d) => fs.existsSync(path.join(fixtures, d)));
+
+test("pack --into attaches and replaces a draft, equal to packing in one go", { skip: !haveDrafts }, () => {
+    const dir = tmp();
+    try {
+        const target = path.join(fixtures, "dense-tiny");
+        const v1 = path.join(fixtures, "dflash-tiny"), v2 = path.join(fixtures, "dflash2-tiny");
+        const pack = (...a) => {
+            const r = run("pack", "--quiet", ...a);
+            assert.equal(r.status, 0, r.stderr);
+        };
+        pack("--from", target, "--out", path.join(dir, "one1"), "--draft", v1);
+        pack("--from", target, "--out", path.join(dir, "one2"), "--draft", v2);
+        const pkg = path.join(dir, "pkg");
+        pack("--from", target, "--out", pkg);
+        const bare = treeHashes(pkg);
+        assert.ok(!Object.keys(bare).some((f) => f.startsWith("draft")));
+        const targetFiles = Object.keys(bare).filter((f) => f !== "manifest.json");
+        const one1 = treeHashes(path.join(dir, "one1")), one2 = treeHashes(path.join(dir, "one2"));
+        // the one-go packages hold the same target files as the bare one
+        for (const f of targetFiles) assert.equal(one1[f], bare[f], f);
+
+        let r = run("pack", "--into", pkg, "--draft", v1);
+        assert.equal(r.status, 0, r.stderr);
+        assert.match(r.stdout, /attached a dflash draft/);
+        assert.match(r.stdout, /25 tensors in 3 files/);
+        assert.deepEqual(treeHashes(pkg), one1); // manifest, draft files and target files, byte for byte
+        const m = JSON.parse(fs.readFileSync(path.join(pkg, "manifest.json"), "utf8"));
+        assert.equal(m.draft.architecture, "dflash");
+        assert.deepEqual(m.draft.target_layer_ids, [1, 4, 6]);
+        assert.equal(m.draft.mask_token_id, 511);
+        assert.deepEqual(m.files.map((f) => f.path).filter((p) => p.startsWith("draft/")),
+                         ["draft/model.bin", "draft/layer-0.bin", "draft/layer-1.bin"]);
+        assert.equal(run("verify", "--quiet", pkg).status, 0);
+        assert.deepEqual(fs.readdirSync(dir).sort(), ["one1", "one2", "pkg"]);
+
+        // a package with a draft keeps it unless --force
+        r = run("pack", "--into", pkg, "--draft", v2);
+        assert.equal(r.status, 1);
+        assert.match(r.stderr, /already has a draft \(dflash from .*dflash-tiny\): pass --force/);
+        assert.deepEqual(treeHashes(pkg), one1);
+        // replace v1 by DFlash 2 (one more file), then back (the selector goes away)
+        pack("--into", pkg, "--draft", v2, "--force");
+        assert.deepEqual(treeHashes(pkg), one2);
+        assert.equal(JSON.parse(fs.readFileSync(path.join(pkg, "manifest.json"), "utf8")).draft.architecture, "dflash2");
+        pack("--into", pkg, "--draft", v1, "--force");
+        assert.deepEqual(treeHashes(pkg), one1);
+        assert.equal(run("verify", "--quiet", pkg).status, 0);
+
+        // --weights: the draft alone is re-quantised; the target keeps its q4
+        pack("--into", pkg, "--draft", v1, "--force", "--weights", "bf16");
+        const mb = JSON.parse(fs.readFileSync(path.join(pkg, "manifest.json"), "utf8"));
+        assert.equal(mb.quantization.weights, "q4");
+        assert.equal(mb.tensors.find((t) => t.name === "draft.fc").dtype, "bf16");
+        assert.equal(mb.tensors.find((t) => t.name === "layers.0.ffn.up").dtype, "q4");
+        const after = treeHashes(pkg);
+        for (const f of targetFiles) assert.equal(after[f], bare[f], f);
+        assert.equal(run("verify", "--quiet", pkg).status, 0);
+        // usage
+        assert.equal(run("pack", "--into", pkg).status, 2);
+        assert.equal(run("pack", "--into", pkg, "--draft", v1, "--out", path.join(dir, "x")).status, 2);
+    } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+    }
+});
+
+test("pack --into refuses a draft that does not fit, and the package stays as it was", { skip: !haveDrafts }, () => {
+    const dir = tmp();
+    try {
+        const pkg = path.join(dir, "pkg");
+        let r = run("pack", "--quiet", "--from", path.join(fixtures, "dense-tiny"), "--out", pkg);
+        assert.equal(r.status, 0, r.stderr);
+        const v1 = path.join(fixtures, "dflash-tiny"), v2 = path.join(fixtures, "dflash2-tiny");
+        // a draft directory: the fixture's tensors with an edited config (or tensors)
+        const variant = (name, src, edit, tensors) => {
+            const d = path.join(dir, name);
+            fs.mkdirSync(d);
+            const text = fs.readFileSync(path.join(src, "config.json"), "utf8");
+            fs.writeFileSync(path.join(d, "config.json"), typeof edit === "string" ? edit : JSON.stringify(edit(JSON.parse(text))));
+            const st = fs.readFileSync(path.join(src, "model.safetensors"));
+            fs.writeFileSync(path.join(d, "model.safetensors"), tensors ? tensors(st) : st);
+            return d;
+        };
+        // NaN in fc.weight (bf16 0x7fc0): found while quantising, after planning
+        const nan = (st) => {
+            const n = Number(st.readBigUInt64LE(0));
+            const h = JSON.parse(st.subarray(8, 8 + n).toString("utf8"));
+            const b = Buffer.from(st);
+            b.writeUInt16LE(0x7fc0, 8 + n + h["fc.weight"].data_offsets[0] + 2 * 1000);
+            return b;
+        };
+        const cases = [
+            [variant("hidden", v1, (c) => ({ ...c, hidden_size: 64 })), /config\.json: hidden_size differs from the target's/],
+            [variant("taps", v1, (c) => ({ ...c, dflash_config: { ...c.dflash_config, target_layer_ids: [1, 4, 8] } })),
+             /config\.json: target_layer_ids\[2\] is not a layer of the 8-layer target/],
+            [variant("mask", v1, (c) => ({ ...c, dflash_config: { ...c.dflash_config, mask_token_id: 512 } })),
+             /config\.json: mask_token_id is outside the target's vocabulary/],
+            [variant("vocab2", v2, (c) => ({ ...c, vocab_size: 1024 })), /config\.json: vocab_size differs from the target's \(512\)/],
+            [variant("arch", v1, (c) => ({ ...c, architectures: ["Qwen3ForCausalLM"] })), /architectures\[0\] is Qwen3ForCausalLM/],
+            [variant("corrupt", v1, '{"architectures": ["DFlashDraftModel"], "hidden_size": 1'), /config\.json: not JSON/],
+            [variant("nan", v1, (c) => c, nan), /fc\.weight \(for draft\.fc\): row \d+ holds a non-finite value/],
+            [path.join(dir, "nothing"), /nothing\/config\.json/],
+        ];
+        for (const withDraft of [false, true]) {
+            if (withDraft) {
+                r = run("pack", "--quiet", "--into", pkg, "--draft", v1);
+                assert.equal(r.status, 0, r.stderr);
+            }
+            const before = treeHashes(pkg);
+            for (const [draft, message] of cases) {
+                r = run("pack", "--into", pkg, "--draft", draft, "--force");
+                assert.equal(r.status, 1, `${draft}: ${r.stderr}`);
+                assert.equal(errorLines(r.stderr).length, 1, r.stderr);
+                assert.match(r.stderr, message);
+                assert.deepEqual(treeHashes(pkg), before, draft);
+                assert.ok(!fs.readdirSync(dir).some((f) => f.startsWith("pkg.")), "temporary files left behind");
+            }
+            assert.equal(run("verify", "--quiet", pkg).status, 0);
+        }
     } finally {
         fs.rmSync(dir, { recursive: true, force: true });
     }
