@@ -400,58 +400,6 @@ AVXF static float scores_avx(const float *q, const float *Kt, size_t ldt, int n,
     return m;
 }
 
-/* o = fmaf(w[t], V_t, o) for t < n in order, o held in registers 64, 32 or
- * 8 columns at a time: the bits of n cpu_axpy calls. */
-AVXF static void accum_avx(float *o, const float *V, int n, int hd, const float *w) {
-    int c = 0;
-    for (; c + 64 <= hd; c += 64) {
-        __m256 o0 = _mm256_loadu_ps(o + c), o1 = _mm256_loadu_ps(o + c + 8), o2 = _mm256_loadu_ps(o + c + 16),
-               o3 = _mm256_loadu_ps(o + c + 24), o4 = _mm256_loadu_ps(o + c + 32), o5 = _mm256_loadu_ps(o + c + 40),
-               o6 = _mm256_loadu_ps(o + c + 48), o7 = _mm256_loadu_ps(o + c + 56);
-        for (int t = 0; t < n; t++) {
-            const float *v = V + (size_t)t * hd + c;
-            __m256 wt = _mm256_broadcast_ss(w + t);
-            o0 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v), o0);
-            o1 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 8), o1);
-            o2 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 16), o2);
-            o3 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 24), o3);
-            o4 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 32), o4);
-            o5 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 40), o5);
-            o6 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 48), o6);
-            o7 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 56), o7);
-        }
-        _mm256_storeu_ps(o + c, o0), _mm256_storeu_ps(o + c + 8, o1);
-        _mm256_storeu_ps(o + c + 16, o2), _mm256_storeu_ps(o + c + 24, o3);
-        _mm256_storeu_ps(o + c + 32, o4), _mm256_storeu_ps(o + c + 40, o5);
-        _mm256_storeu_ps(o + c + 48, o6), _mm256_storeu_ps(o + c + 56, o7);
-    }
-    for (; c + 32 <= hd; c += 32) {
-        __m256 o0 = _mm256_loadu_ps(o + c), o1 = _mm256_loadu_ps(o + c + 8), o2 = _mm256_loadu_ps(o + c + 16),
-               o3 = _mm256_loadu_ps(o + c + 24);
-        for (int t = 0; t < n; t++) {
-            const float *v = V + (size_t)t * hd + c;
-            __m256 wt = _mm256_broadcast_ss(w + t);
-            o0 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v), o0);
-            o1 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 8), o1);
-            o2 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 16), o2);
-            o3 = _mm256_fmadd_ps(wt, _mm256_loadu_ps(v + 24), o3);
-        }
-        _mm256_storeu_ps(o + c, o0), _mm256_storeu_ps(o + c + 8, o1);
-        _mm256_storeu_ps(o + c + 16, o2), _mm256_storeu_ps(o + c + 24, o3);
-    }
-    for (; c + 8 <= hd; c += 8) {
-        __m256 o0 = _mm256_loadu_ps(o + c);
-        for (int t = 0; t < n; t++) o0 = _mm256_fmadd_ps(_mm256_broadcast_ss(w + t), _mm256_loadu_ps(V + (size_t)t * hd + c), o0);
-        _mm256_storeu_ps(o + c, o0);
-    }
-    for (; c < hd; c++) {
-        float x = o[c];
-        for (int t = 0; t < n; t++) x = fmaf(w[t], V[(size_t)t * hd + c], x);
-        o[c] = x;
-    }
-}
-
-/* exp_block_scalar's bits */
 AVXF static float exp_block_avx(const float *s, int n, float m, const float *vsc, float *w) {
     __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
     int t = 0;
@@ -690,13 +638,7 @@ static void attn_task(void *ctx, size_t task, int worker) {
             }
             if (alpha != 1.0f)
                 for (int c = 0; c < hd; c++) a->o[c] *= alpha;
-#if HAVE_X86
-            if (simd) {
-                accum_avx(a->o, V, n, hd, wk);
-                continue;
-            }
-#endif
-            for (int t = 0; t < n; t++) cpu_axpy(wk[t], V + (size_t)t * hd, a->o, hd);
+            cpu_axpy_rows(wk, V, (size_t)hd, n, a->o, hd); /* the bits of n cpu_axpy calls */
         }
     }
     for (int k = 0; k < nq; k++)
