@@ -384,12 +384,7 @@ static void reply_whole(chat *c, srv_reply *r) {
     sb_init(&text);
     splash_gen_take t;
     srv_gen_collect(c->g, &text, &t); /* cancels the gen if the client goes away */
-    if (t.finish == SPLASH_FINISH_ERROR || t.finish == SPLASH_FINISH_CANCELLED) {
-        int st;
-        const char *msg;
-        srv_gen_error_status(&t, &st, &msg);
-        srv_error(r, st, NULL, "generation_failed", "%s", msg);
-        if (st == 503) r->retry_after = 1;
+    if (srv_gen_failed_reply(&t, r)) {
         sb_free(&text);
         return;
     }
@@ -557,20 +552,7 @@ static void stream_produce(void *ctx, strbuf *out, int *done) {
     sb_free(&text);
     if (t.finish == SPLASH_FINISH_NONE) return;
     *done = 1;
-    if (t.finish == SPLASH_FINISH_ERROR || t.finish == SPLASH_FINISH_CANCELLED) {
-        int st;
-        const char *msg;
-        srv_gen_error_status(&t, &st, &msg);
-        srv_reply er;
-        memset(&er, 0, sizeof er);
-        sb_init(&er.body);
-        srv_error(&er, st, NULL, "generation_failed", "%s", msg);
-        sb_puts(out, "data: ");
-        sb_append(out, er.body.data, er.body.len);
-        sb_puts(out, "\n\ndata: [DONE]\n\n");
-        sb_free(&er.body);
-        return;
-    }
+    if (srv_gen_failed_sse(&t, out)) return;
     splash_output_parser_finish(c->parser);
     chunk_open(c, out);
     sb_puts(out, "{},\"logprobs\":");

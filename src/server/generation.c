@@ -170,6 +170,21 @@ int srv_gen_failed_reply(const splash_gen_take *t, srv_reply *r) {
     return 1;
 }
 
+int srv_gen_failed_sse(const splash_gen_take *t, strbuf *out) {
+    srv_reply er;
+    memset(&er, 0, sizeof er);
+    sb_init(&er.body);
+    if (!srv_gen_failed_reply(t, &er)) {
+        sb_free(&er.body);
+        return 0;
+    }
+    sb_puts(out, "data: ");
+    sb_append(out, er.body.data, er.body.len);
+    sb_puts(out, "\n\ndata: [DONE]\n\n");
+    sb_free(&er.body);
+    return 1;
+}
+
 void srv_gen_collect(splash_gen *g, strbuf *text, splash_gen_take *t) {
     while (!splash_gen_wait(g, 1000, text, t) || t->finish == SPLASH_FINISH_NONE)
         if (srv_client_gone()) splash_gen_cancel(g);

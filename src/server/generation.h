@@ -69,6 +69,9 @@ void srv_gen_error_status(const splash_gen_take *t, int *status, const char **ms
 /* 1 with r filled (the status of srv_gen_error_status, Retry-After on 503)
  * when a gen ended with ERROR or CANCELLED, else 0. */
 int srv_gen_failed_reply(const splash_gen_take *t, srv_reply *r);
+/* The same for an OpenAI-style stream: appends `data: {error}` and
+ * `data: [DONE]` to out and returns 1, else 0. */
+int srv_gen_failed_sse(const splash_gen_take *t, strbuf *out);
 
 /* Waits for the whole output of a gen (non-streaming replies); cancels it
  * when the client goes away (srv_client_gone). */
