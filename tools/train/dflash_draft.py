@@ -150,8 +150,13 @@ class DFlashDraft(nn.Module):
         return m.to(device)
 
 
-def make_config(target_spec, mask_token_id, block_size=None):
-    cfg = sizes.draft_config(target_spec, mask_token_id)
+def make_config(target_spec, mask_token_id, block_size=None, ffn_mult=None, layers=None):
+    d = dict(sizes.DRAFT)
+    if ffn_mult:
+        d["ffn_mult"] = ffn_mult
+    if layers:
+        d["layers"] = layers
+    cfg = sizes.draft_config(target_spec, mask_token_id, d)
     if block_size:
         cfg["block_size"] = block_size
         cfg["dflash_config"]["block_size"] = block_size

@@ -20,7 +20,7 @@
 # as a partial results tar, and poll also writes it when the pipeline's process is gone, so a poll never
 # waits on a dead pipeline.
 # Knobs (environment; defaults below): PKG, GEN_N, GEN_SECONDS, GEN_BATCH, DRAFT_SECONDS, ACC_SECONDS,
-# SEED, PY, SPLASH_TRAIN_DIR; for the target: SIZE, TARGET_SECONDS.
+# DRAFT_FFN_MULT, DRAFT_LAYERS, SEED, PY, SPLASH_TRAIN_DIR; for the target: SIZE, TARGET_SECONDS.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -39,20 +39,22 @@ PKG=${PKG:-models/splash-demo}
 PREP_ARGS=${PREP_ARGS:-}
 EVAL_WINDOWS=${EVAL_WINDOWS:-16}
 EVAL_SEQ=${EVAL_SEQ:-1024}
-GEN_N=${GEN_N:-16384}
-GEN_SECONDS=${GEN_SECONDS:-90}
+GEN_N=${GEN_N:-32768}
+GEN_SECONDS=${GEN_SECONDS:-150}
 GEN_BATCH=${GEN_BATCH:-1024}
 GEN_MAX_NEW=${GEN_MAX_NEW:-256}
 GEN_MAX_PROMPT=${GEN_MAX_PROMPT:-768}
 SAMPLES_N=${SAMPLES_N:-24}
 SAMPLES_MAX_NEW=${SAMPLES_MAX_NEW:-256}
 SAMPLES_MAX_PROMPT=${SAMPLES_MAX_PROMPT:-768}
-DRAFT_SECONDS=${DRAFT_SECONDS:-240}
+DRAFT_SECONDS=${DRAFT_SECONDS:-360}
 DRAFT_BATCH=${DRAFT_BATCH:-48}
 DRAFT_ANCHORS=${DRAFT_ANCHORS:-64}
 DRAFT_LOG_EVERY=${DRAFT_LOG_EVERY:-20}
+DRAFT_FFN_MULT=${DRAFT_FFN_MULT:-0}   # 0: tools/train/sizes.py DRAFT (8)
+DRAFT_LAYERS=${DRAFT_LAYERS:-0}       # 0: sizes.py (2)
 ACC_N=${ACC_N:-32}
-ACC_SECONDS=${ACC_SECONDS:-40}
+ACC_SECONDS=${ACC_SECONDS:-20}
 ACC_MAX_NEW=${ACC_MAX_NEW:-96}
 STUB=${STUB:-}
 
@@ -135,6 +137,7 @@ draft_pipeline() { # everything after the target's training, from the package in
         --out $D/gen/samples.npz --text-out $D/gen/samples.jsonl $STUB
     step train_draft $PY $TT/train_draft.py --target $PKG --data $D/gen/train.npz --out $D/draft \
         --max-seconds $DRAFT_SECONDS --batch $DRAFT_BATCH --anchors $DRAFT_ANCHORS --log-every $DRAFT_LOG_EVERY \
+        --ffn-mult $DRAFT_FFN_MULT --layers $DRAFT_LAYERS \
         --seed $SEED $compile --eval-prompts $D/data/heldout_chat.jsonl --eval-n $ACC_N \
         --eval-max-new $ACC_MAX_NEW --eval-seconds $ACC_SECONDS $STUB
     if ! results 30-draft-results; then echo "results tar" > "$D/fail_reason"; exit 1; fi
@@ -289,9 +292,16 @@ start_detached() { # mode: run "$0 mode" in its own session, in a fresh $D
     if [ -e "$D/pid" ] && kill -0 "$(cat "$D/pid")" 2>/dev/null && [ ! -e "$D/DONE" ] && [ ! -e "$D/FAILED" ]; then
         echo "already running (pid $(cat "$D/pid"))"; exit 0
     fi
-    rm -rf "$D"; mkdir -p "$D"
-    setsid nohup bash "$0" "$1" > "$D/nohup.log" 2>&1 < /dev/null &
-    sleep 2; echo "started $1 (pid $!); log in $D/pipeline.log"
+    rm -rf "$D"; mkdir -p "$D/src/tools"
+    # The pipeline runs from its own copy of the scripts, the package and the tokenizer: each later
+    # call replaces the working tree, and may carry a tree without the package (to make room).
+    cp -r "$TT" "$D/src/tools/" || exit 1
+    local p
+    for p in "$PKG" "$TOKDIR" tests/node/template_cases/tokenizer; do
+        if [ -d "$p" ]; then mkdir -p "$D/src/$(dirname "$p")" && cp -r "$p" "$D/src/$p" || exit 1; fi
+    done
+    setsid nohup bash "$D/src/$TT/run_device.sh" "$1" > "$D/nohup.log" 2>&1 < /dev/null &
+    sleep 2; echo "started $1 (pid $!) from $D/src; log in $D/pipeline.log"
 }
 
 case "${1:-}" in

@@ -61,7 +61,7 @@ COMMON = dict(vocab=VOCAB, rms_eps=1e-6, rope_theta=10000.0, partial_rotary=0.5,
               conv_kernel=4, max_positions=4096, tie=True)
 
 # The DFlash v1 draft: Qwen3-style layers at the target's hidden size.
-DRAFT = dict(layers=2, heads=4, kv_heads=2, head_dim=64, ffn_mult=3, block_size=8, n_taps=3,
+DRAFT = dict(layers=2, heads=4, kv_heads=2, head_dim=64, ffn_mult=8, block_size=8, n_taps=3,
              rms_eps=1e-6, rope_theta=10000.0)
 
 

@@ -44,6 +44,8 @@ def parse():
     ap.add_argument("--data", required=True, help="generate.py .npz")
     ap.add_argument("--out", required=True)
     ap.add_argument("--block", type=int, default=8)
+    ap.add_argument("--ffn-mult", type=int, default=0, help="draft FFN width / hidden (0: sizes.DRAFT's, 8)")
+    ap.add_argument("--layers", type=int, default=0, help="draft layers (0: sizes.DRAFT's, 2)")
     ap.add_argument("--gamma", type=float, default=0.0, help="0: 4 for block 8, 7 for block 16")
     ap.add_argument("--anchors", type=int, default=64)
     ap.add_argument("--batch", type=int, default=48)
@@ -134,7 +136,7 @@ def main():
     if a.eval_only:
         draft = D.DFlashDraft.load(a.out, dev).eval()
     else:
-        cfg = D.make_config(target.spec, mask_id, a.block)
+        cfg = D.make_config(target.spec, mask_id, a.block, a.ffn_mult, a.layers)
         draft = D.DFlashDraft(cfg)
         draft.init_weights(a.seed)
         draft.to(dev).train()
