@@ -25,7 +25,7 @@
 #   tools/gpu_tests.sh --prepare   (on a machine with the build's libraries,
 #                 no GPU needed): builds $PREP/libsplash.a and packs the
 #                 fixtures test_cuda_model reads into $PREP/test-packages;
-#                 carry $PREP (default build-gpu-prep, ~6 MB) to a GPU
+#                 carry $PREP (default build-gpu-prep, ~8 MB) to a GPU
 #                 machine that lacks those libraries' headers
 # Exit status: non-zero if a build step or any test failed.
 #
@@ -74,9 +74,13 @@ pack_fixtures() { # splash-binary dir
 
 if [ $PREPARE = 1 ]; then
     stamp "prepare: $PREP/libsplash.a and the fixture packages (no GPU needed)"
-    make -s BUILD="$PREP" -j"${JOBS}" "$PREP/libsplash.a" "$PREP/splash" || exit 1
+    # CUDA=0: the GPU machine compiles the CUDA objects itself (tools/gpu_tests.sh links them)
+    make -s BUILD="$PREP" CUDA=0 -j"${JOBS}" "$PREP/libsplash.a" "$PREP/splash" || exit 1
     pack_fixtures "$PREP/splash" "$PREP/test-packages" || { echo "packing failed"; exit 1; }
-    rm -rf "$PREP/src" "$PREP/tests" # objects are inside libsplash.a; keep what travels small
+    # keep what travels small (the tree's limit is 64 MiB): objects are inside libsplash.a,
+    # debug sections are not needed there, the binary only packed the fixtures
+    rm -rf "$PREP/src" "$PREP/tests" "$PREP/splash"
+    strip -g "$PREP/libsplash.a" || exit 1
     du -sh "$PREP"
     stamp "done: carry $PREP to the GPU machine"
     exit 0
@@ -84,7 +88,7 @@ fi
 if [ $EMULATE = 1 ]; then
     stamp "emulate: the CUDA model's host code on the CPU backend (no GPU)"
     mkdir -p "$B/emu" "$OUT"
-    make -s BUILD="$B" -j"$JOBS" "$B/libsplash.a" "$B/splash" || exit 1
+    make -s BUILD="$B" CUDA=0 -j"$JOBS" "$B/libsplash.a" "$B/splash" || exit 1
     objs="" pids=""
     for f in src/models/qwen35/cuda_*.cu tests/gpu/test_cuda_model.cu tests/gpu/host_emulation.cpp; do
         o="$B/emu/$(basename "${f%.*}").o"
@@ -110,14 +114,14 @@ stamp "build: CPU reference library"
 REFLIB="" MODEL_LIBS="" SPLASH_BIN=""
 if pkg-config --exists $PKGS 2>/dev/null; then
     mkdir -p "$B" && touch "$B/.deps-ok" # the dependencies are there: skip tools/deps.sh
-    if make -s BUILD="$B" -j"$JOBS" "$B/libsplash.a" "$B/splash" >"$OUT/build.log" 2>&1; then
+    if make -s BUILD="$B" CUDA=0 -j"$JOBS" "$B/libsplash.a" "$B/splash" >"$OUT/build.log" 2>&1; then
         REFLIB="$B/libsplash.a" SPLASH_BIN="$B/splash" MODEL_LIBS="$(pkg-config --libs $PKGS) -lm -lpthread"
     fi
 fi
 if [ -z "$REFLIB" ] && [ -f "$PREP/libsplash.a" ]; then
     CRYPTO=$(ldconfig -p 2>/dev/null | awk '/libcrypto\.so/ {print $NF; exit}')
     REFLIB="$PREP/libsplash.a"
-    if [ -n "$CRYPTO" ]; then MODEL_LIBS="$CRYPTO -lm -lpthread"; else echo "    no libcrypto: test_cuda_model skipped"; fi
+    if [ -n "$CRYPTO" ]; then MODEL_LIBS="-Xlinker $CRYPTO -lm -lpthread"; else echo "    no libcrypto: test_cuda_model skipped"; fi
 fi
 if [ -z "$REFLIB" ]; then
     SRCS="$(ls src/backend/cpu/*.c) src/base/status.c src/base/mem.c src/base/threads.c src/base/log.c src/package/tensor.c"
