@@ -25,6 +25,23 @@ CU_SRC := $(shell find src -name '*.cu' | sort)
 CU_PROGS := $(sort $(wildcard tests/gpu/*.cu bench/gpu/*.cu))
 CU_HOST := $(sort $(wildcard tests/gpu/*.cpp)) # host C++ against the CUDA headers (tests/gpu/host_emulation.cpp)
 NVCC ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+NVCCFLAGS := -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -Xcompiler -Wall,-Wextra -Werror all-warnings
+
+# The CUDA backend is part of libsplash.a and the binary wherever nvcc exists
+# (CUDA=1; CUDA=0 leaves it out).  The CUDA runtime is linked statically, so
+# the binary needs only the driver, and without one (or without a GPU)
+# `--device auto` runs on the CPU.  The sanitizer build leaves CUDA out: ASan
+# and the CUDA runtime's allocations do not mix.
+ifeq ($(SAN),1)
+CUDA := 0
+endif
+CUDA ?= $(if $(wildcard $(NVCC)),1,0)
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
+CFLAGS += -DSPLASH_CUDA=1
+LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+endif
 
 .PHONY: all deps test bench cuda-check clean serve serve-test-model
 all: $(BUILD)/splash
@@ -43,7 +60,11 @@ $(BUILD)/%.o: %.c | $(DEPS_STAMP)
 # The chat page is compiled in with .incbin (src/server/chat_page.c), which -MMD does not see.
 $(BUILD)/src/server/chat_page.o: src/server/chat_page.html
 
-$(BUILD)/libsplash.a: $(OBJ)
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libsplash.a: $(OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -80,10 +101,13 @@ serve-test-model: $(BUILD)/splash $(TEST_MODEL)/manifest.json
 
 # CUDA sources and the GPU tests/benchmarks must at least compile for Hopper,
 # without warnings, wherever nvcc exists (CI).  tools/gpu_tests.sh builds and
-# runs them on the GPU machine.
-cuda-check:
+# runs them on the GPU machine.  With CUDA=1 the sources are already compiled
+# (with the same -Werror) into libsplash.a: only the tests, benchmarks and the
+# emulation host remain to check.
+CUDA_CHECK_SRC := $(if $(CU_OBJ),,$(CU_SRC)) $(CU_PROGS) $(CU_HOST)
+cuda-check: $(CU_OBJ)
 	@if [ -z "$(CU_SRC)" ]; then echo "no CUDA sources"; \
-	elif [ -x "$(NVCC)" ]; then for f in $(CU_SRC) $(CU_PROGS) $(CU_HOST); do \
+	elif [ -x "$(NVCC)" ]; then for f in $(CUDA_CHECK_SRC); do \
 	  $(NVCC) -std=c++17 -arch=sm_90a -Isrc -Xcompiler -Wall,-Wextra -Werror all-warnings -c $$f -o /dev/null \
 	  || exit 1; done; echo "CUDA sources compile for sm_90a"; \
 	else echo "nvcc not found: CUDA sources not checked"; fi
@@ -91,4 +115,4 @@ cuda-check:
 clean:
 	rm -rf build build-san
 
--include $(OBJ:.o=.d) $(BUILD)/src/main.d
+-include $(OBJ:.o=.d) $(CU_OBJ:.o=.d) $(BUILD)/src/main.d

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
             "usage: splash eval --model PKG (--tokens 1,2,3 | --tokens-file F) [--incremental N]\n"
             "                   [--chunk C] [--logits-out FILE] [--threads T] [--max-rows R]\n"
             "                   [--kv-format f32|bf16|int8] [--cpu-activations auto|fp32|int8|int16]\n"
-            "                   [--logits all|last] [--profile]\n"
+            "                   [--logits all|last] [--device auto|cuda|cpu] [--profile]\n"
             "\n"
             "Runs a token sequence through the model and prints its perplexity and speed.\n"
             "  --tokens-file    a JSON array of ids or a comma-separated list\n"
@@ -44,6 +44,7 @@ static void usage(FILE *f) {
             "                   int8 for q4/q8 packages), fp32 (the exact reference), int8, int16\n"
             "  --logits last    logits only for the last row of each forward call (as a server\n"
             "                   prefills); perplexity then counts those rows only\n"
+            "  --device D       auto (default: cuda when built with CUDA and a GPU is visible), cuda, cpu\n"
             "  --profile        print the model's time per part of the forward pass (stderr)\n");
 }
 
@@ -151,7 +152,7 @@ static int run_rows(eval_run *e, int t0, int n, int mode, int phase, splash_erro
 }
 
 int splash_cmd_eval(int argc, char **argv) {
-    const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *logits_out = NULL;
+    const char *model_dir = NULL, *tokens_arg = NULL, *tokens_file = NULL, *logits_out = NULL, *device = "auto";
     int incremental = -1, chunk = 0, threads = 0, max_rows = 512, last_only = 0, profile = 0;
     splash_kv_format kv_format = SPLASH_KV_F32;
     splash_cpu_act cpu_act = SPLASH_CPU_ACT_AUTO;
@@ -178,6 +179,7 @@ int splash_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--incremental")) incremental = atoi(v);
         else if (!strcmp(a, "--chunk")) chunk = atoi(v);
         else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--device") && (!strcmp(v, "auto") || !strcmp(v, "cuda") || !strcmp(v, "cpu"))) device = v;
         else if (!strcmp(a, "--max-rows")) max_rows = atoi(v);
         else if (!strcmp(a, "--logits") && (!strcmp(v, "all") || !strcmp(v, "last"))) last_only = !strcmp(v, "last");
         else if (!strcmp(a, "--cpu-activations") && splash_cpu_act_parse(v) >= 0)
@@ -218,7 +220,9 @@ int splash_cmd_eval(int argc, char **argv) {
     if (incremental > T) incremental = T;
     if ((rc = splash_package_open(model_dir, &pkg, &err))) goto done;
     if (profile) setenv("SPLASH_PROFILE", "1", 1); /* the model reports at free */
-    splash_model_options opt = {.threads = threads, .max_rows = max_rows, .max_lanes = 1, .kv_format = kv_format,
+    char device_name[128];
+    if ((rc = splash_device_resolve(device, &device, device_name, sizeof device_name, NULL, &err))) goto done;
+    splash_model_options opt = {.device = device, .threads = threads, .max_rows = max_rows, .max_lanes = 1, .kv_format = kv_format,
                                 .cpu_activations = cpu_act};
     if ((rc = splash_model_load(pkg, &opt, &m, &err))) goto done;
     const splash_model_needs *nd = splash_model_get_needs(m);
@@ -257,6 +261,7 @@ int splash_cmd_eval(int argc, char **argv) {
     }
     e.out = NULL;
     double total = e.seconds[0] + e.seconds[1];
+    printf("device %s (%s)\n", device, device_name);
     printf("tokens %d: prefill %d, then %d in verify blocks of %d\n", T, e.counted[0], e.counted[1], step);
     if (e.n_nll)
         printf("perplexity %.6f  mean_nll %.6f  (%d predictions)\n", exp(e.nll / e.n_nll), e.nll / e.n_nll, e.n_nll);

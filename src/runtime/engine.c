@@ -188,6 +188,9 @@ struct splash_engine {
     int block, max_block; /* default rows per decoding lane, and the most a gen may ask */
     splash_dist q;        /* draft distribution scratch (spec.h) */
     size_t model_snap;    /* bytes of the model's part of a snapshot (the draft's follows) */
+    const char *device;   /* "cpu" or "cuda" (splash_device_resolve) */
+    char device_name[128];
+    size_t device_free;   /* CUDA: device memory free before the model loaded (the plan's budget); CPU: 0 */
     void (*on_logits)(void *ctx, const splash_gen *g, int index, const float *row, int vocab);
     void (*on_propose)(void *ctx, const splash_gen *g, int n_seq, const int32_t *props, int n);
     void *hook_ctx;
@@ -956,9 +959,31 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         rc = splash_fail(err, SPLASH_E_RANGE, "block size %d outside [1, %d]", opt->block_size, SPLASH_DRAFT_MAX_BLOCK);
         goto fail;
     }
+    if ((rc = splash_device_resolve(opt->device, &e->device, e->device_name, sizeof e->device_name, &e->device_free,
+                                    err)))
+        goto fail;
+    /* The DFlash drafts run on the CPU backend only: beside a CUDA target a
+     * draft forward (its lm_head over the whole vocabulary, on the CPU) costs
+     * more than the target's own step, so a CUDA engine decodes with block 1
+     * until the draft has a CUDA forward. */
+    int cpu_draft_only = !strcmp(e->device, "cuda") && !opt->test_draft;
+    if (cpu_draft_only && opt->block_size > 1) {
+        rc = splash_fail(err, SPLASH_E_UNSUPPORTED,
+                         "block size %d on device cuda: the DFlash draft runs on the CPU only for now (block 1 on cuda)",
+                         opt->block_size);
+        goto fail;
+    }
+    /* the block size asked for: the option, else the package's serving.block_size (pack
+     * --default-block-size), else 0 = the draft's own */
+    int want_block = opt->block_size;
+    if (!want_block && !opt->test_draft) {
+        const json_value *serving = json_get(splash_package_manifest(e->pkg), "serving");
+        const json_value *bs = serving ? json_get(serving, "block_size") : NULL;
+        if (bs && bs->type == JSON_NUMBER && bs->num >= 1 && bs->num <= SPLASH_DRAFT_MAX_BLOCK) want_block = (int)bs->num;
+    }
     if (opt->test_draft) {
         e->draft = opt->test_draft;
-    } else if (opt->block_size != 1) {
+    } else if (want_block != 1 && !cpu_draft_only) {
         splash_draft_options dopt = {.threads = opt->threads, .act = opt->cpu_activations, .lanes = e->max_lanes,
                                      .window = opt->draft_window, .max_block = SPLASH_DRAFT_MAX_BLOCK};
         rc = splash_draft_open(e->pkg, &dopt, &e->draft, err);
@@ -967,12 +992,12 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         else e->own_draft = 1;
     }
     e->max_block = e->draft ? e->draft->max_block : 1;
-    e->block = opt->block_size > 0 ? opt->block_size : e->draft ? e->draft->block_size : 1;
+    e->block = want_block > 0 ? want_block : e->draft ? e->draft->block_size : 1;
     if (e->block > e->max_block) e->block = e->max_block;
     e->on_logits = opt->test_on_logits;
     e->on_propose = opt->test_on_propose;
     e->hook_ctx = opt->test_ctx;
-    splash_model_options mo = {.threads = opt->threads, .max_rows = e->chunk + e->max_lanes * e->max_block,
+    splash_model_options mo = {.device = e->device, .threads = opt->threads, .max_rows = e->chunk + e->max_lanes * e->max_block,
                                .max_lanes = e->max_lanes, .kv_format = (splash_kv_format)opt->kv_format,
                                .cpu_activations = (splash_cpu_act)opt->cpu_activations,
                                .n_taps = e->draft ? e->draft->n_taps : 0,
@@ -993,7 +1018,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         size_t pt = (size_t)e->needs->page_tokens;
         size_t want_pages = ((size_t)e->max_context + pt - 1) / pt;
         splash_memory_plan_input pi = {
-            .available = opt->available, .max_memory = opt->max_memory,
+            .available = opt->available ? opt->available : e->device_free, /* 0 on the CPU: MemAvailable */
+            .max_memory = opt->max_memory,
             .weight_bytes = e->needs->weight_bytes + (e->draft ? e->draft->weight_bytes : 0),
             .scratch_bytes = e->needs->scratch_bytes + cycle_scratch_bytes(e),
             .page_bytes = e->needs->page_bytes, .state_bytes = e->model_snap + draft_snap,
@@ -1221,6 +1247,8 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->spec_verify_seconds = c->spec_verify_seconds;
     s->spec_accept_seconds = c->spec_accept_seconds;
     s->spec_commit_seconds = c->spec_commit_seconds;
+    s->device = e->device;
+    snprintf(s->device_name, sizeof s->device_name, "%s", e->device_name);
     s->draft = e->draft ? e->draft->name : "none";
     s->block_size = e->block;
     s->page_tokens = e->needs->page_tokens;

@@ -131,6 +131,7 @@ int splash_gen_records(splash_gen *g, int from, int max, splash_gen_token *toks,
 
 typedef struct splash_engine_options {
     const char *model_dir;
+    const char *device; /* "cpu" (NULL too), "cuda" or "auto" (splash_device_resolve) */
     int threads;
     int max_context; /* tokens per request (prompt + output); 0 = the model's limit, capped */
     int max_lanes;   /* requests decoding together (default 4) */
@@ -191,6 +192,8 @@ typedef struct splash_engine_stats {
     int snapshots_held;
     size_t snapshot_bytes;
     uint64_t snapshots_taken, snapshots_evicted, snapshots_restored;
+    const char *device;      /* "cpu" or "cuda" (static) */
+    char device_name[128];   /* "NVIDIA H200", or "CPU" */
     /* the decode cycle */
     const char *draft;  /* "dflash", a test draft's name, or "none" (a static string) */
     int block_size;

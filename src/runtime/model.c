@@ -3,13 +3,17 @@
  * runtime calls model.h and never names an architecture; adding one is a line
  * in `architectures`.
  *
- * Devices: "cpu" (the default) and "cuda".  The CUDA implementation lives in
- * .cu files that only nvcc builds (src/models/qwen35/cuda_*.cu); the default
- * build does not contain it, so it is referenced weakly: linked into a
- * program (tools/gpu_tests.sh does), the reference resolves; otherwise it is
- * NULL and loading with device "cuda" says so. */
+ * Devices: "cpu" (NULL: the library default, so tests stay on the reference)
+ * and "cuda"; "auto" (the command line's default) picks cuda when it can.
+ * The CUDA implementation lives in .cu files that only nvcc builds
+ * (src/backend/cuda, src/models/qwen35/cuda_*.cu).  A build with CUDA
+ * (SPLASH_CUDA: the Makefile's CUDA=1, the default wherever nvcc exists)
+ * references it directly; a build without references it weakly, so a
+ * program that links the objects itself (tools/gpu_tests.sh) still gets it,
+ * and otherwise it is NULL and device "cuda" says so. */
 #include "runtime/model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +21,14 @@
 #include "package/package.h"
 #include "runtime/model_ops.h"
 
-extern const splash_model_ops qwen35_cuda_ops __attribute__((weak));
+#ifdef SPLASH_CUDA
+#define SPLASH_CUDA_REF
+#else
+#define SPLASH_CUDA_REF __attribute__((weak))
+#endif
+extern const splash_model_ops qwen35_cuda_ops SPLASH_CUDA_REF;
+/* backend/cuda/device.cu: visible devices (0 without a driver), device 0's name and memory */
+int splash_cuda_device_info(char *name, size_t cap, size_t *free_bytes, size_t *total_bytes) SPLASH_CUDA_REF;
 
 struct splash_model {
     const splash_model_ops *ops;
@@ -40,11 +51,51 @@ int splash_cpu_act_parse(const char *name) {
     return -1;
 }
 
+/* 1 when the CUDA backend is in the program: always in a CUDA build; through
+ * the weak references, only when a program links the CUDA objects itself. */
+static int cuda_linked(void) {
+#ifdef SPLASH_CUDA
+    return 1;
+#else
+    return splash_cuda_device_info && &qwen35_cuda_ops;
+#endif
+}
+
+int splash_device_resolve(const char *want, const char **device, char *name, size_t cap, size_t *free_bytes,
+                          splash_error *err) {
+    int ask_cuda = want && !strcmp(want, "cuda"), is_auto = want && !strcmp(want, "auto");
+    *device = "cpu";
+    if (name && cap) snprintf(name, cap, "CPU");
+    if (free_bytes) *free_bytes = 0;
+    if (want && !ask_cuda && !is_auto && strcmp(want, "cpu"))
+        return splash_fail(err, SPLASH_E_INVALID, "device \"%s\": expected auto, cuda or cpu", want);
+    if (!ask_cuda && !is_auto) return 0;
+    if (!cuda_linked()) {
+        if (ask_cuda)
+            return splash_fail(err, SPLASH_E_UNSUPPORTED,
+                               "device \"cuda\": this build has no CUDA backend (build where nvcc exists; docs/cuda.md)");
+        return 0;
+    }
+    char nm[256];
+    size_t fb = 0;
+    if (splash_cuda_device_info(nm, sizeof nm, &fb, NULL) < 1) {
+        if (ask_cuda) return splash_fail(err, SPLASH_E_UNSUPPORTED, "device \"cuda\": no CUDA device is visible");
+        return 0;
+    }
+    *device = "cuda";
+    if (name && cap) snprintf(name, cap, "%s", nm);
+    if (free_bytes) *free_bytes = fb;
+    return 0;
+}
+
 int splash_model_load(splash_package *pkg, const splash_model_options *opt, splash_model **out, splash_error *err) {
     *out = NULL;
     const char *arch = splash_package_architecture(pkg);
     const splash_model_ops *ops = NULL;
-    int found = 0, cuda = opt && opt->device && !strcmp(opt->device, "cuda");
+    const char *device;
+    int rc = splash_device_resolve(opt ? opt->device : NULL, &device, NULL, 0, NULL, err);
+    if (rc) return rc;
+    int found = 0, cuda = !strcmp(device, "cuda");
     for (size_t i = 0; arch && i < sizeof architectures / sizeof architectures[0]; i++)
         if (!strcmp(arch, architectures[i].name)) {
             found = 1;
@@ -59,7 +110,10 @@ int splash_model_load(splash_package *pkg, const splash_model_options *opt, spla
     splash_model *m = calloc(1, sizeof *m);
     if (!m) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
     m->ops = ops;
-    int rc = ops->load(pkg, opt, &m->impl, err);
+    splash_model_options o = {0};
+    if (opt) o = *opt;
+    o.device = device;
+    rc = ops->load(pkg, &o, &m->impl, err);
     if (rc) {
         free(m);
         return rc;

@@ -51,7 +51,7 @@ typedef enum splash_cpu_act {
 int splash_cpu_act_parse(const char *name);
 
 typedef struct splash_model_options {
-    const char *device;       /* "cpu" (default) or "cuda" */
+    const char *device;       /* "cpu" (NULL too), "cuda", or "auto": cuda when available (splash_device_resolve) */
     int threads;              /* CPU threads; 0 = all cores */
     splash_cpu_act cpu_activations; /* q4/q8 products on the CPU (default auto) */
     int max_rows;             /* most rows in one forward call (scratch is sized for it) */
@@ -113,6 +113,15 @@ typedef struct splash_batch {
     float *logits;            /* out [rows with LOGITS, vocab], in row order */
     float *taps;              /* out [rows with TAPS, n_taps, hidden] */
 } splash_batch;
+
+/* The device a run uses.  want: "cpu" (or NULL), "cuda", or "auto" (cuda when
+ * this build has the CUDA backend and a GPU is visible, else cpu).  Sets
+ * *device to a static "cpu" or "cuda"; name (cap bytes, may be NULL) gets
+ * "NVIDIA H200" or the CPU's description; *free_bytes (may be NULL) the
+ * device memory free now (0 on the CPU: the memory plan reads MemAvailable).
+ * Fails on an unknown name and on "cuda" without a build or a GPU for it. */
+int splash_device_resolve(const char *want, const char **device, char *name, size_t cap, size_t *free_bytes,
+                          splash_error *err);
 
 /* Loads the model of a package onto a device. */
 int splash_model_load(splash_package *pkg, const splash_model_options *opt, splash_model **out,

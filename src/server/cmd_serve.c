@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "usage: splash serve [--model PKG|OWNER/REPO] [--offline] [--host 127.0.0.1] [--port 8000] [--max-context N[K]]\n"
             "                    [--api-key KEY] [--allowed-host NAME]... [--max-request-size 128M]\n"
             "                    [--served-model-name NAME]... [--default-reasoning-effort E] [--threads N]\n"
-            "                    [--no-webui]\n"
+            "                    [--device auto|cuda|cpu] [--no-webui]\n"
             "\n"
             "An OpenAI-compatible HTTP server (docs/api.md).\n"
             "  --model          a package directory, or OWNER/REPO fetched into the verified cache\n"
@@ -42,6 +42,8 @@ static void usage(FILE *f) {
             "  --api-key        also SPLASH_API_KEY; then every endpoint but /, /health, /ready needs it\n"
             "  --allowed-host   a Host / Origin name to accept besides loopback and the bind address\n"
             "  --no-webui       no chat page at / (the API only)\n"
+            "  --device         auto|cuda|cpu: where the model runs (default auto: cuda when this build\n"
+            "                   has the CUDA backend and a GPU is visible, else cpu; docs/cuda.md)\n"
             "  --max-context    tokens per request, prompt + output (default: the model's, at most 256K)\n"
             "  --max-lanes      requests decoding together (default 4)\n"
             "  --max-queue      requests waiting for a lane before 429 (default 64)\n"
@@ -50,8 +52,8 @@ static void usage(FILE *f) {
             "  --cpu-activations auto|fp32|int8|int16: activations of q4/q8 products on the CPU\n"
             "                   (default auto = int8; fp32 is the exact reference)\n"
             "  --prefix-cache   on|off: reuse cached prompt pages and recurrent-state snapshots (default on)\n"
-            "  --block-size     1..16: decode block, anchor + draft proposals (default: the package draft's;\n"
-            "                   1 = no draft; without a draft in the package always 1)\n"
+            "  --block-size     1..16: decode block, anchor + draft proposals (default: the package's\n"
+            "                   serving.block_size, else its draft's; 1 = no draft; without a draft always 1)\n"
             "  --default-reasoning-effort  none|minimal|low|medium|high|xhigh|max for requests that\n"
             "                   do not set one (none = thinking off; the others think as usual)\n"
             "  --test-hooks     accept the tests' \"test_script\" request field (tests only)\n");
@@ -89,7 +91,7 @@ int splash_cmd_serve(int argc, char **argv) {
     srv.opt.max_request_size = 128u << 20;
     const char *model = NULL;
     int offline = 0;
-    splash_engine_options eo = {0};
+    splash_engine_options eo = {.device = "auto"};
     eo.kv_format = SPLASH_KV_INT8;
     const char *env = getenv("SPLASH_PORT");
     if (env && *env) srv.opt.port = atoi(env);
@@ -125,6 +127,8 @@ int splash_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port")) srv.opt.port = atoi(v);
         else if (!strcmp(a, "--api-key")) srv.opt.api_key = v;
         else if (!strcmp(a, "--threads")) eo.threads = atoi(v);
+        else if (!strcmp(a, "--device") && (!strcmp(v, "auto") || !strcmp(v, "cuda") || !strcmp(v, "cpu")))
+            eo.device = v;
         else if (!strcmp(a, "--max-lanes")) eo.max_lanes = atoi(v);
         else if (!strcmp(a, "--max-queue")) eo.max_queue = atoi(v);
         else if (!strcmp(a, "--default-reasoning-effort") && srv_reasoning_effort_valid(v))
@@ -203,9 +207,15 @@ int splash_cmd_serve(int argc, char **argv) {
         const json_value *re = serving ? json_get(serving, "reasoning_effort") : NULL;
         if (re && json_string(re) && srv_reasoning_effort_valid(re->str)) srv.opt.default_reasoning_effort = re->str;
     }
-    splash_engine_stats est; /* the decode cycle: a line only when a draft proposes */
+    splash_engine_stats est; /* the device, and the decode cycle (a line only when a draft proposes) */
     splash_engine_get_stats(srv.engine, &est);
+    splash_say("Device · %s · %s", est.device, est.device_name);
     if (strcmp(est.draft, "none")) splash_say("Draft · %s · block %d", est.draft, est.block_size);
+    else if (json_get(splash_engine_manifest(srv.engine), "draft"))
+        splash_say("Draft · in the package, not used: block 1 (%s)",
+                   !strcmp(est.device, "cuda") ? "the draft runs on the CPU only for now"
+                   : eo.block_size == 1        ? "--block-size 1"
+                                               : "the package's default; --block-size N uses it");
     char *tmpl = NULL, diff[256];
     size_t tlen = 0;
     char tdir[PATH_MAX];

@@ -1,0 +1,91 @@
+#!/bin/bash
+# gpu_model_check.sh - the splash binary's CUDA backend on a real package, on the GPU machine:
+# the CUDA model against the CPU reference through `splash eval`, then serving on the GPU.
+#
+#   tools/gpu_model_check.sh --prepare
+#       here (a machine with the build's libraries): `make` (CUDA=1 where nvcc exists), then
+#       packs build/splash (stripped) and the shared libraries a bare GPU machine lacks
+#       (everything ldd lists but the C/C++ runtime) into .carry/splash-bin.txz (~6 MB); carry
+#       .carry (git ignores it via .git/info/exclude) to the GPU machine
+#   tools/gpu_model_check.sh [--model PKG] [--windows N] [--seq T] [--bench-tokens M]
+#       on the GPU machine: tokenises this repository's tools/**/*.py (text the default model
+#       never saw) into N windows of T tokens (default 4 x 1024); runs each through
+#       `splash eval --logits-out` on the CUDA backend and on the CPU reference (fp32
+#       activations, f32 KV) and compares them (tools/compare_logits.py: top-1 agreement,
+#       KL(cpu || cuda), both perplexities); then bench/bench_accept.py serves the model on the
+#       GPU (block 1, T=0 and T=1, M new tokens per prompt).  Results in $OUT (default
+#       build-gpu-check): per-window JSON, eval logs, accept.txt; a table on stdout.
+# Exit status: non-zero when a step fails or a window misses the issue's bounds (top-1
+# agreement >= 99.5%, mean KL <= 1e-3).
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+TXZ=.carry/splash-bin.txz
+if [ "${1:-}" = "--prepare" ]; then
+    make -s -j"$(nproc)" build/splash || exit 1
+    P=$(mktemp -d) || exit 1
+    mkdir -p "$P/bin/lib" .carry && strip -o "$P/bin/splash" build/splash || exit 1
+    ldd build/splash | awk '$3 ~ /^\// {print $3}' |
+        grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+        while read -r l; do cp -L "$l" "$P/bin/lib/" || exit 1; done || exit 1
+    tar -C "$P" -cJf "$TXZ" bin && rm -rf "$P" || exit 1
+    ls -la "$TXZ"
+    exit 0
+fi
+MODEL=models/splash-demo WINDOWS=4 SEQ=1024 BENCH_TOKENS=256
+DEVICE=${DEVICE:-cuda} # DEVICE=cpu: the same steps without a GPU (a check of this script)
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --model) MODEL=$2; shift 2 ;;
+    --windows) WINDOWS=$2; shift 2 ;;
+    --seq) SEQ=$2; shift 2 ;;
+    --bench-tokens) BENCH_TOKENS=$2; shift 2 ;;
+    *) sed -n '2,20p' "$0"; exit 2 ;;
+    esac
+done
+OUT=${OUT:-build-gpu-check}
+W=${TMPDIR:-/tmp}/splash-gpu-check
+mkdir -p "$OUT" "$W"
+SPLASH=$PWD/build/splash
+if [ -f "$TXZ" ]; then
+    tar -C "$W" -xJf "$TXZ" || exit 1
+    SPLASH=$W/bin/splash
+    export LD_LIBRARY_PATH="$W/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader 2>/dev/null
+VOCAB=$(python3 -c "import json,sys; m=json.load(open(sys.argv[1]+'/manifest.json')); print(m['model']['vocab'])" "$MODEL") || exit 1
+cat $(git ls-files 'tools/*.py' 'tools/**/*.py' 2>/dev/null || ls tools/*.py tools/*/*.py) |
+    "$SPLASH" tokenize --model "$MODEL" > "$W/all.json" || exit 1
+python3 - "$W/all.json" "$W" "$WINDOWS" "$SEQ" <<'PY' || exit 1
+import json, sys
+ids = json.load(open(sys.argv[1])); w, n, t = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+if len(ids) < n * t: sys.exit(f"only {len(ids)} tokens for {n} windows of {t}")
+for i in range(n):
+    json.dump(ids[i * t:(i + 1) * t], open(f"{w}/win{i}.json", "w"))
+PY
+bad=0
+echo "| window | top-1 agreement | mean KL | max KL | max abs diff | ppl cpu | ppl cuda | cuda eval tok/s | cpu eval tok/s |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for i in $(seq 0 $((WINDOWS - 1))); do
+    "$SPLASH" eval --model "$MODEL" --device "$DEVICE" --tokens-file "$W/win$i.json" --logits-out "$W/cuda.f32" \
+        > "$OUT/eval-cuda-$i.log" 2>&1 || { echo "cuda eval failed"; tail -5 "$OUT/eval-cuda-$i.log"; exit 1; }
+    "$SPLASH" eval --model "$MODEL" --device cpu --cpu-activations fp32 --tokens-file "$W/win$i.json" \
+        --logits-out "$W/cpu.f32" > "$OUT/eval-cpu-$i.log" 2>&1 || { echo "cpu eval failed"; tail -5 "$OUT/eval-cpu-$i.log"; exit 1; }
+    python3 tools/compare_logits.py --ref "$W/cpu.f32" --test "$W/cuda.f32" --vocab "$VOCAB" \
+        --tokens "$W/win$i.json" --json "$OUT/compare-$i.json" > /dev/null || exit 1
+    python3 - "$OUT/compare-$i.json" "$OUT/eval-cuda-$i.log" "$OUT/eval-cpu-$i.log" "$i" <<'PY' || bad=1
+import json, re, sys
+c = json.load(open(sys.argv[1]))
+sp = [re.search(r"time [0-9.]+ s\s+([0-9.]+) tokens/s", open(f).read()) for f in sys.argv[2:4]]
+sp = [m.group(1) if m else "?" for m in sp]
+print(f"| {sys.argv[4]} | {100 * c['top1_agreement']:.2f}% | {c['kl_mean']:.2e} | {c['kl_max']:.2e} | "
+      f"{c['max_abs_diff']:.2e} | {c['ppl_ref']:.3f} | {c['ppl_test']:.3f} | {sp[0]} | {sp[1]} |")
+sys.exit(0 if c["top1_agreement"] >= 0.995 and c["kl_mean"] <= 1e-3 else 1)
+PY
+done
+rm -f "$W/cuda.f32" "$W/cpu.f32"
+grep -h "^device" "$OUT/eval-cuda-0.log"
+python3 bench/bench_accept.py --splash "$SPLASH" --model "$MODEL" --blocks 1 --max-tokens "$BENCH_TOKENS" \
+    --device "$DEVICE" > "$OUT/accept.txt" 2>&1 || { echo "bench_accept failed"; tail -20 "$OUT/accept.txt"; exit 1; }
+grep -v '^\[bench_accept\]' "$OUT/accept.txt"
+[ $bad = 0 ] || echo "a window missed the bounds (top-1 >= 99.5%, mean KL <= 1e-3)"
+exit $bad
