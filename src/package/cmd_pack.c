@@ -14,7 +14,9 @@ static void pack_usage(FILE *f) {
     fprintf(f,
             "usage: splash pack --from HF_DIR --out PKG [--weights q4|q8|bf16] [--draft DRAFT_DIR]\n"
             "                   [--threads N] [--force] [--quiet] [--default-reasoning-effort none|...|max]\n"
+            "                   [--default-block-size N]\n"
             "       splash pack --into PKG --draft DRAFT_DIR [--weights q4|q8|bf16] [--threads N] [--force] [--quiet]\n"
+            "                   [--default-block-size N]\n"
             "\n"
             "Turns a Qwen3.5 checkpoint (Hugging Face or mlx-lm: config.json, *.safetensors,\n"
             "tokenizer files) into a Splash package directory (docs/package-format.md).\n"
@@ -27,6 +29,9 @@ static void pack_usage(FILE *f) {
             "  --force    replace an existing PKG\n"
             "  --default-reasoning-effort  what `splash serve` uses when neither the request nor\n"
             "             its own flag sets one (none: a model trained without thinking)\n"
+            "  --default-block-size  1..16: the decode block `splash serve` uses when neither the\n"
+            "             request nor --block-size sets one (default: the draft's own; 1 keeps the\n"
+            "             draft off unless asked for, where it measured slower than plain decode)\n"
             "  --threads  quantisation threads (default: every CPU)\n"
             "Nothing is left at PKG when packing fails.\n");
 }
@@ -88,6 +93,13 @@ int splash_cmd_pack(int argc, char **argv) {
                 return 2;
             }
             opt.default_reasoning_effort = v, i++;
+        } else if (!strcmp(a, "--default-block-size") && v) {
+            opt.default_block_size = atoi(v);
+            if (opt.default_block_size < 1 || opt.default_block_size > 16) {
+                fprintf(stderr, "splash pack: --default-block-size %s: expected 1..16\n", v);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--draft")) {
             opt.draft = v, i++;
         } else if (!strcmp(a, "--threads")) {

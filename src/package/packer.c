@@ -1853,9 +1853,11 @@ static int write_package(packer *p, splash_error *err) {
     json_obj_set(manifest, "quantization", q);
     json_obj_set(manifest, "model", model_json(p));
     if (p->dst) json_obj_set(manifest, "draft", draft_json(p));
-    if (p->opt->default_reasoning_effort) {
+    if (p->opt->default_reasoning_effort || p->opt->default_block_size) {
         json_value *serving = json_new(JSON_OBJECT);
-        json_obj_set(serving, "reasoning_effort", json_new_string(p->opt->default_reasoning_effort));
+        if (p->opt->default_reasoning_effort)
+            json_obj_set(serving, "reasoning_effort", json_new_string(p->opt->default_reasoning_effort));
+        if (p->opt->default_block_size) json_obj_set(serving, "block_size", json_new_int(p->opt->default_block_size));
         json_obj_set(manifest, "serving", serving);
     }
     if (!rc) rc = build_tokens(p, manifest, err);
@@ -2010,9 +2012,17 @@ static int is_draft_file(const json_value *e) { return starts_with(json_get_stri
 
 /* The old manifest with its draft (object, tensors, files) replaced by the new
  * one; takes ownership of draft, tensors and files. */
-static json_value *attach_manifest(const json_value *old, json_value *draft, json_value *tensors, json_value *files) {
+/* The old manifest's "serving" with block_size set (block_size > 0), or a copy of it. */
+static json_value *attach_serving(const json_value *old, int block_size) {
+    json_value *s = old && old->type == JSON_OBJECT ? json_clone(old) : json_new(JSON_OBJECT);
+    if (block_size > 0) json_obj_set(s, "block_size", json_new_int(block_size)); /* replaces one there */
+    return s;
+}
+
+static json_value *attach_manifest(const json_value *old, json_value *draft, json_value *tensors, json_value *files,
+                                   int block_size) {
     json_value *m = json_new(JSON_OBJECT);
-    int had_draft = json_get(old, "draft") != NULL;
+    int had_draft = json_get(old, "draft") != NULL, had_serving = json_get(old, "serving") != NULL;
     for (size_t i = 0; i < old->count; i++) {
         const char *k = old->keys[i];
         const json_value *v = old->items[i];
@@ -2036,6 +2046,8 @@ static json_value *attach_manifest(const json_value *old, json_value *draft, jso
                 if (f < v->count && !is_draft_file(v->items[f])) json_arr_push(a, json_clone(v->items[f]));
             }
             json_obj_set(m, k, a);
+        } else if (!strcmp(k, "serving")) {
+            json_obj_set(m, k, attach_serving(v, block_size));
         } else {
             json_obj_set(m, k, json_clone(v));
         }
@@ -2045,6 +2057,7 @@ static json_value *attach_manifest(const json_value *old, json_value *draft, jso
         }
     }
     if (draft) json_obj_set(m, "draft", draft);
+    if (!had_serving && block_size > 0) json_obj_set(m, "serving", attach_serving(NULL, block_size));
     json_free(tensors);
     json_free(files);
     return m;
@@ -2148,7 +2161,7 @@ int splash_pack_draft_into(const splash_pack_options *opt, splash_pack_stats *st
     }
     if (!rc) {
         draft = draft_json(p);
-        manifest = attach_manifest(old, draft, tensors, p->file_list);
+        manifest = attach_manifest(old, draft, tensors, p->file_list, opt->default_block_size);
         draft = tensors = NULL;
         p->file_list = NULL;
         rc = write_manifest_file(p, manifest, err);

@@ -27,6 +27,8 @@ typedef struct splash_pack_options {
     int progress;         /* print a line per layer on stderr */
     const char *default_reasoning_effort; /* manifest "serving.reasoning_effort" (a model trained
                                              without thinking: "none"), or NULL */
+    int default_block_size; /* manifest "serving.block_size" (1..16: the decode block `splash serve`
+                               uses when neither its flag nor the request sets one), or 0 */
     const char *into;     /* splash_pack_draft_into: the existing package the draft goes into */
     int weights_given;    /* splash_pack_draft_into: use `weights` for the draft; else the draft is
                              quantised as the package's target (manifest quantization.weights) */

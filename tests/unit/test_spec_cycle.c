@@ -512,6 +512,60 @@ static void direct_proposals(splash_package *pk, const job *jb, int ji, int wind
 /* The package's DFlash draft (dflash-tiny for dense-tiny): B 1..16 with its
  * window at 24 positions (prompts longer than that seek past their first
  * positions, the full layer's ring wraps), and B 6 and 14 at 2048. */
+/* pack --default-block-size: the manifest's serving.block_size is the engine's
+ * block when its option does not set one; 1 leaves the package's draft
+ * unloaded; an explicit block size still uses the draft.  Packed in one go and
+ * attached with --into, the manifests say the same. */
+static int engine_block(const char *pkg, int block, const char **draft) {
+    splash_engine_options o = {.model_dir = pkg, .threads = 1, .max_context = 256, .max_lanes = 1,
+                               .kv_format = SPLASH_KV_F32, .block_size = block};
+    splash_engine *e;
+    splash_error err = {0};
+    if (splash_engine_start(&o, &e, &err)) fail_msg("engine: %s", err.msg);
+    splash_engine_stats st;
+    splash_engine_get_stats(e, &st);
+    *draft = st.draft; /* a static string */
+    splash_engine_free(e);
+    return st.block_size;
+}
+
+static void test_package_default_block(void **state) {
+    (void)state;
+    if (!package("dense-tiny", 1) || !package("dense-tiny", 0)) skip();
+    char ck1[700], ck0[700], one[700], into[700], dr[512];
+    snprintf(ck1, sizeof ck1, "%s/ck-1", tmp_root); /* package()'s checkpoint dirs: dense-tiny + tokenizer */
+    snprintf(ck0, sizeof ck0, "%s/ck-0", tmp_root);
+    snprintf(one, sizeof one, "%s/pkg-bs-one", tmp_root);
+    snprintf(into, sizeof into, "%s/pkg-bs-into", tmp_root);
+    snprintf(dr, sizeof dr, "%s/tests/fixtures/dflash-tiny", root());
+    splash_error err = {0};
+    splash_pack_stats ps;
+    splash_pack_options o = {.from = ck1, .draft = dr, .out = one, .weights = SPLASH_BF16, .threads = 2, .force = 1,
+                             .default_block_size = 1};
+    if (splash_pack(&o, &ps, &err)) fail_msg("pack: %s", err.msg);
+    const char *draft;
+    assert_int_equal(engine_block(one, 0, &draft), 1); /* the package's default: no draft loaded */
+    assert_string_equal(draft, "none");
+    assert_int_equal(engine_block(one, 4, &draft), 4); /* asked for: the draft runs */
+    assert_string_equal(draft, "dflash");
+    assert_int_equal(engine_block(package("dense-tiny", 1), 0, &draft), 8); /* without the field: the draft's */
+    assert_string_equal(draft, "dflash");
+    /* attached to a bare package with --into: serving.block_size 3 */
+    splash_pack_options b = {.from = ck0, .out = into, .weights = SPLASH_BF16, .threads = 2, .force = 1};
+    if (splash_pack(&b, &ps, &err)) fail_msg("pack: %s", err.msg);
+    splash_pack_options a = {.into = into, .draft = dr, .weights = SPLASH_BF16, .weights_given = 1, .threads = 2,
+                             .default_block_size = 3};
+    if (splash_pack_draft_into(&a, &ps, &err)) fail_msg("pack --into: %s", err.msg);
+    assert_int_equal(engine_block(into, 0, &draft), 3);
+    assert_string_equal(draft, "dflash");
+    splash_package *pk;
+    assert_int_equal(splash_package_open(into, &pk, &err), 0);
+    const json_value *sv = json_get(splash_package_manifest(pk), "serving");
+    assert_non_null(sv);
+    assert_int_equal((int)json_get(sv, "block_size")->num, 3);
+    splash_package_close(pk);
+}
+
 static void test_greedy_dflash(void **state) {
     (void)state;
     const char *pkg = package("dense-tiny", 1);
@@ -1192,6 +1246,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_oracle_moe),
         cmocka_unit_test(test_greedy_random_draft),
         cmocka_unit_test(test_greedy_dflash),
+        cmocka_unit_test(test_package_default_block),
         cmocka_unit_test(test_greedy_dflash2),
         cmocka_unit_test(test_stops_inside_a_cycle),
         cmocka_unit_test(test_sampled_batch_invariance),
