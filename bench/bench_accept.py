@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""bench_accept.py - mean acceptance length and decode speed of a package's draft, through the engine.
+
+Starts `splash serve` on a free loopback port once per block size, sends every prompt of a
+chat-prompt file (one {"messages": [...]} per line) to /v1/chat/completions one at a time, and sums
+the `timings` the server returns (llama.cpp's names): predicted_n, predicted_ms, draft_n,
+draft_n_accepted, decode_cycles.  Prints one table row per (block size, temperature):
+
+  mean acceptance length = tokens emitted by decode cycles / cycles
+                         = (accepted proposals + cycles) / cycles   (the anchor's token counts, as in DFlash)
+  decode tok/s           = decoded tokens / decode time, summed over the prompts
+  speed-up               = decode tok/s / the block-1 row's at the same temperature
+
+Greedy rows are deterministic; T=1 rows use a fixed seed per prompt, so reruns draw the same numbers
+from the same distributions (the outputs differ between block sizes only in the draft's proposals,
+which lossless verification makes invisible in distribution, not draw by draw).
+
+  python3 bench/bench_accept.py [--splash build/splash] [--model PKG] [--blocks 1,8]
+                                [--temperatures 0,1] [--max-tokens 256] [--prompts FILE] [--threads N]
+                                [--device auto|cuda|cpu]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def start_server(args, block):
+    cmd = [args.splash, "serve", "--port", "0", "--no-webui", "--block-size", str(block), "--max-lanes", "1"]
+    if args.model:
+        cmd += ["--model", args.model]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if args.device:
+        cmd += ["--device", args.device]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 120
+    for line in proc.stdout:
+        m = re.search(r"Ready .*http://[^:]+:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+        if time.time() > deadline:
+            break
+    proc.kill()
+    raise SystemExit("splash serve did not become ready: " + " ".join(cmd))
+
+
+def chat(port, messages, temperature, seed, max_tokens):
+    body = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--splash", default=os.path.join(HERE, "..", "build", "splash"))
+    ap.add_argument("--model", default="", help="package directory (default: the default model)")
+    ap.add_argument("--blocks", default="1,8")
+    ap.add_argument("--temperatures", default="0,1")
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--prompts", default=os.path.join(HERE, "data", "heldout_chat_prompts.jsonl"))
+    ap.add_argument("--limit", type=int, default=0, help="first N prompts only")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="", help="auto|cuda|cpu (default: serve's)")
+    ap.add_argument("--seed", type=int, default=20261130)
+    args = ap.parse_args()
+    prompts = [json.loads(line)["messages"] for line in open(args.prompts) if line.strip()]
+    if args.limit:
+        prompts = prompts[:args.limit]
+    temps = [float(t) for t in args.temperatures.split(",")]
+    rows = []
+    for block in [int(b) for b in args.blocks.split(",")]:
+        proc, port = start_server(args, block)
+        try:
+            chat(port, [{"role": "user", "content": "warm up"}], 0, 0, 8)
+            for t in temps:
+                s = dict(tokens=0, ms=0.0, drafted=0, accepted=0, cycles=0)
+                for i, msgs in enumerate(prompts):
+                    tm = chat(port, msgs, t, args.seed + i, args.max_tokens)["timings"]
+                    s["tokens"] += max(tm["predicted_n"] - 1, 0)  # the first token comes from prefill
+                    s["ms"] += tm["predicted_ms"]
+                    s["drafted"] += tm["draft_n"]
+                    s["accepted"] += tm["draft_n_accepted"]
+                    s["cycles"] += tm["decode_cycles"]
+                rows.append((block, t, s))
+                print(f"[bench_accept] block {block} T={t:g}: {json.dumps(s)}", file=sys.stderr, flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    base = {t: s for b, t, s in rows if b == 1}
+    print(f"prompts: {len(prompts)} from {os.path.relpath(args.prompts)}, max_tokens {args.max_tokens}"
+          + (f", device {args.device}" if args.device else ""))
+    print("| block | T | decoded tokens | cycles | drafted | accepted | mean acceptance length | decode tok/s | speed-up vs block 1 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for b, t, s in rows:
+        tps = 1e3 * s["tokens"] / s["ms"] if s["ms"] > 0 else 0.0
+        acc = (s["accepted"] + s["cycles"]) / s["cycles"] if s["cycles"] else 0.0
+        sp = ""
+        if t in base and base[t]["ms"] > 0 and base[t]["tokens"]:
+            sp = f"{tps / (1e3 * base[t]['tokens'] / base[t]['ms']):.2f}x"
+        print(f"| {b} | {t:g} | {s['tokens']} | {s['cycles']} | {s['drafted']} | {s['accepted']} | {acc:.3f} | {tps:.1f} | {sp} |")
+
+
+if __name__ == "__main__":
+    main()
