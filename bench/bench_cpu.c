@@ -1,13 +1,20 @@
-/* bench_cpu.c - CPU engine speed: prefill and decode tokens/s, verify
- * blocks, peak memory, and decode stated as a fraction of the machine's
- * memory-bandwidth roofline.
+/* bench_cpu.c - model speed on the CPU (or the GPU): prefill and decode
+ * tokens/s, verify blocks, peak memory, and decode stated as a fraction of
+ * the memory-bandwidth roofline.
  *
  *   bench_cpu --make-random PKG [--weights q4] [--hidden 1024] [--layers 24]
  *             [--vocab 32000] [--intermediate 3584]
  *       writes a random Qwen3.5-shaped dense checkpoint (bf16 safetensors,
  *       real architecture, realistic proportions) to PKG.ckpt and packs it
  *       into PKG with the packer (q4 by default), then removes the checkpoint.
- *   bench_cpu --model PKG [--threads T] [--prompt 256] [--decode 64]
+ *   bench_cpu --make-random PKG --shape 27b|35b-a3b [--layers N] [--vocab N]
+ *       the same with the production models' exact dimensions (the 35B-A3B
+ *       with its 256 experts in the Hugging Face per-expert layout); --layers
+ *       keeps the first N layers of the 3:1 pattern, so a GPU machine's disk
+ *       holds the checkpoint (the 27B's 64 layers are 54 GB of bf16):
+ *       step(L) = a + b L measured at two depths extrapolates to the full
+ *       depth (tools/gpu_synthetic_bench.sh).
+ *   bench_cpu --model PKG [--device cpu|cuda] [--threads T] [--prompt 256] [--decode 64]
  *             [--verify-reps 5] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]
  *       measures, for each activation path of the q4/q8 products asked for
  *       (fp32 is the exact reference; int8 the fast path; the default runs
@@ -27,7 +34,9 @@
  * sizes in the package), plus the GDN state (read and written back) and the
  * KV cache up to the context, so decode cannot beat bandwidth / bytes per
  * token.  Reported against the read-only bandwidth (what decode does) and
- * against STREAM triad.
+ * against STREAM triad; with --device cuda (one run, no activation paths)
+ * against --gpu-gbs (default 4300, the H200's copy bandwidth as docs/cuda.md
+ * counts it).
  */
 #include <math.h>
 #include <stdint.h>
@@ -36,6 +45,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/fs.h"
 #include "base/json.h"
@@ -125,14 +135,37 @@ static double bandwidth(splash_pool *pool, int kind, float *a, float *b, float *
 
 /* ---- random checkpoint ------------------------------------------------------- */
 
-static uint64_t rng = 0x243F6A8885A308D3ull;
-static double urand(void) {
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
+/* splitmix64 from a state of its own (one per chunk of a tensor, so chunks
+ * are generated in parallel and the file does not depend on the threads). */
+static uint64_t mix_next(uint64_t *st) {
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
+    return z ^ (z >> 31);
 }
-static float nrand(void) { return (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508); }
+
+/* Dimensions of a random checkpoint. */
+typedef struct shape {
+    int H, L, V, I;          /* hidden, layers, vocab, dense FFN */
+    int heads, kvh, hd;      /* gated attention */
+    int hk, hv, dk, dv;      /* GDN */
+    int experts, topk, moe_I, shared_I; /* MoE (experts 0: dense) */
+} shape;
+
+/* The 27B and 35B-A3B (docs/cuda.md "Shapes", shared/spec/models.md); NULL for another name. */
+static int named_shape(const char *name, shape *s) {
+    if (!strcmp(name, "27b")) {
+        *s = (shape){.H = 5120, .L = 64, .V = 248320, .I = 17408, .heads = 24, .kvh = 4, .hd = 256,
+                     .hk = 16, .hv = 48, .dk = 128, .dv = 128};
+        return 1;
+    }
+    if (!strcmp(name, "35b-a3b")) {
+        *s = (shape){.H = 2048, .L = 40, .V = 248320, .I = 0, .heads = 16, .kvh = 2, .hd = 256,
+                     .hk = 16, .hv = 32, .dk = 128, .dv = 128, .experts = 256, .topk = 8, .moe_I = 512, .shared_I = 512};
+        return 1;
+    }
+    return 0;
+}
 
 typedef struct rt {
     char name[128];
@@ -150,10 +183,66 @@ static void add(rt *t, int *n, const char *name, int kind, int ndim, int64_t d0,
 
 static int cmp_rt(const void *a, const void *b) { return strcmp(((const rt *)a)->name, ((const rt *)b)->name); }
 
-static int make_checkpoint(const char *dir, int H, int L, int V, int I) {
-    int heads = H / 128, kvh = heads / 4 ? heads / 4 : 1, hd = 128, hk = H / 256 ? H / 256 : 1, hv = 2 * hk, dk = 128, dv = 128;
+/* The values of a checkpoint: chunks of GEN_CHUNK values of every tensor,
+ * each from its own generator, written at its offset (pwrite). */
+#define GEN_CHUNK ((size_t)1 << 22)
+typedef struct gen_chunk {
+    int tensor;
+    size_t first, n;  /* values [first, first + n) of the tensor */
+    uint64_t offset;  /* bytes into the file */
+} gen_chunk;
+typedef struct gen_job {
+    const rt *t;
+    const gen_chunk *chunks;
+    int fd, failed;
+} gen_job;
+
+static void gen_task(void *ctx, size_t k, int worker) {
+    (void)worker;
+    gen_job *j = ctx;
+    const gen_chunk *c = &j->chunks[k];
+    const rt *t = &j->t[c->tensor];
+    uint16_t *buf = malloc(c->n * sizeof *buf);
+    if (!buf) {
+        j->failed = 1;
+        return;
+    }
+    uint64_t st = 0x243F6A8885A308D3ull ^ ((uint64_t)c->tensor << 40) ^ (uint64_t)(c->first / GEN_CHUNK);
+    float sd = t->kind == 0 ? 1.0f / sqrtf((float)t->shape[t->ndim - 1]) : 0.1f;
+    if (strstr(t->name, "embed_tokens")) sd = 1.0f;
+    for (size_t e = 0; e < c->n; e += 2) {
+        uint64_t z = mix_next(&st);
+        for (size_t h = 0; h < 2 && e + h < c->n; h++) {
+            double u = (double)(uint32_t)(z >> (32 * h)) * 0x1p-32; /* [0, 1) */
+            float v;
+            switch (t->kind) {
+            case 2: v = logf(0.05f + 0.95f * (float)u); break;          /* A_log */
+            case 3: v = 0.5f * 1.7320508f * (float)(2 * u - 1); break;  /* dt_bias, conv: sd 0.5 */
+            case 4: v = 1.0f + 0.1f * 1.7320508f * (float)(2 * u - 1); break; /* gated norm around 1 */
+            default: v = sd * 1.7320508f * (float)(2 * u - 1);          /* unit variance times sd */
+            }
+            buf[e + h] = splash_f32_to_bf16(v);
+        }
+    }
+    const char *p = (const char *)buf;
+    size_t left = c->n * sizeof *buf;
+    off_t off = (off_t)c->offset;
+    while (left) {
+        ssize_t w = pwrite(j->fd, p, left, off);
+        if (w <= 0) {
+            j->failed = 1;
+            break;
+        }
+        p += w, off += w, left -= (size_t)w;
+    }
+    free(buf);
+}
+
+static int make_checkpoint(const char *dir, const shape *sh) {
+    const int H = sh->H, L = sh->L, V = sh->V, I = sh->I, heads = sh->heads, kvh = sh->kvh, hd = sh->hd;
+    const int hk = sh->hk, hv = sh->hv, dk = sh->dk, dv = sh->dv, E = sh->experts;
     int conv = 2 * hk * dk + hv * dv;
-    rt *t = calloc((size_t)L * 20 + 8, sizeof *t);
+    rt *t = calloc((size_t)L * (24 + 3 * (size_t)E) + 8, sizeof *t);
     int n = 0;
     char nm[128];
     add(t, &n, "model.embed_tokens.weight", 0, 2, V, H, 0);
@@ -167,9 +256,26 @@ static int make_checkpoint(const char *dir, int H, int L, int V, int I) {
 #define A(suffix, kind, nd, a, b, c) (snprintf(nm, sizeof nm, "model.layers.%d.%s", i, suffix), add(t, &n, nm, kind, nd, a, b, c))
         A("input_layernorm.weight", 1, 1, H, 0, 0);
         A("post_attention_layernorm.weight", 1, 1, H, 0, 0);
-        A("mlp.gate_proj.weight", 0, 2, I, H, 0);
-        A("mlp.up_proj.weight", 0, 2, I, H, 0);
-        A("mlp.down_proj.weight", 0, 2, H, I, 0);
+        if (E) {
+            A("mlp.gate.weight", 0, 2, E, H, 0);
+            for (int e = 0; e < E; e++) {
+                char ex[64];
+                snprintf(ex, sizeof ex, "mlp.experts.%d.gate_proj.weight", e);
+                A(ex, 0, 2, sh->moe_I, H, 0);
+                snprintf(ex, sizeof ex, "mlp.experts.%d.up_proj.weight", e);
+                A(ex, 0, 2, sh->moe_I, H, 0);
+                snprintf(ex, sizeof ex, "mlp.experts.%d.down_proj.weight", e);
+                A(ex, 0, 2, H, sh->moe_I, 0);
+            }
+            A("mlp.shared_expert.gate_proj.weight", 0, 2, sh->shared_I, H, 0);
+            A("mlp.shared_expert.up_proj.weight", 0, 2, sh->shared_I, H, 0);
+            A("mlp.shared_expert.down_proj.weight", 0, 2, H, sh->shared_I, 0);
+            A("mlp.shared_expert_gate.weight", 0, 2, 1, H, 0);
+        } else {
+            A("mlp.gate_proj.weight", 0, 2, I, H, 0);
+            A("mlp.up_proj.weight", 0, 2, I, H, 0);
+            A("mlp.down_proj.weight", 0, 2, H, I, 0);
+        }
         if (attn) {
             A("self_attn.q_proj.weight", 0, 2, 2 * heads * hd, H, 0);
             A("self_attn.k_proj.weight", 0, 2, kvh * hd, H, 0);
@@ -219,38 +325,51 @@ static int make_checkpoint(const char *dir, int H, int L, int V, int I) {
     uint64_t hl = hdr.len;
     fwrite(&hl, 8, 1, f);
     fwrite(hdr.data, 1, hdr.len, f);
-    uint16_t *buf = xmalloc(sizeof(uint16_t) << 20);
+    uint64_t data0 = 8 + hl; /* the values start after the length and the header */
+    size_t n_chunks = 0;
     for (int i = 0; i < n; i++) {
         size_t cnt = 1;
         for (int d = 0; d < t[i].ndim; d++) cnt *= (size_t)t[i].shape[d];
-        float sd = t[i].kind == 0 ? 1.0f / sqrtf((float)t[i].shape[t[i].ndim - 1]) : 0.1f;
-        if (strstr(t[i].name, "embed_tokens")) sd = 1.0f;
-        for (size_t done = 0; done < cnt;) {
-            size_t k = cnt - done < (1u << 20) ? cnt - done : (1u << 20);
-            for (size_t e = 0; e < k; e++) {
-                float v;
-                switch (t[i].kind) {
-                case 2: v = logf(0.05f + 0.95f * (float)urand()); break;
-                case 3: v = 0.5f * nrand(); break;
-                case 4: v = 1.0f + 0.1f * nrand(); break;
-                default: v = sd * nrand();
-                }
-                buf[e] = splash_f32_to_bf16(v);
-            }
-            fwrite(buf, 2, k, f);
-            done += k;
+        n_chunks += (cnt + GEN_CHUNK - 1) / GEN_CHUNK;
+    }
+    gen_chunk *chunks = calloc(n_chunks ? n_chunks : 1, sizeof *chunks);
+    size_t k = 0;
+    uint64_t at = data0;
+    for (int i = 0; i < n; i++) {
+        size_t cnt = 1;
+        for (int d = 0; d < t[i].ndim; d++) cnt *= (size_t)t[i].shape[d];
+        for (size_t first = 0; first < cnt; first += GEN_CHUNK) {
+            size_t m = cnt - first < GEN_CHUNK ? cnt - first : GEN_CHUNK;
+            chunks[k++] = (gen_chunk){i, first, m, at};
+            at += 2 * m;
         }
     }
-    free(buf);
-    if (fclose(f)) {
+    if (fflush(f)) {
         perror(path);
+        return 1;
+    }
+    gen_job gj = {t, chunks, fileno(f), 0};
+    splash_pool *pool = splash_pool_create(0);
+    splash_pool_run(pool, n_chunks, gen_task, &gj);
+    splash_pool_destroy(pool);
+    free(chunks);
+    if (gj.failed || fclose(f)) {
+        fprintf(stderr, "%s: writing the values failed\n", path);
         return 1;
     }
     free(path);
     strbuf cfg;
     sb_init(&cfg);
+    if (E)
+        sb_printf(&cfg,
+                  "{\"architectures\": [\"Qwen3_5MoeForCausalLM\"], \"model_type\": \"qwen3_5_moe_text\",\n"
+                  " \"num_experts\": %d, \"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d,\n"
+                  " \"shared_expert_intermediate_size\": %d, \"hidden_size\": %d,\n",
+                  E, sh->topk, sh->moe_I, sh->shared_I, H);
+    else
+        sb_printf(&cfg, "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"hidden_size\": %d,\n",
+                  H);
     sb_printf(&cfg,
-              "{\"architectures\": [\"Qwen3_5ForCausalLM\"], \"model_type\": \"qwen3_5_text\", \"hidden_size\": %d,\n"
               " \"intermediate_size\": %d, \"num_hidden_layers\": %d, \"vocab_size\": %d, \"num_attention_heads\": %d,\n"
               " \"num_key_value_heads\": %d, \"head_dim\": %d, \"hidden_act\": \"silu\", \"max_position_embeddings\": 262144,\n"
               " \"rms_norm_eps\": 1e-06, \"tie_word_embeddings\": false, \"attention_bias\": false,\n"
@@ -258,7 +377,7 @@ static int make_checkpoint(const char *dir, int H, int L, int V, int I) {
               " \"linear_key_head_dim\": %d, \"linear_value_head_dim\": %d, \"partial_rotary_factor\": 0.25,\n"
               " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 10000000.0, \"partial_rotary_factor\": 0.25},\n"
               " \"layer_types\": [%s], \"dtype\": \"bfloat16\"}\n",
-              H, I, L, V, heads, kvh, hd, hk, hv, dk, dv, types.data);
+              I, L, V, heads, kvh, hd, hk, hv, dk, dv, types.data);
     path = splash_path_join(dir, "config.json");
     int rc = splash_write_file(path, cfg.data, cfg.len, &err);
     if (rc) fprintf(stderr, "%s\n", err.msg);
@@ -347,8 +466,8 @@ static int forward(splash_model *m, splash_batch *b, splash_lane *lane, splash_r
 }
 
 /* One load of the model with activation path `act` (fp32, int8, int16). */
-static int bench_model(const char *dir, int threads, int prompt, int decode, int vreps, const char *act,
-                       int decode_prefill, bench_result *res) {
+static int bench_model(const char *dir, const char *device, int threads, int prompt, int decode, int vreps,
+                       const char *act, int decode_prefill, bench_result *res) {
     splash_error err = {0};
     memset(res, 0, sizeof *res);
     splash_package *pkg;
@@ -357,8 +476,8 @@ static int bench_model(const char *dir, int threads, int prompt, int decode, int
         return 1;
     }
     int max_rows = prompt > 16 ? prompt : 16;
-    splash_model_options o = {.threads = threads, .max_rows = max_rows, .max_lanes = 1, .kv_format = SPLASH_KV_F32,
-                              .cpu_activations = (splash_cpu_act)splash_cpu_act_parse(act)};
+    splash_model_options o = {.device = device, .threads = threads, .max_rows = max_rows, .max_lanes = 1,
+                              .kv_format = SPLASH_KV_F32, .cpu_activations = (splash_cpu_act)splash_cpu_act_parse(act)};
     splash_model *m;
     if (splash_model_load(pkg, &o, &m, &err)) {
         fprintf(stderr, "%s\n", err.msg);
@@ -435,6 +554,7 @@ static int bench_model(const char *dir, int threads, int prompt, int decode, int
      * up to the position (page_bytes covers page_tokens positions of all layers) */
     res->kv_bytes = (double)nd->page_bytes / nd->page_tokens * (prompt + 0.5 * decode);
     res->rss_mb = (double)ru.ru_maxrss / 1024.0;
+    if (device && !strcmp(device, "cuda")) act = "cuda"; /* the label: the GPU has one path */
     printf("%-5s prefill %d tokens: %.1f tokens/s (%.1f ms CPU per token)\n", act, prompt, res->prefill_tps,
            1e3 * res->prefill_cpu);
     printf("%-5s decode: median %.2f ms/token [p10 %.2f, p90 %.2f] = %.2f tokens/s; %.2f ms CPU per token\n", act,
@@ -497,8 +617,9 @@ static double load_average(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *make = NULL, *weights = "q4", *act_list = "fp32,int8";
-    int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 24, V = 32000, I = 3584, bw = 1, dprefill = 0;
+    const char *model = NULL, *make = NULL, *weights = "q4", *act_list = "fp32,int8", *device = "cpu", *shape_name = NULL;
+    int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 0, V = 0, I = 3584, bw = 1, dprefill = 0;
+    double gpu_gbs = 4300;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--model")) model = v, i++;
@@ -513,24 +634,39 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--layers")) L = atoi(v), i++;
         else if (!strcmp(a, "--vocab")) V = atoi(v), i++;
         else if (!strcmp(a, "--intermediate")) I = atoi(v), i++;
+        else if (!strcmp(a, "--shape")) shape_name = v, i++;
+        else if (!strcmp(a, "--device")) device = v, i++;
+        else if (!strcmp(a, "--gpu-gbs")) gpu_gbs = atof(v), i++;
         else if (!strcmp(a, "--no-bandwidth")) bw = 0;
         else if (!strcmp(a, "--decode-prefill")) dprefill = 1;
         else {
             fprintf(stderr, "usage: bench_cpu --make-random PKG [--weights q4|q8|bf16] [--hidden N] [--layers N]\n"
                             "                 [--vocab N] [--intermediate N]\n"
-                            "       bench_cpu --model PKG [--threads T] [--prompt N] [--decode N] [--verify-reps N]\n"
-                            "                 [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]\n");
+                            "       bench_cpu --make-random PKG --shape 27b|35b-a3b [--layers N] [--vocab N]\n"
+                            "       bench_cpu --model PKG [--device cpu|cuda] [--threads T] [--prompt N] [--decode N]\n"
+                            "                 [--verify-reps N] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]\n"
+                            "                 [--gpu-gbs 4300]\n");
             return 2;
         }
     }
     if (make) {
         char ckpt[1024];
         snprintf(ckpt, sizeof ckpt, "%s.ckpt", make);
+        shape sh = {.H = H, .L = 24, .V = 32000, .I = I, .heads = H / 128, .hd = 128, .dk = 128, .dv = 128};
+        sh.kvh = sh.heads / 4 ? sh.heads / 4 : 1;
+        sh.hk = H / 256 ? H / 256 : 1;
+        sh.hv = 2 * sh.hk;
+        if (shape_name && !named_shape(shape_name, &sh)) {
+            fprintf(stderr, "bench_cpu: --shape %s: expected 27b or 35b-a3b\n", shape_name);
+            return 2;
+        }
+        if (L > 0) sh.L = L;
+        if (V > 0) sh.V = V;
         double t = now();
-        if (make_checkpoint(ckpt, H, L, V, I)) return 1;
+        if (make_checkpoint(ckpt, &sh)) return 1;
         printf("random checkpoint written to %s in %.1f s\n", ckpt, now() - t);
         splash_pack_options po = {.from = ckpt, .out = make, .weights = (splash_dtype)splash_dtype_parse(weights),
-                                  .force = 1};
+                                  .threads = threads, .force = 1};
         splash_pack_stats ps;
         splash_error err = {0};
         if ((int)po.weights < 0 || splash_pack(&po, &ps, &err)) {
@@ -538,7 +674,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         splash_remove_tree(ckpt);
-        printf("packed %s (%s): %.1f MB\n", make, weights, (double)ps.total_bytes / 1e6);
+        printf("packed %s (%s): %.1f MB in %.1f s\n", make, weights, (double)ps.total_bytes / 1e6, ps.seconds);
         return 0;
     }
     if (!model || prompt < 1 || decode < 2 || vreps < 1) {
@@ -550,11 +686,20 @@ int main(int argc, char **argv) {
         threads = splash_pool_size(p);
         splash_pool_destroy(p);
     }
+    int cuda = !strcmp(device, "cuda");
+    if (!cuda && strcmp(device, "cpu")) {
+        fprintf(stderr, "bench_cpu: --device takes cpu or cuda (not %s)\n", device);
+        return 2;
+    }
     const char *acts[3];
     char actbuf[64];
-    snprintf(actbuf, sizeof actbuf, "%s", act_list);
+    snprintf(actbuf, sizeof actbuf, "%s", cuda ? "auto" : act_list); /* the GPU has one path */
     int n_acts = 0;
     for (char *tok = strtok(actbuf, ","); tok && n_acts < 3; tok = strtok(NULL, ",")) {
+        if (cuda) {
+            acts[n_acts++] = "cuda";
+            break;
+        }
         if (splash_cpu_act_parse(tok) <= 0) {
             fprintf(stderr, "bench_cpu: --act takes fp32, int8, int16 (not %s)\n", tok);
             return 2;
@@ -562,9 +707,10 @@ int main(int argc, char **argv) {
         acts[n_acts++] = tok;
     }
     bench_result r[3];
-    printf("model %s, %d threads, load average %.2f\n", model, threads, load_average());
+    printf("model %s, device %s, %d threads, load average %.2f\n", model, device, threads, load_average());
     for (int i = 0; i < n_acts; i++)
-        if (bench_model(model, threads, prompt, decode, vreps, acts[i], dprefill, &r[i])) return 1;
+        if (bench_model(model, device, threads, prompt, decode, vreps, cuda ? "auto" : acts[i], dprefill, &r[i]))
+            return 1;
     for (int i = 1; i < n_acts; i++) {
         double rel, top1;
         compare_logits(&r[0], &r[i], decode, &rel, &top1);
@@ -575,6 +721,13 @@ int main(int argc, char **argv) {
     printf("read per decoded token: %.1f MB weights + %.1f MB GDN state (read + write) + %.1f MB KV = %.1f MB; "
            "peak RSS %.1f MB\n",
            r[0].weight_bytes / 1e6, r[0].state_bytes / 1e6, r[0].kv_bytes / 1e6, per_token / 1e6, r[n_acts - 1].rss_mb);
+    if (cuda) {
+        double gbs = per_token / r[0].step.med / 1e9;
+        printf("decode (cuda): %.2f tokens/s = %.0f%% of the %.0f GB/s roofline (%.1f tokens/s)\n", 1.0 / r[0].step.med,
+               100.0 * gbs / gpu_gbs, gpu_gbs, gpu_gbs * 1e9 / per_token);
+        free(r[0].logits);
+        return 0;
+    }
     if (!bw) return 0;
     double rd, cp, tr;
     measure_bandwidth(threads, &rd, &cp, &tr);

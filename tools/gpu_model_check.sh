@@ -4,8 +4,9 @@
 #
 #   tools/gpu_model_check.sh --prepare
 #       here (a machine with the build's libraries): `make` (CUDA=1 where nvcc exists), then
-#       packs build/splash (stripped) and the shared libraries a bare GPU machine lacks
-#       (everything ldd lists but the C/C++ runtime) into .carry/splash-bin.txz (~6 MB); carry
+#       packs build/splash and build/bench/bench_cpu (stripped; tools/gpu_synthetic_bench.sh
+#       runs the latter) and the shared libraries a bare GPU machine lacks
+#       (everything ldd lists but the C/C++ runtime) into .carry/splash-bin.txz (~8 MB); carry
 #       .carry (git ignores it via .git/info/exclude) to the GPU machine
 #   tools/gpu_model_check.sh [--model PKG] [--windows N] [--seq T] [--bench-tokens M]
 #       on the GPU machine: tokenises this repository's tools/**/*.py (text the default model
@@ -21,9 +22,10 @@ set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 TXZ=.carry/splash-bin.txz
 if [ "${1:-}" = "--prepare" ]; then
-    make -s -j"$(nproc)" build/splash || exit 1
+    make -s -j"$(nproc)" build/splash build/bench/bench_cpu || exit 1
     P=$(mktemp -d) || exit 1
-    mkdir -p "$P/bin/lib" .carry && strip -o "$P/bin/splash" build/splash || exit 1
+    mkdir -p "$P/bin/lib" .carry && strip -o "$P/bin/splash" build/splash &&
+        strip -o "$P/bin/bench_cpu" build/bench/bench_cpu || exit 1
     ldd build/splash | awk '$3 ~ /^\// {print $3}' |
         grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
         while read -r l; do cp -L "$l" "$P/bin/lib/" || exit 1; done || exit 1

@@ -1,0 +1,70 @@
+#!/bin/bash
+# gpu_synthetic_bench.sh - the production shapes' speed on the GPU without their weights.
+#
+#   tools/gpu_model_check.sh --prepare      (here: the CUDA build of splash and bench_cpu, packed
+#                                            into .carry/splash-bin.txz)
+#   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256] [--decode 32]
+#       (the GPU machine, carrying .carry)
+# For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
+# of the exact dimensions, first L layers of the 3:1 pattern (the full 27B is 54 GB of bf16, more
+# than the machine's disk holds beside its package), packs it q4, then `bench_cpu --device cuda`
+# times a 256-row prefill, one-token decode steps (VERIFY 1 + commit) and VERIFY blocks of 8 and
+# 16 rows.  Every time and the bytes read per token are a + b L (the layers are the same work
+# each period of 4), so two depths give the full depth's (64 for the 27B, 40 for the 35B-A3B):
+# printed with the roofline fraction at 4.3 TB/s.  Logs and the fitted table in $OUT.
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32
+DEVICE=${DEVICE:-cuda}       # DEVICE=cpu with MAKE_ARGS="--vocab 2048": a check of this script without a GPU
+MAKE_ARGS=${MAKE_ARGS:-}
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --shape) SHAPE=$2; shift 2 ;;
+    --depths) DEPTHS=$2; shift 2 ;;
+    --prompt) PROMPT=$2; shift 2 ;;
+    --decode) DECODE=$2; shift 2 ;;
+    *) sed -n '2,15p' "$0"; exit 2 ;;
+    esac
+done
+case "$SHAPE" in 27b) FULL=64 ;; 35b-a3b) FULL=40 ;; *) echo "--shape 27b or 35b-a3b"; exit 2 ;; esac
+OUT=${OUT:-build-synthetic}
+W=${SYN_DIR:-/tmp/splash-synthetic}
+mkdir -p "$OUT" "$W"
+BENCH=$PWD/build/bench/bench_cpu
+if [ -f .carry/splash-bin.txz ]; then
+    tar -C "$W" -xJf .carry/splash-bin.txz || exit 1
+    BENCH=$W/bin/bench_cpu
+    export LD_LIBRARY_PATH="$W/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
+for L in ${DEPTHS//,/ }; do
+    P=$W/$SHAPE-$L
+    t0=$(date +%s)
+    "$BENCH" --make-random "$P" --shape "$SHAPE" --layers "$L" $MAKE_ARGS > "$OUT/make-$SHAPE-$L.log" 2>&1 ||
+        { tail -5 "$OUT/make-$SHAPE-$L.log"; exit 1; }
+    t1=$(date +%s)
+    "$BENCH" --model "$P" --device "$DEVICE" --act int8 --no-bandwidth --prompt "$PROMPT" --decode "$DECODE" --verify-reps 5 \
+        > "$OUT/bench-$SHAPE-$L.log" 2>&1 || { tail -5 "$OUT/bench-$SHAPE-$L.log"; exit 1; }
+    echo "depth $L: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
+    grep -E "^(cuda|int8|read per|decode)" "$OUT/bench-$SHAPE-$L.log"
+    rm -rf "$P"
+done
+python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" <<'PY'
+import re, sys
+out, shape, full, depths = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()]
+rows = {}
+for L in depths:
+    t = open(f"{out}/bench-{shape}-{L}.log").read()
+    g = lambda pat: float(re.search(pat, t).group(1))
+    rows[L] = dict(prefill=1.0 / g(r"prefill \d+ tokens: ([0-9.]+) tokens/s"), step=g(r"decode: median ([0-9.]+) ms"),
+                   v8=g(r"verify 8 rows: ([0-9.]+) ms"), v16=g(r"16 rows: ([0-9.]+) ms"),
+                   mb=g(r"= ([0-9.]+) MB; peak"))
+a, b = depths[0], depths[-1]
+fit = {k: rows[a][k] + (rows[b][k] - rows[a][k]) * (full - a) / (b - a) for k in rows[a]}
+print(f"| {shape} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | prefill tokens/s |")
+print("|---|---|---|---|---|---|---|---|---|")
+for L, r in sorted(rows.items()) + [(f"{full} (fit)", fit)]:
+    frac = r["mb"] * 1e6 / (r["step"] * 1e-3) / 4.3e12
+    print(f"| | {L} | {r['step']:.3f} | {1e3 / r['step']:.1f} | {r['mb']:.0f} | {100 * frac:.1f}% | "
+          f"{r['v8'] / r['step']:.2f} | {r['v16'] / r['step']:.2f} | {1 / r['prefill']:.0f} |")
+PY
