@@ -60,7 +60,7 @@ async function waitIdle() {
 }
 
 test("start-up lines, health, ready, status, models, metrics", async () => {
-    assert.match(srv.log(), /Loading · pkg\nChat template · native\nReady · pkg · context 1K · http:\/\/127\.0\.0\.1:\d+/);
+    assert.match(srv.log(), /Loading · pkg\nDevice · (cpu · CPU|cuda · .+)\nChat template · native\nReady · pkg · context 1K · http:\/\/127\.0\.0\.1:\d+/);
     assert.deepEqual((await raw({ method: "GET", path: "/health", key: null })).json, { status: "ok" });
     assert.deepEqual((await raw({ method: "GET", path: "/ready", key: null })).json, { status: "ready" });
     const s = await status();
