@@ -966,8 +966,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
      * draft forward (its lm_head over the whole vocabulary, on the CPU) costs
      * more than the target's own step, so a CUDA engine decodes with block 1
      * until the draft has a CUDA forward. */
-    int cpu_draft_only = !strcmp(e->device, "cuda") && !opt->test_draft;
-    if (cpu_draft_only && opt->block_size > 1) {
+    int no_device_draft = !strcmp(e->device, "cuda") && !opt->test_draft;
+    if (no_device_draft && opt->block_size > 1) {
         rc = splash_fail(err, SPLASH_E_UNSUPPORTED,
                          "block size %d on device cuda: the DFlash draft runs on the CPU only for now (block 1 on cuda)",
                          opt->block_size);
@@ -983,7 +983,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     }
     if (opt->test_draft) {
         e->draft = opt->test_draft;
-    } else if (want_block != 1 && !cpu_draft_only) {
+    } else if (want_block != 1 && !no_device_draft) {
         splash_draft_options dopt = {.threads = opt->threads, .act = opt->cpu_activations, .lanes = e->max_lanes,
                                      .window = opt->draft_window, .max_block = SPLASH_DRAFT_MAX_BLOCK};
         rc = splash_draft_open(e->pkg, &dopt, &e->draft, err);

@@ -97,6 +97,15 @@ extern "C" cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp *p, int) {
 }
 extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) { return cudaGetDeviceProperties_v2(p, d); }
 
+/* backend/cuda/device.cu, which runtime/model.c asks before "cuda" is used:
+ * one device; its free memory unknown (0: a plan falls back to MemAvailable). */
+extern "C" int splash_cuda_device_info(char *name, size_t cap, size_t *free_bytes, size_t *total_bytes) {
+    if (name && cap) snprintf(name, cap, "host emulation (CPU backend)");
+    if (free_bytes) *free_bytes = 0;
+    if (total_bytes) *total_bytes = 0;
+    return 1;
+}
+
 /* What every nvcc-compiled object calls at start-up to register its (here
  * empty) device code. */
 extern "C" void **__cudaRegisterFatBinary(void *) {
