@@ -10,7 +10,7 @@ BUILD := build-san
 OPT := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
-PKGS := libpcre2-8 libutf8proc libcrypto libmicrohttpd libcurl
+PKGS := libpcre2-8 libutf8proc libcrypto libmicrohttpd libcurl zlib
 CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g -pthread -Isrc $(OPT) $(EXTRA_CFLAGS)
 LDLIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 LDFLAGS := -pthread $(OPT)

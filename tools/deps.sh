@@ -15,6 +15,7 @@ check libutf8proc libutf8proc-dev
 check libcrypto libssl-dev
 check libmicrohttpd libmicrohttpd-dev
 check libcurl libcurl4-openssl-dev
+check zlib zlib1g-dev
 check cmocka libcmocka-dev
 [ -z "$need" ] && exit 0
 echo "splash: installing build dependencies:$need"

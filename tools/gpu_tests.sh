@@ -60,7 +60,7 @@ for a in "$@"; do
 done
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-PKGS="libpcre2-8 libutf8proc libcrypto libmicrohttpd libcurl"
+PKGS="libpcre2-8 libutf8proc libcrypto libmicrohttpd libcurl zlib"
 
 # The fixture packages test_cuda_model loads: <dir>/<fixture>-<weights>.
 pack_fixtures() { # splash-binary dir
@@ -120,8 +120,9 @@ if pkg-config --exists $PKGS 2>/dev/null; then
 fi
 if [ -z "$REFLIB" ] && [ -f "$PREP/libsplash.a" ]; then
     CRYPTO=$(ldconfig -p 2>/dev/null | awk '/libcrypto\.so/ {print $NF; exit}')
+    ZLIB=$(ldconfig -p 2>/dev/null | awk '/libz\.so/ {print $NF; exit}') # base/gzip.c, when pulled in
     REFLIB="$PREP/libsplash.a"
-    if [ -n "$CRYPTO" ]; then MODEL_LIBS="-Xlinker $CRYPTO -lm -lpthread"; else echo "    no libcrypto: test_cuda_model skipped"; fi
+    if [ -n "$CRYPTO" ]; then MODEL_LIBS="-Xlinker $CRYPTO ${ZLIB:+-Xlinker $ZLIB} -lm -lpthread"; else echo "    no libcrypto: test_cuda_model skipped"; fi
 fi
 if [ -z "$REFLIB" ]; then
     SRCS="$(ls src/backend/cpu/*.c) src/base/status.c src/base/mem.c src/base/threads.c src/base/log.c src/package/tensor.c"

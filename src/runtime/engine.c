@@ -11,6 +11,7 @@
  */
 #include "runtime/engine.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -948,12 +949,18 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if ((rc = splash_package_open(opt->model_dir, &e->pkg, err))) goto fail;
+    /* tokenizer/tokenizer.json.gz (packages from now on) or tokenizer.json (older ones) */
     const char *tj = splash_package_file(e->pkg, "tokenizer/tokenizer.json");
+    if (!tj) tj = splash_package_file(e->pkg, "tokenizer/tokenizer.json.gz");
     if (!tj) {
-        rc = splash_fail(err, SPLASH_E_NOTFOUND, "%s: the package has no tokenizer/tokenizer.json", opt->model_dir);
+        rc = splash_fail(err, SPLASH_E_NOTFOUND, "%s: the package has no tokenizer/tokenizer.json(.gz)", opt->model_dir);
         goto fail;
     }
-    if ((rc = splash_tokenizer_load(tj, &e->tok, err))) goto fail;
+    char tpath[PATH_MAX];
+    snprintf(tpath, sizeof tpath, "%s", tj); /* the .json path: the loader falls back to .json.gz */
+    size_t tl = strlen(tpath);
+    if (tl > 3 && !strcmp(tpath + tl - 3, ".gz")) tpath[tl - 3] = 0;
+    if ((rc = splash_tokenizer_load(tpath, &e->tok, err))) goto fail;
     /* the draft: the test's, or the package's (none at block size 1, or when the package has none) */
     if (opt->block_size < 0 || opt->block_size > SPLASH_DRAFT_MAX_BLOCK) {
         rc = splash_fail(err, SPLASH_E_RANGE, "block size %d outside [1, %d]", opt->block_size, SPLASH_DRAFT_MAX_BLOCK);

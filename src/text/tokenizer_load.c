@@ -17,6 +17,7 @@
 #include <utf8proc.h>
 
 #include "base/fs.h"
+#include "base/gzip.h"
 #include "base/mem.h"
 #include "base/json.h"
 #include "text/tokenizer_int.h"
@@ -500,7 +501,7 @@ int splash_tokenizer_load(const char *path, splash_tokenizer **out, splash_error
     char *data;
     size_t len;
     *out = NULL;
-    int rc = splash_read_file(path, &data, &len, err);
+    int rc = splash_read_file_or_gz(path, &data, &len, err); /* packages store tokenizer.json.gz */
     if (rc) return rc;
     rc = splash_tokenizer_load_json(data, len, path, out, err);
     free(data);

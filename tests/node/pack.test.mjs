@@ -9,6 +9,7 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import zlib from "node:zlib";
 import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -169,9 +170,14 @@ test("special token ids come from the tokenizer and configs", { skip: !fs.exists
         const tc = JSON.parse(fs.readFileSync(path.join(qwen3, "tokenizer_config.json"), "utf8"));
         assert.equal(fs.readFileSync(path.join(out, "tokenizer", "chat_template.jinja"), "utf8"), tc.chat_template);
         const paths = m.files.map((f) => f.path);
-        for (const f of ["tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json", "tokenizer/chat_template.jinja"])
+        for (const f of ["tokenizer/tokenizer.json.gz", "tokenizer/tokenizer_config.json", "tokenizer/chat_template.jinja"])
             assert.ok(paths.includes(f), f);
-        assert.deepEqual(fs.readFileSync(path.join(out, "tokenizer", "tokenizer.json")), fs.readFileSync(path.join(qwen3, "tokenizer.json")));
+        // tokenizer.json is stored gzipped: the same bytes, about a fifth of the size
+        const gz = fs.readFileSync(path.join(out, "tokenizer", "tokenizer.json.gz"));
+        const src = fs.readFileSync(path.join(qwen3, "tokenizer.json"));
+        assert.deepEqual(zlib.gunzipSync(gz), src);
+        assert.ok(gz.length < src.length / 4, `${gz.length} of ${src.length}`);
+        assert.ok(!fs.existsSync(path.join(out, "tokenizer", "tokenizer.json")));
         assert.equal(run("verify", "--quiet", out).status, 0);
     } finally {
         fs.rmSync(dir, { recursive: true, force: true });

@@ -16,6 +16,7 @@ import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import zlib from "node:zlib";
 import { fileURLToPath } from "node:url";
 import { Tokenizer } from "@huggingface/tokenizers";
 
@@ -200,4 +201,18 @@ test("--model PKG reads PKG/tokenizer/tokenizer.json", () => {
   const r = runSplash(["tokenize", "--model", pkg], "Hello World");
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stdout, "[9707,4337]\n"); // as @huggingface/tokenizers gives
+});
+
+test("--model PKG reads PKG/tokenizer/tokenizer.json.gz (how packages store it); a corrupt one is an error", () => {
+  const pkg = tempDir();
+  fs.mkdirSync(path.join(pkg, "tokenizer"));
+  const gz = zlib.gzipSync(fs.readFileSync(path.join(qwen3Dir, "tokenizer.json")));
+  fs.writeFileSync(path.join(pkg, "tokenizer", "tokenizer.json.gz"), gz);
+  let r = runSplash(["tokenize", "--model", pkg], "Hello World");
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout, "[9707,4337]\n");
+  fs.writeFileSync(path.join(pkg, "tokenizer", "tokenizer.json.gz"), gz.subarray(0, gz.length >> 1)); // truncated
+  r = runSplash(["tokenize", "--model", pkg], "Hello World");
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /tokenizer\.json\.gz: gunzip: not one complete gzip member \(truncated\)/);
 });

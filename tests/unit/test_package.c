@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/fs.h"
+#include "base/gzip.h"
 #include "base/json.h"
 #include "package/package.h"
 #include "package/packer.h"
@@ -661,7 +662,18 @@ static void test_pack_tokenizer_and_tokens(void **state) {
     assert_int_equal(splash_read_file(tp, &text, NULL, &err), 0);
     assert_string_equal(text, "{% for m in messages %}{{ m.content }}{% endfor %}");
     free(text);
-    assert_non_null(splash_package_file(pkg, "tokenizer/tokenizer.json"));
+    /* tokenizer.json is stored gzipped, and reads back as the source's bytes */
+    assert_null(splash_package_file(pkg, "tokenizer/tokenizer.json"));
+    const char *tj = splash_package_file(pkg, "tokenizer/tokenizer.json.gz");
+    assert_non_null(tj);
+    char *want, *got, *tjson = join(w.ck, "tokenizer.json"), *plain = strdup(tj);
+    size_t wl, gl;
+    plain[strlen(plain) - 3] = 0; /* the .json path: read with its .gz fallback */
+    assert_int_equal(splash_read_file(tjson, &want, &wl, &err), 0);
+    assert_int_equal(splash_read_file_or_gz(plain, &got, &gl, &err), 0);
+    assert_int_equal(gl, wl);
+    assert_memory_equal(got, want, wl);
+    free(want), free(got), free(tjson), free(plain);
     assert_non_null(splash_package_file(pkg, "tokenizer/tokenizer_config.json"));
     assert_null(splash_package_file(pkg, "tokenizer/generation_config.json"));
     splash_package_close(pkg);

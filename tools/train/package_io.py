@@ -68,10 +68,27 @@ def read_manifest(pkg):
 
 
 def tokenizer_path(pkg):
+    """A path to the package's tokenizer.json.  Packages store it gzipped
+    (tokenizer/tokenizer.json.gz); that one is decompressed once into a file in the temp
+    directory named by its SHA-256, which is what is returned."""
     p = os.path.join(pkg, "tokenizer", "tokenizer.json")
-    if not os.path.isfile(p):
-        raise FileNotFoundError("%s: the package has no tokenizer/tokenizer.json" % pkg)
-    return p
+    if os.path.isfile(p):
+        return p
+    gz = p + ".gz"
+    if not os.path.isfile(gz):
+        raise FileNotFoundError("%s: the package has no tokenizer/tokenizer.json(.gz)" % pkg)
+    import gzip
+    import hashlib
+    import tempfile
+    with open(gz, "rb") as f:
+        raw = f.read()
+    out = os.path.join(tempfile.gettempdir(), "splash-tokenizer-%s.json" % hashlib.sha256(raw).hexdigest()[:16])
+    if not os.path.isfile(out):
+        tmp = out + ".%d" % os.getpid()
+        with open(tmp, "wb") as f:
+            f.write(gzip.decompress(raw))
+        os.replace(tmp, out)
+    return out
 
 
 def _a64(n):

@@ -114,11 +114,15 @@ results() { # name: tar of the draft pipeline's results that exist, queued for f
 draft_pipeline() { # everything after the target's training, from the package in the tree
     mkdir -p "$D"
     guard
-    if [ ! -s "$PKG/manifest.json" ] || [ ! -s "$PKG/tokenizer/tokenizer.json" ]; then
-        echo "no package at $PKG (manifest.json, tokenizer/tokenizer.json)" > "$D/fail_reason"
+    if [ ! -s "$PKG/manifest.json" ] || { [ ! -s "$PKG/tokenizer/tokenizer.json" ] && [ ! -s "$PKG/tokenizer/tokenizer.json.gz" ]; }; then
+        echo "no package at $PKG (manifest.json, tokenizer/tokenizer.json(.gz))" > "$D/fail_reason"
         exit 2
     fi
     local compile="" tokj=$PKG/tokenizer/tokenizer.json
+    if [ ! -s "$tokj" ]; then # packages store it gzipped
+        gunzip -c "$PKG/tokenizer/tokenizer.json.gz" > "$D/tokenizer.json" || exit 2
+        tokj=$D/tokenizer.json
+    fi
     if nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$D/gpu.txt" 2>&1; then
         compile=--compile-ce
     else

@@ -27,7 +27,7 @@ QGROUP = 64
 FILE_ALIGN = 16384
 TOKENIZER_VOCAB = 151669        # ids 0..151668 in the Qwen3 tokenizer.json (151643 BPE + 26 added)
 VOCAB = 151680                  # padded to a multiple of 64 (the model's embedding rows)
-TOKENIZER_FILES_BYTES = 11422654 + 9675   # tokenizer.json + tokenizer_config.json, copied verbatim
+TOKENIZER_FILES_BYTES = 2061687 + 9675    # tokenizer.json.gz (gzip -9 of 11,422,654 bytes) + tokenizer_config.json
 
 
 def layer_types(n, interval=4):
