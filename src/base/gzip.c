@@ -86,6 +86,10 @@ int splash_read_file_or_gz(const char *path, char **data, size_t *len, splash_er
     if (!gz) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
     memcpy(gz, path, pl);
     memcpy(gz + pl, ".gz", 4);
+    if (!splash_is_file(gz)) { /* neither: the error names the plain file */
+        free(gz);
+        return splash_read_file(path, data, len, err);
+    }
     char *raw = NULL;
     size_t rl = 0, n = 0;
     int rc = splash_read_file(gz, &raw, &rl, err);
