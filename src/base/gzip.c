@@ -79,17 +79,8 @@ int splash_gunzip(const void *data, size_t len, char **out, size_t *out_len, spl
     return SPLASH_OK;
 }
 
-int splash_read_file_or_gz(const char *path, char **data, size_t *len, splash_error *err) {
-    if (splash_is_file(path)) return splash_read_file(path, data, len, err);
-    size_t pl = strlen(path);
-    char *gz = malloc(pl + 4);
-    if (!gz) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
-    memcpy(gz, path, pl);
-    memcpy(gz + pl, ".gz", 4);
-    if (!splash_is_file(gz)) { /* neither: the error names the plain file */
-        free(gz);
-        return splash_read_file(path, data, len, err);
-    }
+/* Reads a gzip file whole and decompresses it; errors name the file. */
+static int read_gz(const char *gz, char **data, size_t *len, splash_error *err) {
     char *raw = NULL;
     size_t rl = 0, n = 0;
     int rc = splash_read_file(gz, &raw, &rl, err);
@@ -100,6 +91,19 @@ int splash_read_file_or_gz(const char *path, char **data, size_t *len, splash_er
         else if (len) *len = n;
     }
     free(raw);
+    return rc;
+}
+
+int splash_read_file_or_gz(const char *path, char **data, size_t *len, splash_error *err) {
+    size_t pl = strlen(path);
+    if (pl > 3 && !strcmp(path + pl - 3, ".gz")) return read_gz(path, data, len, err);
+    if (splash_is_file(path)) return splash_read_file(path, data, len, err);
+    char *gz = malloc(pl + 4);
+    if (!gz) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    memcpy(gz, path, pl);
+    memcpy(gz + pl, ".gz", 4);
+    int rc = splash_is_file(gz) ? read_gz(gz, data, len, err)
+                                : splash_read_file(path, data, len, err); /* neither: the error names path */
     free(gz);
     return rc;
 }

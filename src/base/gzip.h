@@ -17,7 +17,8 @@ int splash_gzip(const void *data, size_t len, char **out, size_t *out_len, splas
 /* *out is NUL-terminated (not counted in *out_len), so text can be used as a string. */
 int splash_gunzip(const void *data, size_t len, char **out, size_t *out_len, splash_error *err);
 
-/* Reads path, or path + ".gz" decompressed when path does not exist. */
+/* Reads path; a path ending in ".gz" is decompressed, and when path does not
+ * exist, path + ".gz" is read and decompressed instead. */
 int splash_read_file_or_gz(const char *path, char **data, size_t *len, splash_error *err);
 
 #endif

@@ -11,7 +11,6 @@
  */
 #include "runtime/engine.h"
 
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,7 +190,6 @@ struct splash_engine {
     size_t model_snap;    /* bytes of the model's part of a snapshot (the draft's follows) */
     const char *device;   /* "cpu" or "cuda" (splash_device_resolve) */
     char device_name[128];
-    size_t device_free;   /* CUDA: device memory free before the model loaded (the plan's budget); CPU: 0 */
     void (*on_logits)(void *ctx, const splash_gen *g, int index, const float *row, int vocab);
     void (*on_propose)(void *ctx, const splash_gen *g, int n_seq, const int32_t *props, int n);
     void *hook_ctx;
@@ -956,17 +954,14 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         rc = splash_fail(err, SPLASH_E_NOTFOUND, "%s: the package has no tokenizer/tokenizer.json(.gz)", opt->model_dir);
         goto fail;
     }
-    char tpath[PATH_MAX];
-    snprintf(tpath, sizeof tpath, "%s", tj); /* the .json path: the loader falls back to .json.gz */
-    size_t tl = strlen(tpath);
-    if (tl > 3 && !strcmp(tpath + tl - 3, ".gz")) tpath[tl - 3] = 0;
-    if ((rc = splash_tokenizer_load(tpath, &e->tok, err))) goto fail;
+    if ((rc = splash_tokenizer_load(tj, &e->tok, err))) goto fail;
     /* the draft: the test's, or the package's (none at block size 1, or when the package has none) */
     if (opt->block_size < 0 || opt->block_size > SPLASH_DRAFT_MAX_BLOCK) {
         rc = splash_fail(err, SPLASH_E_RANGE, "block size %d outside [1, %d]", opt->block_size, SPLASH_DRAFT_MAX_BLOCK);
         goto fail;
     }
-    if ((rc = splash_device_resolve(opt->device, &e->device, e->device_name, sizeof e->device_name, &e->device_free,
+    size_t device_free; /* CUDA: device memory free before the model loads (the plan's budget); CPU: 0 */
+    if ((rc = splash_device_resolve(opt->device, &e->device, e->device_name, sizeof e->device_name, &device_free,
                                     err)))
         goto fail;
     /* The DFlash drafts run on the CPU backend only: beside a CUDA target a
@@ -1025,7 +1020,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         size_t pt = (size_t)e->needs->page_tokens;
         size_t want_pages = ((size_t)e->max_context + pt - 1) / pt;
         splash_memory_plan_input pi = {
-            .available = opt->available ? opt->available : e->device_free, /* 0 on the CPU: MemAvailable */
+            .available = opt->available ? opt->available : device_free, /* 0 on the CPU: MemAvailable */
             .max_memory = opt->max_memory,
             .weight_bytes = e->needs->weight_bytes + (e->draft ? e->draft->weight_bytes : 0),
             .scratch_bytes = e->needs->scratch_bytes + cycle_scratch_bytes(e),

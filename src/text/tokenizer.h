@@ -41,8 +41,8 @@ int splash_token_vec_push(splash_token_vec *v, int32_t id);
  * model, normaliser, pre-tokenizer or decoder other than byte-level BPE with
  * NFC and regex splits), with a message naming the field. */
 int splash_tokenizer_load(const char *tokenizer_json_path, splash_tokenizer **out, splash_error *err);
-/* (When the path does not exist, path + ".gz" is read and decompressed: packages store
- * tokenizer/tokenizer.json.gz.) */
+/* (A path ending in ".gz" is decompressed; when the path does not exist, path + ".gz" is
+ * read instead: packages store tokenizer/tokenizer.json.gz.) */
 /* The same from the file's text in memory; `name` is used in messages. */
 int splash_tokenizer_load_json(const char *json, size_t len, const char *name, splash_tokenizer **out,
                                splash_error *err);

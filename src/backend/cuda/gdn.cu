@@ -210,13 +210,18 @@ extern "C" int splash_cuda_gdn_gates(const float *a, const float *b, size_t ldab
     return SPLASH_OK;
 }
 
-extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *stream) {
+extern "C" int splash_cuda_gdn_args_check(const splash_cuda_gdn_args *a) {
     if (!a || !a->lanes || !a->mixed || !a->a || !a->b || !a->neg_a || !a->dt_bias || a->n_lanes < 0 ||
         a->n_lanes > 65535 || a->hk < 1 || a->hv < 1 || a->hv % a->hk || a->hv > 65535 || a->dv < 1 ||
         (a->y && (!a->z || !a->norm_w)))
         return SPLASH_E_INVALID;
     if (a->dv > SPLASH_CUDA_GDN_MAX_DV) return SPLASH_E_UNSUPPORTED;
-    if (a->n_lanes == 0) return SPLASH_OK;
+    return SPLASH_OK;
+}
+
+extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *stream) {
+    const int rc = splash_cuda_gdn_args_check(a);
+    if (rc || a->n_lanes == 0) return rc;
     RecArgs ra;
     ra.p = *a;
     ra.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */

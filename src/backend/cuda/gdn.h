@@ -94,6 +94,10 @@ typedef struct splash_cuda_gdn_args {
     float eps;          /* of the gated norm */
 } splash_cuda_gdn_args;
 
+/* The checks both GDN cores make of their arguments: SPLASH_E_INVALID (a
+ * missing pointer, counts out of range, hv not a multiple of hk, y without z
+ * or norm_w), SPLASH_E_UNSUPPORTED (dv > SPLASH_CUDA_GDN_MAX_DV), else OK. */
+int splash_cuda_gdn_args_check(const splash_cuda_gdn_args *a);
 int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *stream);
 
 /* The same function by chunks of SPLASH_CUDA_GDN_CHUNK rows (the UT

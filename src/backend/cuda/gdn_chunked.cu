@@ -236,12 +236,8 @@ int launch_chunked(const ChunkArgs &ca, cudaStream_t s) {
 } /* namespace */
 
 extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *stream) {
-    if (!a || !a->lanes || !a->mixed || !a->a || !a->b || !a->neg_a || !a->dt_bias || a->n_lanes < 0 ||
-        a->n_lanes > 65535 || a->hk < 1 || a->hv < 1 || a->hv % a->hk || a->hv > 65535 || a->dv < 1 ||
-        (a->y && (!a->z || !a->norm_w)))
-        return SPLASH_E_INVALID;
-    if (a->dv > SPLASH_CUDA_GDN_MAX_DV) return SPLASH_E_UNSUPPORTED;
-    if (a->n_lanes == 0) return SPLASH_OK;
+    const int rc = splash_cuda_gdn_args_check(a);
+    if (rc || a->n_lanes == 0) return rc;
     ChunkArgs ca;
     ca.p = *a;
     ca.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */
