@@ -682,8 +682,9 @@ static void lane_decode_snapshot(splash_engine *e, lane *l) {
     }
 }
 
-/* After the verify forward: decide, commit, feed the draft, emit. */
-static void cycle_finish(splash_engine *e, lane *l, spec_times *tm) {
+/* After the decode forward (VERIFY rows, or one PREFILL row when nothing was
+ * proposed: verified = 0, nothing to commit): decide, commit, feed the draft, emit. */
+static void cycle_finish(splash_engine *e, lane *l, spec_times *tm, int verified) {
     splash_gen *g = l->g;
     int nf = l->n_feed, np = l->n_props, pt = e->needs->page_tokens, n0 = l->n_past;
     const float *rows = e->logits + (size_t)l->logit_row * e->vocab; /* rows nf-1 .. nf-1+np */
@@ -711,7 +712,7 @@ static void cycle_finish(splash_engine *e, lane *l, spec_times *tm) {
         }
     int good = nf + j, c = good;
     if (e->use_cache && (n0 / pt + 1) * pt < n0 + c) c = (n0 / pt + 1) * pt - n0; /* stop on the page boundary */
-    if (splash_model_commit(e->model, l->slot, c, &err)) {
+    if (verified && splash_model_commit(e->model, l->slot, c, &err)) {
         lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
         return;
     }
@@ -768,7 +769,10 @@ static void step(splash_engine *e) {
         if (l->decoding) {
             int nf = l->n_feed, n = nf + l->n_props;
             any_decode = 1;
-            bl->mode = SPLASH_LANE_VERIFY;
+            /* Nothing proposed and one row fed: the row is accepted whatever it
+             * predicts, so it goes in as a PREFILL (state advanced in place) and
+             * the commit's GDN replay is skipped; same numbers, one pass less. */
+            bl->mode = l->n_props == 0 && nf == 1 ? SPLASH_LANE_PREFILL : SPLASH_LANE_VERIFY;
             bl->n_rows = n;
             for (int r = 0; r < n; r++) {
                 int p = l->n_past + r;
@@ -819,8 +823,8 @@ static void step(splash_engine *e) {
             lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
             continue;
         }
-        if (bl->mode == SPLASH_LANE_VERIFY) {
-            cycle_finish(e, l, &tm);
+        if (l->decoding) {
+            cycle_finish(e, l, &tm, bl->mode == SPLASH_LANE_VERIFY);
             continue;
         }
         int n0 = l->n_past;
