@@ -229,6 +229,8 @@ static const Shape kShapes[] = {
     {"attn.q_proj", 12288, 5120}, {"attn.k/v_proj", 1024, 5120}, {"attn.o_proj", 5120, 6144},
     {"gdn.in_proj_qkv", 10240, 5120}, {"gdn.in_proj_z", 6144, 5120}, {"gdn.out_proj", 5120, 6144},
     {"ffn.gate/up", 17408, 5120}, {"ffn.down", 5120, 17408}, {"lm_head", 248320, 5120},
+    /* the stacks the CUDA model launches (cuda_weights.cu) */
+    {"attn q|k|v", 14336, 5120}, {"gdn qkv|z|b|a", 16480, 5120}, {"ffn gate|up", 34816, 5120},
 };
 #define NSHAPES (int)(sizeof kShapes / sizeof kShapes[0])
 static const int kMs[] = {1, 2, 4, 8, 16};
@@ -245,8 +247,8 @@ typedef struct {
 static const int kVariants[][3] = {{1, 4, 0}, {1, 8, 0}, {2, 2, 0}, {2, 4, 0}, {2, 8, 0}, {4, 2, 0},
                                    {4, 4, 0}, {1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 2, 1}};
 #define NVAR (int)(sizeof kVariants / sizeof kVariants[0])
-static const int kSweepWarps[] = {2, 4, 8}, kSweepKs[] = {1, 2, 4, 8};
-#define NCAND (NVAR * 3 * 4)
+static const int kSweepWarps[] = {2, 4, 8}, kSweepKs[] = {1, 2, 4, 8}, kSweepWk[] = {1, 2, 4, 8};
+#define NCAND (NVAR * 3 * 4 * 4)
 
 typedef struct {
     splash_q4_config c;
@@ -254,23 +256,25 @@ typedef struct {
 } Cand;
 
 static splash_q4_config cand_config(int i) {
-    splash_q4_config c = {kVariants[i / 12][0], kVariants[i / 12][1], kVariants[i / 12][2], kSweepWarps[(i / 4) % 3],
-                          kSweepKs[i % 4]};
+    const int v = i / 48, w = (i / 16) % 3, k = (i / 4) % 4, wk = i % 4;
+    splash_q4_config c = {kVariants[v][0], kVariants[v][1], kVariants[v][2], kSweepWarps[w], kSweepKs[k], kSweepWk[wk]};
     return c;
 }
 
-/* One ksplit for the shape (results must not depend on M), then per M class
- * the fastest config: class 0 by the mean over M = 1, 2, 4, class 1 at M = 8,
- * class 2 at M = 16; the ksplit minimising the sum of the three. */
-static int select_presets(const Cand *cand, int *ks_out, splash_q4_config out[3]) {
+/* One (ksplit, wk) for the shape (the arithmetic order: results must not
+ * depend on M), then per M class the fastest config: class 0 by the mean over
+ * M = 1, 2, 4, class 1 at M = 8, class 2 at M = 16; the pair minimising the
+ * sum of the three. */
+static int select_presets(const Cand *cand, int *ks_out, int *wk_out, splash_q4_config out[3]) {
     float best_score = 1e30f;
     int found = 0;
-    for (int ki = 0; ki < 4; ki++) {
+    for (int kw = 0; kw < 16; kw++) {
+        const int ks = kSweepKs[kw / 4], wk = kSweepWk[kw % 4];
         float b[3] = {1e30f, 1e30f, 1e30f};
         int bi[3] = {-1, -1, -1};
         for (int i = 0; i < NCAND; i++) {
             const Cand *c = &cand[i];
-            if (c->c.ksplit != kSweepKs[ki]) continue;
+            if (c->c.ksplit != ks || c->c.wk != wk) continue;
             if (c->us[0] > 0 && c->us[1] > 0 && c->us[2] > 0) {
                 const float v = (c->us[0] + c->us[1] + c->us[2]) / 3;
                 if (v < b[0]) b[0] = v, bi[0] = i;
@@ -281,7 +285,7 @@ static int select_presets(const Cand *cand, int *ks_out, splash_q4_config out[3]
         if (bi[0] < 0 || bi[1] < 0 || bi[2] < 0) continue;
         if (b[0] + b[1] + b[2] < best_score) {
             best_score = b[0] + b[1] + b[2];
-            *ks_out = kSweepKs[ki];
+            *ks_out = ks, *wk_out = wk;
             for (int k = 0; k < 3; k++) out[k] = cand[bi[k]].c;
             found = 1;
         }
@@ -289,19 +293,33 @@ static int select_presets(const Cand *cand, int *ks_out, splash_q4_config out[3]
     return found;
 }
 
+/* 1 when name is one of the comma-separated names in list. */
+static int name_listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int sweep = 0;
-    const char *csv_path = NULL;
+    const char *csv_path = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sweep")) sweep = 1;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--sweep] [--csv FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...]\n", argv[0]);
             return 2;
         }
     }
     FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
-    if (csv) fprintf(csv, "shape,rows,cols,M,r,u,stages,warps,ksplit,us,spread_us,GBps,ok\n");
+    if (csv) fprintf(csv, "shape,rows,cols,M,r,u,stages,warps,ksplit,wk,us,spread_us,GBps,ok\n");
 
     cudaDeviceProp prop;
     SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -332,14 +350,18 @@ int main(int argc, char **argv) {
 
     Row rows[NSHAPES][NMS];
     memset(rows, 0, sizeof rows);
-    float prep_us[NMS];
+    float prep_us[NMS] = {-1, -1, -1, -1, -1};
     static Cand cand[NCAND];
     char preset_lines[NSHAPES][256];
     memset(preset_lines, 0, sizeof preset_lines);
 
     for (int si = 0; si < NSHAPES; si++) {
         const Shape *sh = &kShapes[si];
-        if (si == 5) { /* out_proj has o_proj's shape: same figures */
+        if (only && !name_listed(only, sh->name)) {
+            rows[si][0].bytes = -1; /* not measured: left out of the table */
+            continue;
+        }
+        if (si == 5 && (!only || name_listed(only, kShapes[2].name))) { /* out_proj has o_proj's shape: same figures */
             memcpy(rows[si], rows[2], sizeof rows[si]);
             continue;
         }
@@ -369,7 +391,7 @@ int main(int argc, char **argv) {
             const int M = kMs[mi];
             PrepCtx pc = {&xp, x, M, sh->cols};
             const float pu = time_launches(launch_prep, &pc, NULL);
-            if (si == 0) prep_us[mi] = pu;
+            if (prep_us[mi] < 0) prep_us[mi] = pu; /* the first shape measured (5,120 columns but for down) */
             Row *rw = &rows[si][mi];
             rw->bytes = (double)splash_q4_tiled_bytes(sh->rows, sh->cols);
             splash_q4_config_pick(sh->rows, sh->cols, M, &rw->cfg);
@@ -379,8 +401,8 @@ int main(int argc, char **argv) {
             launch_mat(&mc, 0);
             SPLASH_CUDA_CHECK(cudaMemcpy(yref, mc.y, sizeof(float) * M * sh->rows, cudaMemcpyDeviceToHost));
             if (csv)
-                fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%.2f,%.2f,%.1f,preset\n", sh->name, sh->rows, sh->cols, M,
-                        rw->cfg.r, rw->cfg.u, rw->cfg.stages, rw->cfg.warps, rw->cfg.ksplit, rw->us, rw->spread,
+                fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%.2f,%.2f,%.1f,preset\n", sh->name, sh->rows, sh->cols, M,
+                        rw->cfg.r, rw->cfg.u, rw->cfg.stages, rw->cfg.warps, rw->cfg.ksplit, rw->cfg.wk, rw->us, rw->spread,
                         rw->bytes / (rw->us * 1e3));
             if (!sweep) continue;
             for (int ci = 0; ci < NCAND; ci++) {
@@ -399,18 +421,18 @@ int main(int argc, char **argv) {
                 const int ok = us > 0 && sqrt(num / den) < 1e-5;
                 if (ok) cand[ci].us[mi] = us;
                 if (csv)
-                    fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%.2f,%.2f,%.1f,%s\n", sh->name, sh->rows, sh->cols, M, c.r,
-                            c.u, c.stages, c.warps, c.ksplit, us, spr, rw->bytes / (us * 1e3), ok ? "ok" : "BAD");
+                    fprintf(csv, "%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%.2f,%.2f,%.1f,%s\n", sh->name, sh->rows, sh->cols, M, c.r,
+                            c.u, c.stages, c.warps, c.ksplit, c.wk, us, spr, rw->bytes / (us * 1e3), ok ? "ok" : "BAD");
             }
             mc.cfg = NULL;
         }
         splash_q4_config sel[3];
-        int ks = 0;
-        const int have_sel = sweep && select_presets(cand, &ks, sel);
+        int ks = 0, wk = 0;
+        const int have_sel = sweep && select_presets(cand, &ks, &wk, sel);
         if (have_sel)
             snprintf(preset_lines[si], sizeof preset_lines[si],
-                     "    {%d, %d, %d, {{%d, %d, %d, %d, 0}, {%d, %d, %d, %d, 0}, {%d, %d, %d, %d, 0}}}, /* %s */",
-                     sh->rows, sh->cols, ks, sel[0].r, sel[0].u, sel[0].stages, sel[0].warps, sel[1].r, sel[1].u,
+                     "    {%d, %d, %d, %d, {{%d, %d, %d, %d, 0, 0}, {%d, %d, %d, %d, 0, 0}, {%d, %d, %d, %d, 0, 0}}}, /* %s */",
+                     sh->rows, sh->cols, ks, wk, sel[0].r, sel[0].u, sel[0].stages, sel[0].warps, sel[1].r, sel[1].u,
                      sel[1].stages, sel[1].warps, sel[2].r, sel[2].u, sel[2].stages, sel[2].warps, sh->name);
         /* the reported figures: the selected config (or the preset), full method */
         for (int mi = 0; mi < NMS; mi++) {
@@ -421,7 +443,7 @@ int main(int argc, char **argv) {
             splash_q4_config c = rw->cfg;
             if (have_sel) {
                 c = sel[M <= 4 ? 0 : M <= 8 ? 1 : 2];
-                c.ksplit = ks;
+                c.ksplit = ks, c.wk = wk;
                 rw->cfg = c;
                 mc.cfg = &c;
                 rw->us = time_launches(launch_mat, &mc, &rw->spread);
@@ -438,7 +460,7 @@ int main(int argc, char **argv) {
     }
     if (csv) fclose(csv);
 
-    printf("\nprep_x (x -> scaled fp16 hi/lo + group sums, 5120 cols): ");
+    printf("\nprep_x (x -> scaled fp16 hi/lo + group sums, the first shape's columns): ");
     for (int mi = 0; mi < NMS; mi++) printf("M=%d %.2f us  ", kMs[mi], prep_us[mi]);
     printf("\n");
     if (sweep) {
@@ -448,15 +470,16 @@ int main(int argc, char **argv) {
     }
     printf("\nq4 product, %s; copy ceiling %.0f GB/s, read-only %.0f GB/s\n",
            sweep ? "configs selected by the sweep" : "preset configs", copy_gbs, read_gbs);
-    printf("| shape | rows x cols | M | config (r u s w k) | time us (events, median) | p10-p90 us | us in a graph | "
+    printf("| shape | rows x cols | M | config (r u s w k wk) | time us (events, median) | p10-p90 us | us in a graph | "
            "GB/s weights | of copy bw | vs M=1 | compiled preset us |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int si = 0; si < NSHAPES; si++)
         for (int mi = 0; mi < NMS; mi++) {
             const Row *rw = &rows[si][mi];
+            if (rows[si][0].bytes < 0) continue;
             const double gbs = rw->bytes / (rw->us * 1e3);
-            printf("| %s | %dx%d | %d | %d %d %d %d %d | %.2f | %.2f | %.2f | %.0f | %.1f%% | %.2fx | %.2f |\n",
+            printf("| %s | %dx%d | %d | %d %d %d %d %d %d | %.2f | %.2f | %.2f | %.0f | %.1f%% | %.2fx | %.2f |\n",
                    kShapes[si].name, kShapes[si].rows, kShapes[si].cols, kMs[mi], rw->cfg.r, rw->cfg.u, rw->cfg.stages,
-                   rw->cfg.warps, rw->cfg.ksplit, rw->us, rw->spread, rw->graph_us, gbs, 100.0 * gbs / copy_gbs,
+                   rw->cfg.warps, rw->cfg.ksplit, rw->cfg.wk, rw->us, rw->spread, rw->graph_us, gbs, 100.0 * gbs / copy_gbs,
                    rw->us / rows[si][0].us, rw->preset_us);
         }
     return 0;

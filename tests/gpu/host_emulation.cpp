@@ -85,6 +85,18 @@ cudaError_t cudaGetDeviceCount(int *n) {
     return cudaSuccess;
 }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+/* Graphs: the emulated ops run as they are called, so nothing can be
+ * captured; a capture fails and the model takes its eager path (what it does
+ * on a GPU when a capture fails).  The rest is never reached. */
+cudaError_t cudaStreamBeginCapture(cudaStream_t, enum cudaStreamCaptureMode) { return cudaErrorStreamCaptureUnsupported; }
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g) {
+    *g = nullptr;
+    return cudaErrorStreamCaptureInvalidated;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *, cudaGraph_t, unsigned long long) { return cudaErrorNotSupported; }
+cudaError_t cudaGraphDestroy(cudaGraph_t) { return cudaSuccess; }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) { return cudaSuccess; }
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) { return cudaErrorNotSupported; }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
 const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulated"; }
 }
@@ -158,6 +170,30 @@ extern "C" int splash_q4_repack_host(const uint8_t *canonical, int rows, int col
     memcpy(tiled, canonical, n);
     return 0;
 }
+/* Stacked: a canonical matrix of the stack's rows, each part's codes, scales
+ * and biases at its first row, zeros between parts. */
+extern "C" int splash_q4_stacked_rows(const int *rows, int n) {
+    int total = 0;
+    for (int i = 0; i < n; i++) total += i < n - 1 ? (rows[i] + 15) / 16 * 16 : rows[i];
+    return total;
+}
+extern "C" int splash_q4_repack_stacked_host(const uint8_t *const *canonical, const int *rows, int n, int cols,
+                                             uint8_t *tiled, size_t bytes) {
+    const int total = splash_q4_stacked_rows(rows, n);
+    const splash_qlayout all = splash_matrix_layout(SPLASH_Q4, total, cols);
+    if (bytes < all.bytes) return SPLASH_E_INVALID;
+    memset(tiled, 0, all.bytes);
+    size_t row0 = 0;
+    for (int i = 0; i < n; i++) {
+        const splash_qlayout l = splash_matrix_layout(SPLASH_Q4, rows[i], cols);
+        const size_t qrow = (size_t)cols / 2, srow = (size_t)(cols / 64) * 2; /* bytes per row: codes, scales */
+        memcpy(tiled + all.q_offset + row0 * qrow, canonical[i] + l.q_offset, rows[i] * qrow);
+        memcpy(tiled + all.scales_offset + row0 * srow, canonical[i] + l.scales_offset, rows[i] * srow);
+        memcpy(tiled + all.biases_offset + row0 * srow, canonical[i] + l.biases_offset, rows[i] * srow);
+        row0 += (size_t)(rows[i] + 15) / 16 * 16;
+    }
+    return 0;
+}
 extern "C" int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev, int rows, int cols) {
     m->rows = rows, m->cols = cols, m->tiles = (rows + 15) / 16, m->groups = cols / 64;
     m->codes = (const uint8_t *)dev, m->sb = nullptr;
@@ -180,6 +216,18 @@ extern "C" int splash_q4_matmul(const splash_q4_matrix *w, const splash_q4_xprep
     if (xp->cols != w->cols) return SPLASH_E_MISMATCH;
     splash_tensor t = view(SPLASH_Q4, w->rows, w->cols, w->codes);
     cpu_matmul(ctx(), &t, xp->M, (const float *)xp->hi, (size_t)w->cols, y, (size_t)w->rows);
+    return 0;
+}
+
+extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
+                                    struct CUstream_st *) {
+    if (xp->cols != w->cols) return SPLASH_E_MISMATCH;
+    float *t = (float *)malloc((size_t)xp->M * w->rows * sizeof(float));
+    if (!t) return SPLASH_E_NOMEM;
+    splash_tensor v = view(SPLASH_Q4, w->rows, w->cols, w->codes);
+    cpu_matmul(ctx(), &v, xp->M, (const float *)xp->hi, (size_t)w->cols, t, (size_t)w->rows);
+    for (size_t i = 0; i < (size_t)xp->M * w->rows; i++) y[i] += t[i];
+    free(t);
     return 0;
 }
 
@@ -496,6 +544,29 @@ extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splas
     return 0;
 }
 
+/* Grouped: the same arithmetic per row (the emulated prep keeps x's fp32 rows in hi). */
+extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                               const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
+                                               int rows, const splash_q4_xprep *xp, float *fo, size_t ldf,
+                                               splash_cuda_moe_scratch *s, struct CUstream_st *st) {
+    if (rows > SPLASH_Q4_MAX_M || xp->M != rows) return SPLASH_E_INVALID;
+    return splash_cuda_moe_experts(gate, up, down, E, idx, w, rows, (const float *)xp->hi, (size_t)xp->cols, fo, ldf, s,
+                                   st);
+}
+
 extern "C" void splash_cuda_rope_inv_freq(float *inv, int rot_dim, double theta) {
     for (int i = 0; i < rot_dim / 2; i++) inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)rot_dim);
+}
+
+/* ---- fused producers of a prepared activation (q4_matmul.h) -------------------------------- */
+
+extern "C" int splash_q4_prep_rmsnorm(splash_q4_xprep *xp, const float *x, size_t ldx, const float *w, float eps,
+                                      float *y, size_t ldy, int rows, int cols, struct CUstream_st *s) {
+    int rc = splash_cuda_rmsnorm(x, ldx, 0, y, ldy, 0, w, 0.f, cols, rows, 1, eps, s);
+    return rc ? rc : splash_q4_prep_x(xp, y, rows < SPLASH_Q4_MAX_M ? rows : SPLASH_Q4_MAX_M, cols, (int)ldy, s);
+}
+extern "C" int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu,
+                                       float *y, size_t ldy, int rows, int cols, struct CUstream_st *s) {
+    int rc = splash_cuda_silu_mul(g, ldg, u, ldu, y, ldy, rows, cols, s);
+    return rc ? rc : splash_q4_prep_x(xp, y, rows < SPLASH_Q4_MAX_M ? rows : SPLASH_Q4_MAX_M, cols, (int)ldy, s);
 }

@@ -1101,6 +1101,41 @@ static void test_moe(const Shape *s, int rows) {
     snprintf(sh2, sizeof sh2, "%s %d rows, %d experts x 3 x %dx%d", s->name, rows, n_used, I, H);
     report("moe_experts (host-driven)", sh2, err, 1e-5, us, 3.0 * n_used * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
 
+    if (rows <= SPLASH_Q4_MAX_M) { /* the device-driven step: experts laid out as the loader does */
+        uint8_t *pool[3];
+        splash_q4_matrix *gm[3];
+        const Q4 *src[3] = {gate, upm, dn};
+        const int mr[3] = {I, I, H}, mc[3] = {H, H, I};
+        for (int t = 0; t < 3; t++) {
+            const size_t tb = splash_q4_tiled_bytes(mr[t], mc[t]), st = (tb + 255) & ~(size_t)255;
+            pool[t] = (uint8_t *)dmalloc(st * E);
+            SPLASH_CUDA_CHECK(cudaMemset(pool[t], 0, st * E));
+            gm[t] = (splash_q4_matrix *)hmalloc(E * sizeof(splash_q4_matrix));
+            for (int e = 0; e < E; e++) {
+                if (used[e])
+                    SPLASH_CUDA_CHECK(cudaMemcpy(pool[t] + st * e, src[t][e].dm.codes, tb, cudaMemcpyDeviceToDevice));
+                splash_q4_matrix_init(&gm[t][e], pool[t] + st * e, mr[t], mc[t]);
+            }
+        }
+        void *xpm = dmalloc(splash_q4_xprep_bytes(H));
+        splash_q4_xprep xp;
+        splash_q4_xprep_init(&xp, xpm, H);
+        float *gfo = hfloats(NH);
+        poison(dfo, NH * 4);
+        rc = splash_q4_prep_x(&xp, dxn, rows, H, H, NULL);
+        if (!rc) rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, &xp, dfo, H, &sc, NULL);
+        down(gfo, dfo, NH * 4);
+        err = rc ? INFINITY : rel_err(gfo, ref, NH);
+        if (memcmp(gfo, got, NH * 4)) err = INFINITY; /* the same bits as the host-driven step */
+        us = time_us([&](int) {
+            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, &xp, dfo, H, &sc, NULL);
+        });
+        report("moe_experts (grouped, = host-driven bits)", sh2, err, 1e-5, us,
+               3.0 * rows * k * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
+        for (int t = 0; t < 3; t++) cudaFree(pool[t]), free(gm[t]);
+        cudaFree(xpm), free(gfo);
+    }
+
     splash_cuda_moe_scratch_free(&sc);
     for (int e = 0; e < E; e++)
         if (used[e]) q4_free(&gate[e]), q4_free(&upm[e]), q4_free(&dn[e]);

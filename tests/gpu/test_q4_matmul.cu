@@ -240,7 +240,7 @@ static double run_one(Case *k, int M, const splash_q4_config *cfg, int *rc_out) 
 }
 
 static void cfg_str(const splash_q4_config *c, char *buf, size_t n) {
-    snprintf(buf, n, "r%d u%d s%d w%d k%d", c->r, c->u, c->stages, c->warps, c->ksplit);
+    snprintf(buf, n, "r%d u%d s%d w%d k%d wk%d", c->r, c->u, c->stages, c->warps, c->ksplit, c->wk);
 }
 
 /* Preset path for M = 1, 2, 4, 8, 16 (plus odd M on small shapes) and the
@@ -282,20 +282,21 @@ static void test_all_configs(const char *name, int rows, int cols, uint64_t seed
     static const int rus[][3] = {{1, 4, 0}, {1, 8, 0}, {2, 2, 0}, {2, 4, 0}, {2, 8, 0}, {4, 2, 0}, {4, 4, 0},
                                  {1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 2, 1}};
     static const int nrus = sizeof rus / sizeof rus[0];
-    static const int warps[] = {1, 3, 8}, ks[] = {1, 2, 4, 8}, ms[] = {3, 7, 13};
+    static const int warps[] = {1, 3, 4, 8}, ks[] = {1, 2, 4, 8}, wks[] = {1, 2, 4, 8}, ms[] = {3, 7, 13};
     float *base = (float *)malloc(sizeof(float) * 16 * rows);
     for (int mi = 0; mi < 3; mi++) {
         const int M = ms[mi];
         int worst_ok = 1, n = 0, nbit = 0, bit_ok = 1;
         double worst = 0;
         char worst_cfg[64] = "";
-        for (int ki = 0; ki < 4; ki++) {
+        for (int kw = 0; kw < 16; kw++) { /* (ksplit, wk): one arithmetic order each */
+            const int ki = kw / 4, wki = kw % 4;
             int have_base = 0;
             for (int ri = 0; ri < nrus; ri++)
-                for (int wi = 0; wi < 3; wi++) {
-                    splash_q4_config c = {rus[ri][0], rus[ri][1], rus[ri][2], warps[wi], ks[ki]};
+                for (int wi = 0; wi < 4; wi++) {
+                    splash_q4_config c = {rus[ri][0], rus[ri][1], rus[ri][2], warps[wi], ks[ki], wks[wki]};
                     const int ck = splash_q4_config_check(&c, rows, cols);
-                    if (ck == SPLASH_E_UNSUPPORTED && ks[ki] == 1 && warps[wi] == 1) {
+                    if (ck == SPLASH_E_UNSUPPORTED && ks[ki] == 1 && warps[wi] == 1 && wks[wki] == 1) {
                         result(false, "config r%d u%d s%d not compiled in", c.r, c.u, c.stages);
                         continue;
                     }
@@ -324,18 +325,258 @@ static void test_all_configs(const char *name, int rows, int cols, uint64_t seed
         }
         result(worst_ok && n > 0, "%-10s %6dx%-6d M=%-2d all %d configs, worst rel_l2=%.3g [%s]", name, rows, cols, M,
                n, worst, worst_cfg);
-        result(bit_ok, "%-10s %6dx%-6d M=%-2d %d configs bitwise equal to their ksplit's first", name, rows, cols, M,
+        result(bit_ok, "%-10s %6dx%-6d M=%-2d %d configs bitwise equal to their (ksplit, wk)'s first", name, rows, cols, M,
                nbit);
     }
     free(base);
     case_free(&k);
 }
 
+/* Stacked parts (splash_q4_repack_stacked_host) against each part's fp64
+ * reference, the padding rows between parts exactly 0; then y += W x
+ * (splash_q4_matmul_add) bitwise equal to fl(y + product) for M = 1, 5, 16. */
+static void test_stacked_add(void) {
+    const int cols = 320, n = 3, prow[3] = {40, 24, 70};
+    HostQ4 parts[3];
+    const uint8_t *src[3];
+    for (int i = 0; i < n; i++) host_q4_make(&parts[i], prow[i], cols, 41 + i), src[i] = parts[i].blob;
+    const int rows = splash_q4_stacked_rows(prow, n);
+    result(rows == 48 + 32 + 70, "stacked rows %d (parts start on tiles)", rows);
+    const size_t tb = splash_q4_tiled_bytes(rows, cols);
+    uint8_t *tiled = (uint8_t *)malloc(tb);
+    result(tiled && splash_q4_repack_stacked_host(src, prow, n, cols, tiled, tb) == 0, "stacked repack");
+    void *dev;
+    SPLASH_CUDA_CHECK(cudaMalloc(&dev, tb));
+    SPLASH_CUDA_CHECK(cudaMemcpy(dev, tiled, tb, cudaMemcpyHostToDevice));
+    free(tiled);
+    splash_q4_matrix dm;
+    splash_q4_matrix_init(&dm, dev, rows, cols);
+    float *xh = (float *)malloc(sizeof(float) * 16 * cols), *yh = (float *)malloc(sizeof(float) * 16 * rows);
+    float *base = (float *)malloc(sizeof(float) * 16 * rows), *sum = (float *)malloc(sizeof(float) * 16 * rows);
+    for (int i = 0; i < 16 * cols; i++) xh[i] = rng_uniform(-2.f, 2.f);
+    for (int i = 0; i < 16 * rows; i++) base[i] = rng_uniform(-50.f, 50.f);
+    float *xd, *yd;
+    void *xpm;
+    splash_q4_xprep xp;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * 16 * cols));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&yd, sizeof(float) * 16 * rows));
+    SPLASH_CUDA_CHECK(cudaMalloc(&xpm, splash_q4_xprep_bytes(cols)));
+    splash_q4_xprep_init(&xp, xpm, cols);
+    SPLASH_CUDA_CHECK(cudaMemcpy(xd, xh, sizeof(float) * 16 * cols, cudaMemcpyHostToDevice));
+    double *wrow = (double *)malloc(sizeof(double) * cols);
+    const int ms[3] = {1, 5, 16};
+    for (int t = 0; t < 3; t++) {
+        const int M = ms[t];
+        SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, sizeof(float) * 16 * rows));
+        int rc = splash_q4_prep_x(&xp, xd, M, cols, cols, NULL);
+        if (!rc) rc = splash_q4_matmul(&dm, &xp, yd, NULL);
+        SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        SPLASH_CUDA_CHECK(cudaMemcpy(yh, yd, sizeof(float) * M * rows, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0;
+        int pad_ok = 1, r0 = 0;
+        for (int i = 0; i < n; i++) {
+            for (int r = 0; r < prow[i]; r++) {
+                host_q4_row(&parts[i], r, wrow);
+                for (int m = 0; m < M; m++) {
+                    double ref = 0;
+                    for (int c = 0; c < cols; c++) ref += wrow[c] * (double)xh[(size_t)m * cols + c];
+                    const double d = (double)yh[(size_t)m * rows + r0 + r] - ref;
+                    num += d * d, den += ref * ref;
+                }
+            }
+            const int end = i < n - 1 ? r0 + (prow[i] + 15) / 16 * 16 : rows;
+            for (int r = r0 + prow[i]; r < end; r++)
+                for (int m = 0; m < M; m++) pad_ok &= yh[(size_t)m * rows + r] == 0.f;
+            r0 = end;
+        }
+        const double rel = sqrt(num / den);
+        result(!rc && rel < kTol && pad_ok, "stacked 40|24|70 x %d, M=%d: rel L2 %.2e, padding rows zero: %s", cols, M,
+               rel, pad_ok ? "yes" : "no");
+        /* y += W x on top of base */
+        SPLASH_CUDA_CHECK(cudaMemcpy(yd, base, sizeof(float) * M * rows, cudaMemcpyHostToDevice));
+        rc = splash_q4_matmul_add(&dm, &xp, yd, NULL);
+        SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        SPLASH_CUDA_CHECK(cudaMemcpy(sum, yd, sizeof(float) * M * rows, cudaMemcpyDeviceToHost));
+        int same = 1;
+        for (int i = 0; i < M * rows; i++) {
+            volatile float want = base[i] + yh[i]; /* one fp32 addition */
+            same &= memcmp((const void *)&want, &sum[i], sizeof(float)) == 0;
+        }
+        result(!rc && same, "matmul_add M=%d: y + W x bitwise equal to the product, then an add", M);
+    }
+    free(wrow), free(xh), free(yh), free(base), free(sum);
+    for (int i = 0; i < n; i++) free(parts[i].blob);
+    cudaFree(dev), cudaFree(xd), cudaFree(yd), cudaFree(xpm);
+}
+
+/* The fused producers (splash_q4_prep_rmsnorm / _silu_mul): y against an fp64
+ * host reference, and the prepared activation bitwise what splash_q4_prep_x(y)
+ * makes (compared through a product: every byte of hi, lo and the group sums
+ * reaches y), for rows 1, 5, 16 and 20 (rows past 16: y only). */
+static void test_fused_prep(int cols) {
+    const int rows_max = 20, rows = 48;
+    HostQ4 h;
+    host_q4_make(&h, rows, cols, 51);
+    const size_t tb = splash_q4_tiled_bytes(rows, cols);
+    uint8_t *tiled = (uint8_t *)malloc(tb);
+    splash_q4_repack_host(h.blob, rows, cols, tiled, tb);
+    void *dev;
+    SPLASH_CUDA_CHECK(cudaMalloc(&dev, tb));
+    SPLASH_CUDA_CHECK(cudaMemcpy(dev, tiled, tb, cudaMemcpyHostToDevice));
+    free(tiled);
+    splash_q4_matrix dm;
+    splash_q4_matrix_init(&dm, dev, rows, cols);
+    const size_t n = (size_t)rows_max * cols;
+    float *xh = (float *)malloc(n * 4), *uh = (float *)malloc(n * 4), *wh = (float *)malloc((size_t)cols * 4);
+    float *yh = (float *)malloc(n * 4), *p1 = (float *)malloc(16 * rows * 4), *p2 = (float *)malloc(16 * rows * 4);
+    for (size_t i = 0; i < n; i++) xh[i] = rng_uniform(-3.f, 3.f), uh[i] = rng_uniform(-2.f, 2.f);
+    for (int i = 0; i < cols; i++) wh[i] = rng_uniform(0.5f, 1.5f);
+    float *xd, *ud, *wd, *yd, *pd;
+    void *xpm;
+    splash_q4_xprep xp;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&xd, n * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&ud, n * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&wd, (size_t)cols * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&yd, n * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&pd, 16 * rows * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc(&xpm, splash_q4_xprep_bytes(cols)));
+    splash_q4_xprep_init(&xp, xpm, cols);
+    SPLASH_CUDA_CHECK(cudaMemcpy(xd, xh, n * 4, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMemcpy(ud, uh, n * 4, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMemcpy(wd, wh, (size_t)cols * 4, cudaMemcpyHostToDevice));
+    const int rs[4] = {1, 5, 16, 20};
+    for (int mode = 0; mode < 2; mode++)
+        for (int t = 0; t < 4; t++) {
+            const int R = rs[t], M = R < 16 ? R : 16;
+            SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, n * 4));
+            int rc = mode == 0 ? splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL)
+                               : splash_q4_prep_silu_mul(&xp, xd, cols, ud, cols, yd, cols, R, cols, NULL);
+            if (!rc) rc = splash_q4_matmul(&dm, &xp, pd, NULL);
+            SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+            SPLASH_CUDA_CHECK(cudaMemcpy(p1, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
+            SPLASH_CUDA_CHECK(cudaMemcpy(yh, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
+            if (!rc) rc = splash_q4_prep_x(&xp, yd, M, cols, cols, NULL);
+            if (!rc) rc = splash_q4_matmul(&dm, &xp, pd, NULL);
+            SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+            SPLASH_CUDA_CHECK(cudaMemcpy(p2, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
+            double num = 0, den = 0;
+            for (int r = 0; r < R; r++) {
+                const float *x = xh + (size_t)r * cols, *u = uh + (size_t)r * cols;
+                double ss = 0;
+                for (int c = 0; c < cols; c++) ss += (double)x[c] * x[c];
+                const double rsd = 1.0 / sqrt(ss / cols + 1e-6);
+                for (int c = 0; c < cols; c++) {
+                    const double ref = mode == 0 ? x[c] * rsd * wh[c] : x[c] / (1.0 + exp(-(double)x[c])) * u[c];
+                    const double d = yh[(size_t)r * cols + c] - ref;
+                    num += d * d, den += ref * ref;
+                }
+            }
+            const double rel = sqrt(num / den);
+            const int same = !memcmp(p1, p2, (size_t)M * rows * 4);
+            result(!rc && rel < 1e-6 && same, "fused prep %s, %d rows x %d: y rel L2 %.2e; prepared as prep_x(y): %s",
+                   mode == 0 ? "rmsnorm" : "silu_mul", R, cols, rel, same ? "yes" : "no");
+        }
+    free(h.blob), free(xh), free(uh), free(wh), free(yh), free(p1), free(p2);
+    cudaFree(dev), cudaFree(xd), cudaFree(ud), cudaFree(wd), cudaFree(yd), cudaFree(pd), cudaFree(xpm);
+}
+
+/* splash_q4_matmul_grouped: slot j = expert idx[j] times x row j / xdiv,
+ * bitwise the plain product's row, for x prepared as one activation (gate /
+ * up: xdiv 2, two matrix arrays) and as one-row activations (down: xdiv 1,
+ * splash_q4_prep_silu_mul_rows); an out-of-range id leaves its slot alone. */
+static void test_grouped(int rows, int cols) {
+    const int E = 5, R = 3, K = 2, S = R * K;
+    const size_t tb = splash_q4_tiled_bytes(rows, cols), st = (tb + 255) & ~(size_t)255;
+    uint8_t *pool[2];
+    splash_q4_matrix m[2][5];
+    for (int a = 0; a < 2; a++) {
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&pool[a], st * E));
+        for (int e = 0; e < E; e++) {
+            HostQ4 h;
+            host_q4_make(&h, rows, cols, 100 + 10 * a + e);
+            uint8_t *tiled = (uint8_t *)malloc(tb);
+            splash_q4_repack_host(h.blob, rows, cols, tiled, tb);
+            SPLASH_CUDA_CHECK(cudaMemcpy(pool[a] + st * e, tiled, tb, cudaMemcpyHostToDevice));
+            splash_q4_matrix_init(&m[a][e], pool[a] + st * e, rows, cols);
+            free(tiled), free(h.blob);
+        }
+    }
+    const int32_t idx_h[S] = {4, 1, 0, 2, 3, 3};
+    int32_t *idx;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&idx, sizeof idx_h));
+    SPLASH_CUDA_CHECK(cudaMemcpy(idx, idx_h, sizeof idx_h, cudaMemcpyHostToDevice));
+    float *xh = (float *)malloc(sizeof(float) * S * cols);
+    for (int i = 0; i < S * cols; i++) xh[i] = rng_uniform(-2.f, 2.f);
+    float *xd, *ud, *y, *y2, *yr;
+    void *xpm, *xsm;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * S * cols));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&ud, sizeof(float) * S * cols));
+    SPLASH_CUDA_CHECK(cudaMemcpy(xd, xh, sizeof(float) * S * cols, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMemcpy(ud, xh, sizeof(float) * S * cols, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&y, sizeof(float) * S * rows));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&y2, sizeof(float) * S * rows));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&yr, sizeof(float) * 16 * rows));
+    SPLASH_CUDA_CHECK(cudaMalloc(&xpm, splash_q4_xprep_bytes(cols)));
+    SPLASH_CUDA_CHECK(cudaMalloc(&xsm, splash_q4_xprep_rows_bytes(cols, 32)));
+    splash_q4_xprep xp, xs;
+    splash_q4_xprep_init(&xp, xpm, cols);
+    splash_q4_xprep_rows_init(&xs, xsm, cols, 32);
+    float *g1 = (float *)malloc(sizeof(float) * S * rows), *g2 = (float *)malloc(sizeof(float) * S * rows);
+    float *ref = (float *)malloc(sizeof(float) * 16 * rows);
+    /* gate / up: x rows prepared together, slot j reads row j / K */
+    int rc = splash_q4_prep_x(&xp, xd, R, cols, cols, NULL);
+    SPLASH_CUDA_CHECK(cudaMemset(y, 0xFF, sizeof(float) * S * rows));
+    if (!rc) rc = splash_q4_matmul_grouped(&m[0][0], &m[1][0], E, st, idx, S, K, &xp, y, y2, rows, NULL);
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    SPLASH_CUDA_CHECK(cudaMemcpy(g1, y, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(g2, y2, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
+    int same = !rc, first_bad = -1;
+    for (int a = 0; a < 2; a++)
+        for (int e = 0; e < E; e++) {
+            if (splash_q4_matmul(&m[a][e], &xp, yr, NULL)) same = 0;
+            SPLASH_CUDA_CHECK(cudaMemcpy(ref, yr, sizeof(float) * R * rows, cudaMemcpyDeviceToHost));
+            for (int j = 0; j < S; j++)
+                if (idx_h[j] == e && memcmp((a ? g2 : g1) + (size_t)j * rows, ref + (size_t)(j / K) * rows, sizeof(float) * rows)) {
+                    if (same && first_bad < 0) first_bad = j;
+                    same = 0;
+                }
+        }
+    if (first_bad >= 0)
+        printf("   first slot off: %d (expert %d, x row %d)\n", first_bad, idx_h[first_bad], first_bad / K);
+    result(same, "grouped %dx%d, 2 arrays, %d slots of %d x rows: each slot = the plain product's row, bitwise", rows, cols, S,
+           R);
+    /* down-style: every slot its own prepared row (silu(x) * x), xdiv 1 */
+    rc = splash_q4_prep_silu_mul_rows(&xs, xd, cols, ud, cols, xd, cols, S, cols, NULL);
+    SPLASH_CUDA_CHECK(cudaMemset(y, 0xFF, sizeof(float) * S * rows));
+    if (!rc) rc = splash_q4_matmul_grouped(&m[0][0], NULL, E, st, idx, S, 1, &xs, y, NULL, rows, NULL);
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    SPLASH_CUDA_CHECK(cudaMemcpy(g1, y, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
+    same = !rc;
+    for (int j = 0; j < S; j++) { /* the plain product of slot j's row, prepared alone */
+        if (splash_q4_prep_x(&xp, xd + (size_t)j * cols, 1, cols, cols, NULL) ||
+            splash_q4_matmul(&m[0][idx_h[j]], &xp, yr, NULL))
+            same = 0;
+        SPLASH_CUDA_CHECK(cudaMemcpy(ref, yr, sizeof(float) * rows, cudaMemcpyDeviceToHost));
+        if (memcmp(g1 + (size_t)j * rows, ref, sizeof(float) * rows)) {
+            if (same) printf("   slot %d: grouped %g, plain %g\n", j, g1[(size_t)j * rows], ref[0]);
+            same = 0;
+        }
+    }
+    result(same, "grouped %dx%d, %d one-row activations (prep_silu_mul_rows): each slot bitwise", rows, cols, S);
+    free(xh), free(g1), free(g2), free(ref);
+    cudaFree(pool[0]), cudaFree(pool[1]), cudaFree(idx), cudaFree(xd), cudaFree(ud), cudaFree(y), cudaFree(y2);
+    cudaFree(yr), cudaFree(xpm), cudaFree(xsm);
+}
+
 static void test_errors(void) {
-    splash_q4_config c = {3, 4, 0, 8, 1};
+    splash_q4_config c = {3, 4, 0, 8, 1, 1};
     result(splash_q4_config_check(&c, 64, 128) == SPLASH_E_UNSUPPORTED, "config r=3 refused");
-    splash_q4_config c2 = {1, 4, 0, 8, 16};
+    splash_q4_config c2 = {1, 4, 0, 8, 16, 1};
     result(splash_q4_config_check(&c2, 64, 2048) == SPLASH_E_UNSUPPORTED, "ksplit 16 refused");
+    splash_q4_config c3 = {1, 4, 0, 6, 1, 4};
+    result(splash_q4_config_check(&c3, 64, 2048) == SPLASH_E_UNSUPPORTED, "wk not dividing warps refused");
+    splash_q4_config c4 = {1, 4, 0, 8, 8, 8};
+    result(splash_q4_config_check(&c4, 64, 2048) == SPLASH_E_UNSUPPORTED, "ksplit x wk beyond the groups refused");
     result(splash_q4_tiled_bytes(64, 100) == 0, "cols not a multiple of 64 refused");
     uint8_t b[64];
     result(splash_q4_repack_host(b, 64, 100, b, sizeof b) == SPLASH_E_INVALID, "repack of a bad shape refused");
@@ -359,6 +600,12 @@ int main(void) {
     test_all_configs("odd", 128, 192, 11);
     test_all_configs("ragged", 40, 320, 12);
     test_all_configs("small", 256, 1024, 13);
+    test_stacked_add();
+    test_grouped(64, 256);
+    test_grouped(512, 2048);
+    test_grouped(2048, 512);
+    test_fused_prep(5120);
+    test_fused_prep(17408);
     test_shape("odd", 128, 192, 21, 1);
     test_shape("ragged", 40, 320, 22, 1);
     test_shape("q_proj", 12288, 5120, 31, 0);
@@ -369,6 +616,10 @@ int main(void) {
     test_shape("gate/up", 17408, 5120, 36, 0);
     test_shape("down", 5120, 17408, 37, 0);
     test_shape("lm_head", 248320, 5120, 38, 0);
+    /* the stacks the CUDA model makes of the 27B's matrices (cuda_weights.cu) */
+    test_shape("attn q|k|v", 14336, 5120, 39, 0);
+    test_shape("gdn qkv|z|b|a", 16480, 5120, 40, 0);
+    test_shape("ffn gate|up", 34816, 5120, 42, 0);
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -115,6 +115,28 @@ __global__ void scatter_add_kernel(float *fo, size_t ldf, const float *mo, int H
         dst[c] = __fadd_rn(dst[c], __fmul_rn(mo[(size_t)i * H + c], w));
 }
 
+/* fo[r] = sum over k of mo[r * K + k] * w[r * K + k], k ascending (the
+ * route sorts a row's experts by id: ffn.c's order), from 0 as ffn.c. */
+__global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const float *w, int H, int K) {
+    const int r = blockIdx.y;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
+        float f = 0.f;
+        for (int k = 0; k < K; k++) f = __fadd_rn(f, __fmul_rn(mo[((size_t)r * K + k) * H + c], __ldg(w + (size_t)r * K + k)));
+        fo[(size_t)r * ldf + c] = f;
+    }
+}
+
+/* The byte distance between consecutive experts of a host array of n device
+ * matrices, when it is one constant (the loader's layout); 0 otherwise. */
+size_t expert_stride(const splash_q4_matrix *m, int n) {
+    if (n < 2) return 1; /* any nonzero stride: only expert 0 exists */
+    const size_t st = (size_t)(m[1].codes - m[0].codes);
+    if (m[1].codes <= m[0].codes) return 0;
+    for (int e = 2; e < n; e++)
+        if (m[e].codes != m[0].codes + (size_t)e * st || m[e].sb - m[e].codes != m[0].sb - m[0].codes) return 0;
+    return st;
+}
+
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 /* One group of up to 16 rows through expert e; fo accumulates. */
@@ -163,8 +185,12 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
     const size_t bxh = align256(splash_q4_xprep_bytes(hidden)), bxi = align256(splash_q4_xprep_bytes(inter));
     const size_t bH = align256((size_t)kGroup * hidden * sizeof(float));
     const size_t bI = align256((size_t)kGroup * inter * sizeof(float));
+    /* grouped: one slot per (row, k) of up to 16 rows */
+    const int slots = kGroup * top_k;
+    const size_t bxs = align256(splash_q4_xprep_rows_bytes(inter, slots));
+    const size_t bsI = align256((size_t)slots * inter * sizeof(float)), bsH = align256((size_t)slots * hidden * sizeof(float));
     uint8_t *d;
-    SPLASH_CUDA_TRY(cudaMalloc((void **)&d, bxh + bxi + 2 * bH + 2 * bI));
+    SPLASH_CUDA_TRY(cudaMalloc((void **)&d, bxh + bxi + 2 * bH + 2 * bI + bxs + 2 * bsI + bsH));
     s->dev = d;
     splash_q4_xprep_init(&s->xh, d, hidden);
     splash_q4_xprep_init(&s->xi, d + bxh, inter);
@@ -172,6 +198,11 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
     s->mo = (float *)(d + bxh + bxi + bH);
     s->h1 = (float *)(d + bxh + bxi + 2 * bH);
     s->h2 = (float *)(d + bxh + bxi + 2 * bH + bI);
+    uint8_t *g = d + bxh + bxi + 2 * bH + 2 * bI;
+    splash_q4_xprep_rows_init(&s->xs, g, inter, slots);
+    s->sg = (float *)(g + bxs);
+    s->su = (float *)(g + bxs + bsI);
+    s->smo = (float *)(g + bxs + 2 * bsI);
     const size_t n = (size_t)max_rows * top_k;
     cudaError_t e = cudaMallocHost((void **)&s->idx_host, n * sizeof(int32_t));
     if (e == cudaSuccess) e = cudaMallocHost((void **)&s->w_host, n * sizeof(float));
@@ -230,5 +261,30 @@ extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splas
             if (rc) return rc;
         }
     }
+    return SPLASH_OK;
+}
+
+extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                               const splash_q4_matrix *down, int n_experts, const int32_t *idx,
+                                               const float *w, int rows, const splash_q4_xprep *xp, float *fo,
+                                               size_t ldf, splash_cuda_moe_scratch *s, struct CUstream_st *stream) {
+    if (!gate || !up || !down || !idx || !w || !xp || !fo || !s || !s->dev || rows < 0 || rows > kGroup ||
+        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || ldf < (size_t)s->hidden)
+        return SPLASH_E_INVALID;
+    if (!rows) return SPLASH_OK;
+    const int H = s->hidden, I = s->inter, K = s->top_k, S = rows * K;
+    if (xp->M != rows || xp->cols != H || gate[0].rows != I || gate[0].cols != H || down[0].rows != H ||
+        down[0].cols != I)
+        return SPLASH_E_MISMATCH;
+    const size_t sg = expert_stride(gate, n_experts), su = expert_stride(up, n_experts), sd = expert_stride(down, n_experts);
+    if (!sg || sg != su || !sd) return SPLASH_E_UNSUPPORTED; /* the grouped product needs the loader's layout */
+    const cudaStream_t st = (cudaStream_t)stream;
+    /* gate and up of every (row, k) slot in one launch, x row = slot / K */
+    int rc = splash_q4_matmul_grouped(gate, up, n_experts, sg, idx, S, K, xp, s->sg, s->su, (size_t)I, stream);
+    if (!rc) rc = splash_q4_prep_silu_mul_rows(&s->xs, s->sg, I, s->su, I, s->sg, I, S, I, stream);
+    if (!rc) rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, S, 1, &s->xs, s->smo, nullptr, (size_t)H, stream);
+    if (rc) return rc;
+    combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->smo, w, H, K);
+    SPLASH_CUDA_LAUNCHED();
     return SPLASH_OK;
 }

@@ -10,14 +10,14 @@
  *            one product of up to 16 rows (each expert's weights are read
  *            once per 16 of its rows).
  *
- * The experts step is host-driven in this first version: it copies the
+ * splash_cuda_moe_experts (any rows) is host-driven: it copies the
  * routing (rows x top_k ids and weights) to pinned host memory, waits for the
  * stream, and launches per active expert gather, prep, gate, up, silu*up,
  * prep, down and a weighted scatter-add.  Correct and batch-invariant (a
  * row's sum runs over its experts in ascending id whatever else is in the
  * batch) but it synchronises once per layer and costs ~8 launches per active
- * expert, so it cannot run inside a CUDA graph; docs/cuda.md has the device-
- * driven grouped product that replaces it.
+ * expert, so it cannot run inside a CUDA graph; splash_cuda_moe_experts_grouped
+ * (rows <= 16) is the device-driven step that can.
  *
  * The shared expert is three plain q4 products plus splash_cuda_moe_shared_add
  * (act.h).
@@ -55,6 +55,10 @@ typedef struct splash_cuda_moe_scratch {
     float *mo;                /* [16][hidden] down output */
     int32_t *idx_host;        /* pinned [max_rows][top_k] */
     float *w_host;            /* pinned [max_rows][top_k] */
+    /* the grouped step: one slot per (row, k), up to 16 rows */
+    splash_q4_xprep xs;       /* each slot's hidden state prepared alone (rows_cap 16 * top_k) */
+    float *sg, *su;           /* [slots][inter] gate (then silu(gate) * up) and up outputs */
+    float *smo;               /* [slots][hidden] down outputs */
 } splash_cuda_moe_scratch;
 
 /* Allocates (cudaMalloc, cudaMallocHost): 0, SPLASH_E_INVALID, or
@@ -70,6 +74,20 @@ void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s);
 int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up, const splash_q4_matrix *down,
                             int n_experts, const int32_t *idx, const float *w, int rows, const float *xn, size_t ldx,
                             float *fo, size_t ldf, splash_cuda_moe_scratch *s, struct CUstream_st *stream);
+
+/* The same step device-driven, for rows <= 16 (decode, verify): no host
+ * synchronisation, 4 launches (gate and up of every (row, k) slot in one
+ * grouped q4 product, silu * up with each slot prepared alone, the grouped
+ * down product, the weighted sum), so it runs inside a CUDA graph.  xp holds
+ * xn's rows prepared (xp->M == rows).  The experts must be laid out as the
+ * loader does (every stride equal; else SPLASH_E_UNSUPPORTED).  fo: the same
+ * bits as splash_cuda_moe_experts (every product and the sum in its order).
+ * Each slot reads its expert's weights, so rows sharing an expert read it
+ * once each (the host-driven step reads it once per 16 of its rows). */
+int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                    const splash_q4_matrix *down, int n_experts, const int32_t *idx, const float *w,
+                                    int rows, const splash_q4_xprep *xp, float *fo, size_t ldf,
+                                    splash_cuda_moe_scratch *s, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

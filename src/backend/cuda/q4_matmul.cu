@@ -30,10 +30,16 @@
  *   tried and measured 2-3x slower (NOTES.md).  x (small, L1-resident) is read
  *   per group and reused R times; the warps of a block share the column slice,
  *   hence x in L1.
- * - Column split: a cluster of `ksplit` blocks (grid.x) covers the same rows,
- *   each a contiguous slice of the groups; partial sums meet in distributed
- *   shared memory and each block adds up 1/ksplit of the rows in rank order
- *   (deterministic, no atomics, no workspace).
+ * - Column split, two levels: a cluster of `ksplit` blocks (grid.x) covers
+ *   the same rows, each a contiguous slice of the groups, and inside a block
+ *   `wk` warps split the block's slice again (the other warps own more row
+ *   tiles).  Partial sums meet in shared memory (the wk slices, added in
+ *   slice order), then in distributed shared memory (each block adds up
+ *   1/ksplit of the rows in rank order): deterministic, no atomics, no
+ *   workspace.  More warps on a mid-size matrix keep more loads in flight:
+ *   wk 4 took the 27B's stacked gate|up from 43 to 37 us (NOTES.md).
+ * - y = W x, or y += W x (splash_q4_matmul_add: the residual add in the
+ *   epilogue, the product rounded before the add).
  *
  * C++ used: templates (the tile shape per instantiation), nothing from the
  * STL.  Shapes enter as kernel arguments; the per-shape choice of
@@ -43,12 +49,15 @@
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
 #include "backend/cuda/q4_matmul.h"
 
 namespace cg = cooperative_groups;
+using namespace splash_cuda;
 
 namespace {
 
@@ -66,7 +75,38 @@ struct Params {
     const float *inv_scale; /* [16] 2^-k */
     float *y;               /* [M][rows] */
     int rows, tiles, groups, cols, M, ksplit;
+    int wk;                 /* warps of a block splitting its groups (the rest own row tiles) */
+    int gstride;            /* floats between one group's sums and the next's (the xprep's rows_cap) */
+    /* grouped (the GROUPED kernels): block z takes slot j = z / nmat, matrix
+     * array z % nmat (codes / codes2), expert idx[j]'s matrix at codes + e *
+     * estride (its sb sboff further), x row j / xdiv, M = 1, into y (y2) +
+     * j * yslot */
+    const int32_t *idx;
+    const uint8_t *codes2;
+    float *y2;
+    size_t estride, sboff, yslot;
+    int n_experts, xdiv, nmat;
+    int add;                /* y += the product (rounded first: the bits of a product, then an add) */
 };
+
+/* What a block reads and writes: Params' pointers, or for a grouped block its
+ * slot's (make_view).  Built field by field: a modified copy of the Params
+ * kernel argument miscompiled (nvcc 13, -O3: the codes loads kept the
+ * argument's pointer while sb moved; test_q4_matmul's grouped checks). */
+struct View {
+    const uint8_t *codes, *sb;
+    const uint16_t *xhi, *xlo;
+    const float *gsum, *inv_scale;
+    float *y;
+    int M;
+};
+
+/* Where a result goes: y = r, or y = y + r with r rounded before the add
+ * (no fused multiply-add: the same bits as a separate add kernel). */
+__device__ __forceinline__ void store_y(const Params &p, const View &v, size_t i, float x, float inv) {
+    const float r = __fmul_rn(x, inv);
+    v.y[i] = p.add ? __fadd_rn(v.y[i], r) : r;
+}
 
 /* ---- small device helpers ------------------------------------------------ */
 
@@ -156,17 +196,17 @@ struct XFrag {
 };
 
 template <int MODE, int NT>
-__device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const uint16_t *xa,
+__device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const View &v, const uint16_t *xa,
                                              const uint16_t *xb, int G, int t) {
     if (MODE == 0) {
         load_x16(x.h[0], xa + G * 64);
-        x.sx0[0] = __ldg(p.gsum + G * 16 + t);
+        x.sx0[0] = __ldg(v.gsum + G * p.gstride + t);
     } else {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             load_x16(x.h[nt], xa + (size_t)nt * 8 * p.cols + G * 64);
             load_x16(x.l[nt], xb + (size_t)nt * 8 * p.cols + G * 64);
-            const float2 s = __ldg(reinterpret_cast<const float2 *>(p.gsum + G * 16 + 8 * nt + 2 * t));
+            const float2 s = __ldg(reinterpret_cast<const float2 *>(v.gsum + G * p.gstride + 8 * nt + 2 * t));
             x.sx0[nt] = s.x, x.sx1[nt] = s.y;
         }
     }
@@ -200,8 +240,8 @@ __device__ __forceinline__ void group_tile(float (&acc)[NT][4], const XFrag<MODE
 /* The weights of UU groups starting at G for the warp's R tiles, straight into
  * registers (zeros for tiles past the end). */
 template <int R, int UU>
-__device__ __forceinline__ void load_step(const Params &p, uint4 (&cw)[R][UU], uint2 (&sbw)[R][UU], int tile0, int G,
-                                          int lane) {
+__device__ __forceinline__ void load_step(const Params &p, const View &v, uint4 (&cw)[R][UU], uint2 (&sbw)[R][UU],
+                                          int tile0, int G, int lane) {
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const bool ok = tile0 + r < p.tiles;
@@ -209,8 +249,8 @@ __device__ __forceinline__ void load_step(const Params &p, uint4 (&cw)[R][UU], u
         for (int u = 0; u < UU; u++) {
             const size_t idx = (size_t)(tile0 + r) * (size_t)p.groups + (size_t)(G + u);
             if (ok) {
-                cw[r][u] = ld_stream16(p.codes + idx * kTileBytes + lane * 16);
-                sbw[r][u] = ld_stream8(p.sb + idx * kSbBytes + (lane >> 2) * 8);
+                cw[r][u] = ld_stream16(v.codes + idx * kTileBytes + lane * 16);
+                sbw[r][u] = ld_stream8(v.sb + idx * kSbBytes + (lane >> 2) * 8);
             } else {
                 cw[r][u] = make_uint4(0, 0, 0, 0);
                 sbw[r][u] = make_uint2(0, 0);
@@ -220,13 +260,13 @@ __device__ __forceinline__ void load_step(const Params &p, uint4 (&cw)[R][UU], u
 }
 
 template <int MODE, int NT, int R, int UU>
-__device__ __forceinline__ void compute_step(const Params &p, float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
+__device__ __forceinline__ void compute_step(const Params &p, const View &v, float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
                                              const uint2 (&sbw)[R][UU], int tile0, int G, int lane,
                                              const uint16_t *xa, const uint16_t *xb) {
 #pragma unroll
     for (int u = 0; u < UU; u++) {
         XFrag<MODE, NT> x;
-        load_group_x<MODE, NT>(x, p, xa, xb, G + u, lane & 3);
+        load_group_x<MODE, NT>(x, p, v, xa, xb, G + u, lane & 3);
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x, cw[r][u], sbw[r][u]);
@@ -237,24 +277,52 @@ __device__ __forceinline__ void compute_step(const Params &p, float (&acc)[R][NT
  * ksplit > 1. */
 __host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size_t)warps * r * 16 * 16 * 4; }
 
-template <int MODE, int NT, int R, int U, int S>
+/* A block's view: Params' own pointers, or for a grouped block (Params'
+ * grouped fields) its slot's matrix, x row and output; false when the slot's
+ * expert id is out of range (the block then writes nothing: every block of
+ * its cluster has the same slot). */
+template <bool GROUPED>
+__device__ __forceinline__ bool make_view(const Params &p, View &v) {
+    if (!GROUPED) {
+        v.codes = p.codes, v.sb = p.sb, v.xhi = p.xhi, v.xlo = p.xlo;
+        v.gsum = p.gsum, v.inv_scale = p.inv_scale, v.y = p.y, v.M = p.M;
+        return true;
+    }
+    const int j = blockIdx.z / p.nmat, mat = blockIdx.z % p.nmat;
+    const int e = __ldg(p.idx + j);
+    if (e < 0 || e >= p.n_experts) return false;
+    v.codes = (mat ? p.codes2 : p.codes) + (size_t)e * p.estride;
+    v.sb = v.codes + p.sboff;
+    const int row = j / p.xdiv;
+    v.xhi = p.xhi + (size_t)row * p.cols, v.xlo = p.xlo + (size_t)row * p.cols;
+    v.gsum = p.gsum + row, v.inv_scale = p.inv_scale + row;
+    v.y = (mat ? p.y2 : p.y) + (size_t)j * p.yslot;
+    v.M = 1;
+    return true;
+}
+
+template <int MODE, int NT, int R, int U, int S, bool GROUPED>
 __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params p) {
     extern __shared__ __align__(16) uint8_t smem[];
+    View v;
+    if (!make_view<GROUPED>(p, v)) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int rank = blockIdx.x; /* column slice = rank in the cluster */
-    const int tile0 = (blockIdx.y * nwarps + warp) * R;
-    const int G0 = (int)((long long)rank * p.groups / p.ksplit);
-    const int G1 = (int)((long long)(rank + 1) * p.groups / p.ksplit);
+    const int wr = nwarps / p.wk, wrow = warp % wr, wkk = warp / wr; /* row tiles / group slice of this warp */
+    const int tile0 = (blockIdx.y * wr + wrow) * R;
+    const int Gr0 = (int)((long long)rank * p.groups / p.ksplit);
+    const int Gr1 = (int)((long long)(rank + 1) * p.groups / p.ksplit);
+    const int G0 = Gr0 + (Gr1 - Gr0) * wkk / p.wk, G1 = Gr0 + (Gr1 - Gr0) * (wkk + 1) / p.wk;
 
     /* this lane's x rows: MODE 0 one row of hi or lo; MODE 1 rows g (+8) */
     const uint16_t *xa, *xb;
     if (MODE == 0) {
-        xa = ((g & 1) ? p.xlo : p.xhi) + (size_t)(g >> 1) * p.cols + 16 * t;
+        xa = ((g & 1) ? v.xlo : v.xhi) + (size_t)(g >> 1) * p.cols + 16 * t;
         xb = xa;
     } else {
-        xa = p.xhi + (size_t)g * p.cols + 16 * t;
-        xb = p.xlo + (size_t)g * p.cols + 16 * t;
+        xa = v.xhi + (size_t)g * p.cols + 16 * t;
+        xb = v.xlo + (size_t)g * p.cols + 16 * t;
     }
 
     float acc[R][NT][4];
@@ -271,29 +339,29 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         for (int step = 0; step < nsteps; step++) {
             uint4 cw[R][U];
             uint2 sbw[R][U];
-            load_step<R, U>(p, cw, sbw, tile0, G0 + step * U, lane);
-            compute_step<MODE, NT, R, U>(p, acc, cw, sbw, tile0, G0 + step * U, lane, xa, xb);
+            load_step<R, U>(p, v, cw, sbw, tile0, G0 + step * U, lane);
+            compute_step<MODE, NT, R, U>(p, v, acc, cw, sbw, tile0, G0 + step * U, lane, xa, xb);
         }
     } else {
         /* two register buffers: the next step's loads are in flight while
          * this one is computed */
         uint4 ca[R][U], cb[R][U];
         uint2 sa[R][U], sb[R][U];
-        if (nsteps > 0) load_step<R, U>(p, ca, sa, tile0, G0, lane);
+        if (nsteps > 0) load_step<R, U>(p, v, ca, sa, tile0, G0, lane);
         for (int step = 0; step < nsteps; step += 2) {
-            if (step + 1 < nsteps) load_step<R, U>(p, cb, sb, tile0, G0 + (step + 1) * U, lane);
-            compute_step<MODE, NT, R, U>(p, acc, ca, sa, tile0, G0 + step * U, lane, xa, xb);
+            if (step + 1 < nsteps) load_step<R, U>(p, v, cb, sb, tile0, G0 + (step + 1) * U, lane);
+            compute_step<MODE, NT, R, U>(p, v, acc, ca, sa, tile0, G0 + step * U, lane, xa, xb);
             if (step + 1 < nsteps) {
-                if (step + 2 < nsteps) load_step<R, U>(p, ca, sa, tile0, G0 + (step + 2) * U, lane);
-                compute_step<MODE, NT, R, U>(p, acc, cb, sb, tile0, G0 + (step + 1) * U, lane, xa, xb);
+                if (step + 2 < nsteps) load_step<R, U>(p, v, ca, sa, tile0, G0 + (step + 2) * U, lane);
+                compute_step<MODE, NT, R, U>(p, v, acc, cb, sb, tile0, G0 + (step + 1) * U, lane, xa, xb);
             }
         }
     }
     for (int G = G0 + nsteps * U; G < G1; G++) { /* the groups left over */
         uint4 cw[R][1];
         uint2 sbw[R][1];
-        load_step<R, 1>(p, cw, sbw, tile0, G, lane);
-        compute_step<MODE, NT, R, 1>(p, acc, cw, sbw, tile0, G, lane, xa, xb);
+        load_step<R, 1>(p, v, cw, sbw, tile0, G, lane);
+        compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, tile0, G, lane, xa, xb);
     }
 
     /* Where this lane's sums go: (row within the block, x row m). */
@@ -303,104 +371,205 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
             _Pragma("unroll") for (int c = 0; c < 4; c++) {                                                    \
                 if (MODE == 0 && (c & 1)) continue;                                                            \
                 const int m = MODE == 0 ? t : 8 * nt + 2 * t + (c & 1);                                        \
-                const int lrow = (warp * R + r) * 16 + g + 8 * (c >> 1);                                       \
-                const float v = acc[r][nt][c];                                                                 \
+                const int lrow = (wrow * R + r) * 16 + g + 8 * (c >> 1);                                       \
+                const float a_ = acc[r][nt][c];                                                                 \
                 BODY                                                                                           \
             }                                                                                                  \
         }                                                                                                      \
     }
 
-    const int rb = nwarps * R * 16; /* rows per block */
-    if (p.ksplit == 1) {
+    const int rb = wr * R * 16; /* rows per block */
+    if (p.ksplit == 1 && p.wk == 1) {
         Q4_EACH_RESULT({
             const int row = blockIdx.y * rb + lrow;
-            if (m < p.M && row < p.rows) p.y[(size_t)m * p.rows + row] = v * __ldg(p.inv_scale + m);
+            if (m < v.M && row < p.rows) store_y(p, v, (size_t)m * p.rows + row, a_, __ldg(v.inv_scale + m));
         })
         return;
     }
+    /* partial sums [wk][rb][16]: the warps' group slices added in slice order
+     * into slice 0, then (ksplit > 1) the cluster's ranks in rank order */
     float *part = reinterpret_cast<float *>(smem);
     Q4_EACH_RESULT({
-        if (m < p.M) part[lrow * 16 + m] = v;
+        if (m < v.M) part[(wkk * rb + lrow) * 16 + m] = a_;
     })
 #undef Q4_EACH_RESULT
+    if (p.wk > 1) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < rb * v.M; i += blockDim.x) {
+            const int m = i / rb, lrow = i % rb;
+            float s = part[lrow * 16 + m];
+            for (int q = 1; q < p.wk; q++) s += part[(q * rb + lrow) * 16 + m];
+            if (p.ksplit == 1) {
+                const int row = blockIdx.y * rb + lrow;
+                if (row < p.rows) store_y(p, v, (size_t)m * p.rows + row, s, __ldg(v.inv_scale + m));
+            } else {
+                part[lrow * 16 + m] = s; /* only this thread reads or writes this slot */
+            }
+        }
+        if (p.ksplit == 1) return;
+    }
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     const int per = rb / p.ksplit; /* rows this block adds up */
     const int r0 = (int)cluster.block_rank() * per;
-    for (int i = threadIdx.x; i < per * p.M; i += blockDim.x) {
+    for (int i = threadIdx.x; i < per * v.M; i += blockDim.x) {
         const int m = i / per, lrow = r0 + i % per;
         float s = 0.f;
         for (int q = 0; q < p.ksplit; q++) s += cluster.map_shared_rank(part, q)[lrow * 16 + m];
         const int row = blockIdx.y * rb + lrow;
-        if (row < p.rows) p.y[(size_t)m * p.rows + row] = s * __ldg(p.inv_scale + m);
+        if (row < p.rows) store_y(p, v, (size_t)m * p.rows + row, s, __ldg(v.inv_scale + m));
     }
     cluster.sync(); /* keep this block's partials alive until every rank has read them */
 }
 
-/* x -> scaled fp16 hi, lo, fp32 group sums and 2^-k.  Blocks (m, s) handle
- * x row m (of 16): rows < M real, rows in [M, Mp) zeros (read by the kernel's
- * padded B columns), every row's group sums (0 beyond M); block s takes
- * every gridDim.y-th group of the row.  Each block finds the row's max
- * itself (the row is 20 KB at the 27B's width, in L2 after the first), so
- * the slices need no second launch and agree on the scale (the same bits as
- * one block per row).  At 5,120 columns: 8.9-9.2 us with one block per row,
- * 7.9-8.3 us with 8 (events; an empty kernel measures 3.5 us there), so what
- * is left is mostly the launch: fusing this into the norm that makes x is
- * the next step (docs/cuda.md). */
-__global__ void q4_prep_kernel(const float *x, int M, int Mp, int cols, int ldx, uint16_t *hi, uint16_t *lo,
-                               float *gsum, float *inv_scale) {
+/* ---- the prepared activation ------------------------------------------------ */
+
+/* x -> scaled fp16 hi, lo, fp32 group sums and 2^-k, optionally made by the
+ * op that produces x (RMS norm, silu(g) * u), which then also writes x as
+ * fp32 rows.  One block of 1,024 threads per row; each thread holds up to 8
+ * float4 of the row in registers (cols <= 32,768), all loads issued before
+ * any is used: the row is read once, every step is a few block reductions.
+ * (The first version walked the row with 256 threads, one dependent load
+ * after another: 15 us a row under ncu, as much as a product.)  Blocks
+ * m < 16 also prepare their row (m >= M: zeros and zero group sums); blocks
+ * m >= 16 only compute y (rows beyond the first chunk of 16, which the
+ * caller prepares from y later: the same bits). */
+constexpr int kPrepThreads = 1024;
+constexpr int kPrepChunks = SPLASH_Q4_MAX_COLS / (4 * kPrepThreads);
+
+enum { PREP_X = 0, PREP_RMS = 1, PREP_SILU = 2 };
+
+struct PrepArgs {
+    const float *x, *u, *w; /* x (SILU: g); u (SILU); w (RMS factors) */
+    size_t ldx, ldu, ldy;
+    float *y;               /* RMS / SILU: the rows made, fp32 */
+    float eps;
+    int rows;               /* rows with data (y rows) */
+    int M, Mp;              /* rows prepared, and padded to the kernel's 4 / 8 / 16 (zeros) */
+    int prep_rows;          /* blocks m < prep_rows write the prepared form (16, or every row) */
+    int gstride;            /* the xprep's rows_cap */
+    int cols;
+    uint16_t *hi, *lo;
+    float *gsum, *inv_scale;
+};
+
+__device__ __forceinline__ float4 ld4(const float *p) { return make_float4(p[0], p[1], p[2], p[3]); }
+
+template <int MODE>
+__global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a) {
     __shared__ float red[32];
-    const int m = blockIdx.x, groups = cols / 64, slices = gridDim.y;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const float *xr = x + (size_t)m * ldx;
-    float scale = 1.f, inv = 1.f;
-    if (m < M) {
-        float mx = 0.f;
-        for (int c = threadIdx.x; c < cols; c += blockDim.x) mx = fmaxf(mx, fabsf(xr[c]));
+    const int m = blockIdx.x, t = threadIdx.x, n4 = a.cols / 4;
+    const int lane = t & 31, warp = t >> 5;
+    float4 v[kPrepChunks];
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    for (int k = 0; k < kPrepChunks; k++) v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (m < a.rows) { /* uniform in the block: the reductions below see every thread */
+        const float *xr = a.x + (size_t)m * a.ldx;
+#pragma unroll
+        for (int k = 0; k < kPrepChunks; k++) {
+            const int i = t + k * kPrepThreads;
+            if (i < n4) v[k] = ld4(xr + 4 * i);
+        }
+        if (MODE == PREP_SILU) {
+            const float *ur = a.u + (size_t)m * a.ldu;
+#pragma unroll
+            for (int k = 0; k < kPrepChunks; k++) {
+                const int i = t + k * kPrepThreads;
+                if (i < n4) {
+                    const float4 u = ld4(ur + 4 * i);
+                    v[k].x = __fmul_rn(siluf_(v[k].x), u.x), v[k].y = __fmul_rn(siluf_(v[k].y), u.y);
+                    v[k].z = __fmul_rn(siluf_(v[k].z), u.z), v[k].w = __fmul_rn(siluf_(v[k].w), u.w);
+                }
+            }
+        }
+        if (MODE == PREP_RMS) {
+            float ss = 0.f;
+#pragma unroll
+            for (int k = 0; k < kPrepChunks; k++) {
+                ss = fmaf(v[k].x, v[k].x, ss), ss = fmaf(v[k].y, v[k].y, ss);
+                ss = fmaf(v[k].z, v[k].z, ss), ss = fmaf(v[k].w, v[k].w, ss);
+            }
+            ss = block_sum(ss, red);
+            const float rs = 1.0f / sqrtf(ss / (float)a.cols + a.eps);
+#pragma unroll
+            for (int k = 0; k < kPrepChunks; k++) { /* norm.h's rmsnorm: (x * rs) * w */
+                const int i = t + k * kPrepThreads;
+                if (i < n4) {
+                    const float4 w = ld4(a.w + 4 * i);
+                    v[k].x = __fmul_rn(__fmul_rn(v[k].x, rs), w.x), v[k].y = __fmul_rn(__fmul_rn(v[k].y, rs), w.y);
+                    v[k].z = __fmul_rn(__fmul_rn(v[k].z, rs), w.z), v[k].w = __fmul_rn(__fmul_rn(v[k].w, rs), w.w);
+                }
+            }
+        }
+        if (MODE != PREP_X) {
+            float *yr = a.y + (size_t)m * a.ldy;
+#pragma unroll
+            for (int k = 0; k < kPrepChunks; k++) {
+                const int i = t + k * kPrepThreads;
+                if (i < n4) yr[4 * i] = v[k].x, yr[4 * i + 1] = v[k].y, yr[4 * i + 2] = v[k].z, yr[4 * i + 3] = v[k].w;
+            }
+        }
+    }
+    if (m >= a.prep_rows) return;
+    float scale = 1.f, inv = 1.f;
+    if (m < a.M) {
+        float mx = 0.f;
+#pragma unroll
+        for (int k = 0; k < kPrepChunks; k++)
+            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
+        mx = warp_max(mx);
         if (lane == 0) red[warp] = mx;
         __syncthreads();
         mx = 0.f;
-        for (int i = 0; i < nwarps; i++) mx = fmaxf(mx, red[i]);
+        for (int i = 0; i < kPrepThreads / 32; i++) mx = fmaxf(mx, red[i]);
         if (mx > 0.f && mx < 3.0e38f) {
             int e;
             frexpf(mx, &e); /* mx = f * 2^e, f in [0.5, 1): mx * 2^(14-e) in [2^13, 2^14) */
-            const int k = max(-100, min(100, 14 - e));
-            scale = ldexpf(1.f, k), inv = ldexpf(1.f, -k);
+            const int kk = max(-100, min(100, 14 - e));
+            scale = ldexpf(1.f, kk), inv = ldexpf(1.f, -kk);
         }
     }
-    for (int G = blockIdx.y * nwarps + warp; G < groups; G += slices * nwarps) {
-        const size_t c = (size_t)G * 64 + 2 * lane;
-        float s = 0.f;
-        if (m < Mp) {
-            __half2 h = __floats2half2_rn(0.f, 0.f), l = h;
-            if (m < M) {
-                const float v0 = xr[c] * scale, v1 = xr[c + 1] * scale;
-                h = __floats2half2_rn(v0, v1);
-                l = __floats2half2_rn(v0 - __low2float(h), v1 - __high2float(h));
-                s = v0 + v1;
-            }
-            *reinterpret_cast<__half2 *>(hi + (size_t)m * cols + c) = h;
-            *reinterpret_cast<__half2 *>(lo + (size_t)m * cols + c) = l;
-        }
+    if (m < a.Mp) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
-        if (lane == 0) gsum[G * 16 + m] = s;
+        for (int k = 0; k < kPrepChunks; k++) {
+            const int i = t + k * kPrepThreads; /* float4 i: columns 4i..4i+3, group i / 16 */
+            float s = 0.f;
+            if (k * kPrepThreads < n4) { /* uniform per k: every lane takes part in the shuffles */
+                uint2 h2 = make_uint2(0, 0), l2 = h2;
+                if (m < a.M && i < n4) {
+                    const float x0 = v[k].x * scale, x1 = v[k].y * scale, x2 = v[k].z * scale, x3 = v[k].w * scale;
+                    const __half2 h01 = __floats2half2_rn(x0, x1), h23 = __floats2half2_rn(x2, x3);
+                    const __half2 l01 = __floats2half2_rn(x0 - __low2float(h01), x1 - __high2float(h01));
+                    const __half2 l23 = __floats2half2_rn(x2 - __low2float(h23), x3 - __high2float(h23));
+                    h2 = make_uint2(*reinterpret_cast<const uint32_t *>(&h01), *reinterpret_cast<const uint32_t *>(&h23));
+                    l2 = make_uint2(*reinterpret_cast<const uint32_t *>(&l01), *reinterpret_cast<const uint32_t *>(&l23));
+                    s = (x0 + x1) + (x2 + x3);
+                }
+                if (i < n4) {
+                    *reinterpret_cast<uint2 *>(a.hi + (size_t)m * a.cols + 4 * i) = h2;
+                    *reinterpret_cast<uint2 *>(a.lo + (size_t)m * a.cols + 4 * i) = l2;
+                }
+#pragma unroll
+                for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o); /* the group's 16 lanes */
+                if (i < n4 && (t & 15) == 0) a.gsum[(size_t)(i / 16) * a.gstride + m] = s;
+            }
+        }
+    } else {
+        for (int G = t; G < a.cols / 64; G += kPrepThreads) a.gsum[(size_t)G * a.gstride + m] = 0.f;
     }
-    if (threadIdx.x == 0 && blockIdx.y == 0) inv_scale[m] = inv;
+    if (t == 0) a.inv_scale[m] = inv;
 }
 
 /* ---- instantiations and dispatch -------------------------------------------- */
 
 typedef int (*LaunchFn)(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t s);
 
-template <int MODE, int NT, int R, int U, int S>
+template <int MODE, int NT, int R, int U, int S, bool GROUPED>
 int launch(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t stream) {
-    auto fn = q4_matmul_kernel<MODE, NT, R, U, S>;
-    const size_t smem = ksplit > 1 ? part_bytes(warps, R) : 0;
+    auto fn = q4_matmul_kernel<MODE, NT, R, U, S, GROUPED>;
+    const size_t smem = ksplit > 1 || p.wk > 1 ? part_bytes(warps, R) : 0;
     cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((unsigned)ksplit, (unsigned)rowgroups, 1);
+    lc.gridDim = dim3((unsigned)ksplit, (unsigned)rowgroups, GROUPED ? (unsigned)(p.nmat * p.M) : 1u); /* M: slots */
     lc.blockDim = dim3((unsigned)(warps * 32), 1, 1);
     lc.dynamicSmemBytes = smem;
     lc.stream = stream;
@@ -425,10 +594,10 @@ constexpr Variant kVariants[] = {
 };
 constexpr int kNumVariants = sizeof kVariants / sizeof kVariants[0];
 
-template <int MODE, int NT>
+template <int MODE, int NT, bool GROUPED = false>
 LaunchFn pick_launch(int r, int u, int s) {
 #define Q4_V(R_, U_, S_) \
-    if (r == R_ && u == U_ && s == S_) return launch<MODE, NT, R_, U_, S_>;
+    if (r == R_ && u == U_ && s == S_) return launch<MODE, NT, R_, U_, S_, GROUPED>;
     Q4_V(1, 4, 0) Q4_V(1, 8, 0) Q4_V(2, 2, 0) Q4_V(2, 4, 0) Q4_V(2, 8, 0) Q4_V(4, 2, 0) Q4_V(4, 4, 0)
     Q4_V(1, 2, 1) Q4_V(1, 4, 1) Q4_V(2, 2, 1) Q4_V(2, 4, 1) Q4_V(4, 2, 1)
 #undef Q4_V
@@ -436,6 +605,7 @@ LaunchFn pick_launch(int r, int u, int s) {
 }
 
 LaunchFn launch_for(int M, int r, int u, int s) {
+    if (M == 0) return pick_launch<0, 1, true>(r, u, s); /* grouped: one x row a slot */
     if (M <= 4) return pick_launch<0, 1>(r, u, s);
     if (M <= 8) return pick_launch<1, 1>(r, u, s);
     return pick_launch<1, 2>(r, u, s);
@@ -446,24 +616,28 @@ size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 0; }
 
 /* Measured presets (NOTES.md, 2026-11-30, H200, 132 SMs): selected by
- * bench_q4_matmul --sweep, one ksplit per shape so that results do not depend
- * on M; r/u/stages/warps per M class (<=4, <=8, <=16).  Other GPUs: re-run the
- * sweep and key a table by SM count. */
+ * bench_q4_matmul --sweep, one (ksplit, wk) per shape so that results do not
+ * depend on M; r/u/stages/warps per M class (<=4, <=8, <=16).  Other GPUs:
+ * re-run the sweep and key a table by SM count. */
 struct Preset {
     int rows, cols;
-    int ksplit;
-    splash_q4_config c[3]; /* M <= 4, M <= 8, M <= 16 (ksplit filled in below) */
+    int ksplit, wk; /* per shape: the arithmetic order (results must not depend on M) */
+    splash_q4_config c[3]; /* M <= 4, M <= 8, M <= 16 (ksplit and wk filled in below) */
 };
 const Preset kPresets[] = {
-    {12288, 5120, 4, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},  /* attn.q_proj */
-    {1024, 5120, 8, {{1, 8, 0, 2, 0}, {1, 8, 0, 2, 0}, {1, 8, 0, 2, 0}}},   /* attn.k/v_proj */
-    {5120, 6144, 8, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},   /* attn.o_proj, gdn.out_proj */
-    {10240, 5120, 4, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},  /* gdn.in_proj_qkv */
-    {6144, 5120, 8, {{1, 2, 1, 4, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},   /* gdn.in_proj_z */
-    {17408, 5120, 2, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},  /* ffn.gate/up */
-    {5120, 17408, 8, {{2, 4, 0, 2, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}},  /* ffn.down */
-    {248320, 5120, 1, {{2, 2, 0, 4, 0}, {2, 2, 0, 2, 0}, {2, 2, 0, 2, 0}}}, /* lm_head */
-    {0, 0, 0, {}},                                                          /* terminator */
+    {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn.q_proj */
+    {1024, 5120, 8, 1, {{1, 8, 0, 2, 0, 0}, {1, 8, 0, 2, 0, 0}, {1, 8, 0, 2, 0, 0}}},   /* attn.k/v_proj */
+    {5120, 6144, 8, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* attn.o_proj, gdn.out_proj */
+    {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* gdn.in_proj_qkv */
+    {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* gdn.in_proj_z */
+    {17408, 5120, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* ffn.gate/up */
+    {5120, 17408, 4, 4, {{2, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* ffn.down */
+    {248320, 5120, 1, 1, {{2, 2, 0, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}}, /* lm_head */
+    /* the stacks the CUDA model launches (cuda_weights.cu) */
+    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn q|k|v */
+    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* gdn qkv|z|b|a */
+    {34816, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* ffn gate|up */
+    {0, 0, 0, 0, {}},                                                                   /* terminator */
 };
 
 int mclass(int M) { return M <= 4 ? 0 : M <= 8 ? 1 : 2; }
@@ -534,6 +708,43 @@ extern "C" int splash_q4_repack_host(const uint8_t *canonical, int rows, int col
     return SPLASH_OK;
 }
 
+extern "C" int splash_q4_stacked_rows(const int *rows, int n) {
+    if (!rows || n < 1) return -1;
+    long long total = 0;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 1) return -1;
+        total += i < n - 1 ? (rows[i] + 15) / 16 * 16 : rows[i];
+    }
+    return total > INT32_MAX ? -1 : (int)total;
+}
+
+extern "C" int splash_q4_repack_stacked_host(const uint8_t *const *canonical, const int *rows, int n, int cols,
+                                             uint8_t *tiled, size_t tiled_bytes) {
+    const int total = splash_q4_stacked_rows(rows, n);
+    if (!canonical || !tiled || total < 0 || !shape_ok(total, cols)) return SPLASH_E_INVALID;
+    if (tiled_bytes < splash_q4_tiled_bytes(total, cols)) return SPLASH_E_RANGE;
+    /* each part tiled on its own (zero rows up to its tile's end), then its
+     * codes and its sb placed at its first tile */
+    uint8_t *out_codes = tiled, *out_sb = tiled + splash_q4_tiled_codes_bytes(total, cols);
+    const size_t groups = (size_t)(cols / 64);
+    size_t tile0 = 0;
+    for (int i = 0; i < n; i++) {
+        if (!canonical[i]) return SPLASH_E_INVALID;
+        const size_t pb = splash_q4_tiled_bytes(rows[i], cols), pc = splash_q4_tiled_codes_bytes(rows[i], cols);
+        uint8_t *part = (uint8_t *)malloc(pb);
+        if (!part) return SPLASH_E_NOMEM;
+        int rc = splash_q4_repack_host(canonical[i], rows[i], cols, part, pb);
+        if (!rc) {
+            memcpy(out_codes + tile0 * groups * kTileBytes, part, pc);
+            memcpy(out_sb + tile0 * groups * kSbBytes, part + pc, pb - pc);
+        }
+        free(part);
+        if (rc) return rc;
+        tile0 += (size_t)(rows[i] + 15) / 16;
+    }
+    return SPLASH_OK;
+}
+
 extern "C" int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled, int rows, int cols) {
     if (!m || !dev_tiled || !shape_ok(rows, cols)) return SPLASH_E_INVALID;
     m->rows = rows, m->cols = cols;
@@ -543,35 +754,102 @@ extern "C" int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled,
     return SPLASH_OK;
 }
 
-extern "C" size_t splash_q4_xprep_bytes(int cap_cols) {
-    if (cap_cols <= 0 || cap_cols % 64) return 0;
-    const size_t x = align_up((size_t)SPLASH_Q4_MAX_M * cap_cols * 2, 256);
-    return 2 * x + align_up((size_t)(cap_cols / 64) * 16 * 4, 256) + 256;
+/* The prepared activation's arrays, for rows_cap rows: hi, lo [rows_cap + 3]
+ * [cap_cols] fp16 and the group sums [groups][rows_cap] + 4: a grouped
+ * product's MODE 0 reads x rows row..row+3 (only row's results are kept), so
+ * three rows and four sums past the last are padding it may read. */
+static size_t xp_half_bytes(int cap_cols, int rows_cap) { return align_up((size_t)(rows_cap + 3) * cap_cols * 2, 256); }
+static size_t xp_gsum_bytes(int cap_cols, int rows_cap) {
+    return align_up(((size_t)(cap_cols / 64) * rows_cap + 4) * 4, 256);
 }
 
-extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols) {
-    if (!xp || !dev_mem || cap_cols <= 0 || cap_cols % 64 || ((uintptr_t)dev_mem & 255)) return SPLASH_E_INVALID;
-    const size_t x = align_up((size_t)SPLASH_Q4_MAX_M * cap_cols * 2, 256);
+extern "C" size_t splash_q4_xprep_rows_bytes(int cap_cols, int rows_cap) {
+    if (cap_cols <= 0 || cap_cols % 64 || rows_cap < SPLASH_Q4_MAX_M || rows_cap > 65535) return 0;
+    return 2 * xp_half_bytes(cap_cols, rows_cap) + xp_gsum_bytes(cap_cols, rows_cap) + align_up((size_t)rows_cap * 4, 256);
+}
+
+extern "C" int splash_q4_xprep_rows_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols, int rows_cap) {
+    if (!xp || !dev_mem || !splash_q4_xprep_rows_bytes(cap_cols, rows_cap) || ((uintptr_t)dev_mem & 255))
+        return SPLASH_E_INVALID;
+    const size_t h = xp_half_bytes(cap_cols, rows_cap);
     uint8_t *b = (uint8_t *)dev_mem;
     xp->hi = (uint16_t *)b;
-    xp->lo = (uint16_t *)(b + x);
-    xp->gsum = (float *)(b + 2 * x);
-    xp->inv_scale = (float *)(b + 2 * x + align_up((size_t)(cap_cols / 64) * 16 * 4, 256));
-    xp->M = 0, xp->cols = 0, xp->cap_cols = cap_cols;
+    xp->lo = (uint16_t *)(b + h);
+    xp->gsum = (float *)(b + 2 * h);
+    xp->inv_scale = (float *)(b + 2 * h + xp_gsum_bytes(cap_cols, rows_cap));
+    xp->M = 0, xp->cols = 0, xp->cap_cols = cap_cols, xp->rows_cap = rows_cap;
+    return SPLASH_OK;
+}
+
+extern "C" size_t splash_q4_xprep_bytes(int cap_cols) { return splash_q4_xprep_rows_bytes(cap_cols, SPLASH_Q4_MAX_M); }
+
+extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols) {
+    return splash_q4_xprep_rows_init(xp, dev_mem, cap_cols, SPLASH_Q4_MAX_M);
+}
+
+/* The launch behind the prep entry points: rows >= 1 rows of data; the first
+ * min(rows, 16) prepared as one activation of M rows (padded with zero rows
+ * to 4 / 8 / 16), or (each_row) every row as its own one-row activation for
+ * the grouped product. */
+static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaStream_t s) {
+    if (!xp || !a.x || a.rows < 1 || a.rows > 65535 || a.cols <= 0 || a.cols % 64 || a.cols > xp->cap_cols ||
+        a.cols > SPLASH_Q4_MAX_COLS || a.ldx < (size_t)a.cols || (each_row && a.rows > xp->rows_cap))
+        return SPLASH_E_INVALID;
+    if (each_row) {
+        a.M = a.Mp = a.prep_rows = a.rows;
+    } else {
+        a.M = a.rows < SPLASH_Q4_MAX_M ? a.rows : SPLASH_Q4_MAX_M;
+        a.Mp = a.M <= 4 ? 4 : a.M <= 8 ? 8 : 16; /* x rows the kernel's B columns read */
+        a.prep_rows = SPLASH_Q4_MAX_M;
+    }
+    a.gstride = xp->rows_cap;
+    a.hi = xp->hi, a.lo = xp->lo, a.gsum = xp->gsum, a.inv_scale = xp->inv_scale;
+    const dim3 grid((unsigned)(a.rows > a.prep_rows ? a.rows : a.prep_rows));
+    switch (mode) {
+    case PREP_X: q4_prep_kernel<PREP_X><<<grid, kPrepThreads, 0, s>>>(a); break;
+    case PREP_RMS: q4_prep_kernel<PREP_RMS><<<grid, kPrepThreads, 0, s>>>(a); break;
+    default: q4_prep_kernel<PREP_SILU><<<grid, kPrepThreads, 0, s>>>(a); break;
+    }
+    SPLASH_CUDA_LAUNCHED();
+    xp->M = a.M, xp->cols = a.cols;
     return SPLASH_OK;
 }
 
 extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx,
                                 struct CUstream_st *stream) {
-    if (!xp || !x || M < 1 || M > SPLASH_Q4_MAX_M || cols <= 0 || cols % 64 || cols > xp->cap_cols || ldx < cols)
-        return SPLASH_E_INVALID;
-    const int Mp = M <= 4 ? 4 : M <= 8 ? 8 : 16; /* x rows the kernel's B columns read */
-    const int groups = cols / 64, slices = (groups + 7) / 8 < 8 ? (groups + 7) / 8 : 8; /* 8 warps a block */
-    q4_prep_kernel<<<dim3(SPLASH_Q4_MAX_M, (unsigned)slices), 256, 0, (cudaStream_t)stream>>>(
-        x, M, Mp, cols, ldx, xp->hi, xp->lo, xp->gsum, xp->inv_scale);
-    SPLASH_CUDA_LAUNCHED();
-    xp->M = M, xp->cols = cols;
-    return SPLASH_OK;
+    if (M < 1 || M > SPLASH_Q4_MAX_M || ldx < 0) return SPLASH_E_INVALID;
+    PrepArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.ldx = (size_t)ldx, a.rows = M, a.cols = cols;
+    return prep(xp, PREP_X, a, 0, (cudaStream_t)stream);
+}
+
+extern "C" int splash_q4_prep_rmsnorm(splash_q4_xprep *xp, const float *x, size_t ldx, const float *w, float eps,
+                                      float *y, size_t ldy, int rows, int cols, struct CUstream_st *stream) {
+    if (!w || !y || ldy < (size_t)(cols > 0 ? cols : 0)) return SPLASH_E_INVALID;
+    PrepArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.ldx = ldx, a.w = w, a.eps = eps, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
+    return prep(xp, PREP_RMS, a, 0, (cudaStream_t)stream);
+}
+
+extern "C" int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu,
+                                       float *y, size_t ldy, int rows, int cols, struct CUstream_st *stream) {
+    if (!u || !y || ldu < (size_t)(cols > 0 ? cols : 0) || ldy < (size_t)(cols > 0 ? cols : 0)) return SPLASH_E_INVALID;
+    PrepArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = g, a.ldx = ldg, a.u = u, a.ldu = ldu, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
+    return prep(xp, PREP_SILU, a, 0, (cudaStream_t)stream);
+}
+
+extern "C" int splash_q4_prep_silu_mul_rows(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u,
+                                            size_t ldu, float *y, size_t ldy, int rows, int cols,
+                                            struct CUstream_st *stream) {
+    if (!u || !y || ldu < (size_t)(cols > 0 ? cols : 0) || ldy < (size_t)(cols > 0 ? cols : 0)) return SPLASH_E_INVALID;
+    PrepArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = g, a.ldx = ldg, a.u = u, a.ldu = ldu, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
+    return prep(xp, PREP_SILU, a, 1, (cudaStream_t)stream);
 }
 
 static bool variant_compiled(int r, int u, int s) {
@@ -584,9 +862,10 @@ extern "C" int splash_q4_config_check(const splash_q4_config *cfg, int rows, int
     if (!cfg || !shape_ok(rows, cols)) return SPLASH_E_INVALID;
     if (!variant_compiled(cfg->r, cfg->u, cfg->stages)) return SPLASH_E_UNSUPPORTED;
     if (cfg->warps < 1 || cfg->warps > kMaxWarps) return SPLASH_E_UNSUPPORTED;
-    const int k = cfg->ksplit;
-    if (!(k == 1 || k == 2 || k == 4 || k == 8) || k > kMaxKsplit || k > cols / 64) return SPLASH_E_UNSUPPORTED;
-    const long long tiles = (rows + 15) / 16, per_block = (long long)cfg->warps * cfg->r;
+    const int k = cfg->ksplit, wk = cfg->wk;
+    if (!(k == 1 || k == 2 || k == 4 || k == 8) || k > kMaxKsplit) return SPLASH_E_UNSUPPORTED;
+    if (!(wk == 1 || wk == 2 || wk == 4 || wk == 8) || cfg->warps % wk || k * wk > cols / 64) return SPLASH_E_UNSUPPORTED;
+    const long long tiles = (rows + 15) / 16, per_block = (long long)(cfg->warps / wk) * cfg->r;
     if ((tiles + per_block - 1) / per_block > 65535) return SPLASH_E_UNSUPPORTED;
     return SPLASH_OK;
 }
@@ -597,26 +876,30 @@ extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config
     for (const Preset *p = kPresets; p->rows; p++) {
         if (p->rows == rows && p->cols == cols) {
             *cfg = p->c[mc];
-            cfg->ksplit = p->ksplit;
+            cfg->ksplit = p->ksplit, cfg->wk = p->wk;
             return SPLASH_OK;
         }
     }
-    /* Generic rule (what most presets are): 2 warps of 2 tiles, 4 groups a step
-     * at M <= 4, 2 above; ksplit from the shape alone (so that results do not
-     * depend on M): enough blocks for two per SM on an H200. */
+    /* Generic rule (what the swept presets mostly are): 2 tiles a warp, 4
+     * groups a step at M <= 4 and 2 above; with >= 16 groups 4 warps a block
+     * splitting the groups (wk 4), else 2 warps on their own tiles; ksplit from
+     * the shape alone (results must not depend on M): enough blocks for two
+     * per SM on an H200. */
     const int tiles = (rows + 15) / 16, groups = cols / 64;
     cfg->r = 2;
     cfg->u = mc == 0 ? 4 : 2;
     cfg->stages = 0;
-    cfg->warps = 2;
+    cfg->wk = groups >= 16 ? 4 : 1;
+    cfg->warps = cfg->wk == 4 ? 4 : 2;
+    const long long blocks = (tiles + (cfg->warps / cfg->wk) * 2 - 1) / ((cfg->warps / cfg->wk) * 2);
     int k = 1;
-    while (k < kMaxKsplit && 2 * k <= groups && (long long)((tiles + 3) / 4) * k < 264) k *= 2;
+    while (k < kMaxKsplit && 2 * k * cfg->wk <= groups && blocks * k < 264) k *= 2;
     cfg->ksplit = k;
     return SPLASH_OK;
 }
 
-extern "C" int splash_q4_matmul_cfg(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
-                                    const splash_q4_config *cfg, struct CUstream_st *stream) {
+static int matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y, const splash_q4_config *cfg, int add,
+                  struct CUstream_st *stream) {
     if (!w || !xp || !y || !cfg) return SPLASH_E_INVALID;
     if (xp->cols != w->cols || xp->M < 1 || xp->M > SPLASH_Q4_MAX_M) return SPLASH_E_MISMATCH;
     int rc = splash_q4_config_check(cfg, w->rows, w->cols);
@@ -628,16 +911,62 @@ extern "C" int splash_q4_matmul_cfg(const splash_q4_matrix *w, const splash_q4_x
     p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.inv_scale = xp->inv_scale;
     p.y = y;
     p.rows = w->rows, p.tiles = w->tiles, p.groups = w->groups, p.cols = w->cols;
-    p.M = xp->M, p.ksplit = cfg->ksplit;
-    const int per_block = cfg->warps * cfg->r;
+    p.M = xp->M, p.ksplit = cfg->ksplit, p.wk = cfg->wk;
+    p.gstride = xp->rows_cap;
+    p.add = add;
+    const int per_block = cfg->warps / cfg->wk * cfg->r;
     return fn(p, cfg->warps, cfg->ksplit, (w->tiles + per_block - 1) / per_block, (cudaStream_t)stream);
 }
 
-extern "C" int splash_q4_matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
-                                struct CUstream_st *stream) {
+extern "C" int splash_q4_matmul_cfg(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
+                                    const splash_q4_config *cfg, struct CUstream_st *stream) {
+    return matmul(w, xp, y, cfg, 0, stream);
+}
+
+static int picked(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y, int add, struct CUstream_st *stream) {
     if (!w || !xp) return SPLASH_E_INVALID;
     splash_q4_config cfg;
     int rc = splash_q4_config_pick(w->rows, w->cols, xp->M, &cfg);
     if (rc) return rc;
-    return splash_q4_matmul_cfg(w, xp, y, &cfg, stream);
+    return matmul(w, xp, y, &cfg, add, stream);
+}
+
+extern "C" int splash_q4_matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
+                                struct CUstream_st *stream) {
+    return picked(w, xp, y, 0, stream);
+}
+
+extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
+                                    struct CUstream_st *stream) {
+    return picked(w, xp, y, 1, stream);
+}
+
+extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
+                                        size_t stride, const int32_t *idx, int slots, int xdiv,
+                                        const splash_q4_xprep *xp, float *y, float *y2, size_t ldy,
+                                        struct CUstream_st *stream) {
+    if (!first || !idx || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 || (first2 && !y2) ||
+        ldy < (size_t)first->rows || (size_t)slots * (first2 ? 2 : 1) > 65535 || (n_experts > 1 && !stride))
+        return SPLASH_E_INVALID;
+    if (xp->cols != first->cols || (slots - 1) / xdiv >= xp->M ||
+        (first2 && (first2->rows != first->rows || first2->cols != first->cols || first2->sb - first2->codes != first->sb - first->codes)))
+        return SPLASH_E_MISMATCH;
+    splash_q4_config cfg;
+    int rc = splash_q4_config_pick(first->rows, first->cols, 1, &cfg);
+    if (!rc) rc = splash_q4_config_check(&cfg, first->rows, first->cols);
+    if (rc) return rc;
+    LaunchFn fn = launch_for(0, cfg.r, cfg.u, cfg.stages);
+    if (!fn) return SPLASH_E_UNSUPPORTED;
+    Params p;
+    memset(&p, 0, sizeof p);
+    p.codes = first->codes, p.codes2 = first2 ? first2->codes : nullptr;
+    p.sboff = (size_t)(first->sb - first->codes), p.estride = stride;
+    p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.inv_scale = xp->inv_scale;
+    p.y = y, p.y2 = y2, p.yslot = ldy;
+    p.rows = first->rows, p.tiles = first->tiles, p.groups = first->groups, p.cols = first->cols;
+    p.M = slots; /* the launch's grid.z; each block's view has M = 1 */
+    p.ksplit = cfg.ksplit, p.wk = cfg.wk, p.gstride = xp->rows_cap;
+    p.idx = idx, p.n_experts = n_experts, p.xdiv = xdiv, p.nmat = first2 ? 2 : 1;
+    const int per_block = cfg.warps / cfg.wk * cfg.r;
+    return fn(p, cfg.warps, cfg.ksplit, (first->tiles + per_block - 1) / per_block, (cudaStream_t)stream);
 }

@@ -46,6 +46,7 @@ extern "C" {
 struct CUstream_st; /* cudaStream_t without the CUDA headers; NULL = default stream */
 
 #define SPLASH_Q4_MAX_M 16 /* rows of x per call (decode 1, verify up to 16) */
+#define SPLASH_Q4_MAX_COLS 32768 /* inputs of a q4 matrix (the prep kernel holds a row in registers) */
 #define SPLASH_Q4_TILE_ROWS 16
 #define SPLASH_Q4_GROUP 64
 
@@ -65,30 +66,60 @@ size_t splash_q4_tiled_codes_bytes(int rows, int cols);
  * -> tiled blob of splash_q4_tiled_bytes() bytes.  cols % 64 == 0. */
 int splash_q4_repack_host(const uint8_t *canonical, int rows, int cols, uint8_t *tiled, size_t tiled_bytes);
 
+/* Several canonical q4 matrices of the same cols stacked row-wise into the
+ * tiled form of one matrix (the matrices that read one activation, q|k|v or
+ * gate|up, become one launch).  Each part starts on a tile: part i's rows
+ * begin at row sum_{j<i} roundup(rows[j], 16), and the rows between parts
+ * are zero (scale and bias 0: their products are 0).
+ * splash_q4_stacked_rows: the stack's rows (-1 for bad arguments); its
+ * splash_q4_tiled_bytes is what repack_stacked writes. */
+int splash_q4_stacked_rows(const int *rows, int n);
+int splash_q4_repack_stacked_host(const uint8_t *const *canonical, const int *rows, int n, int cols, uint8_t *tiled,
+                                  size_t tiled_bytes);
+
 /* Describes a tiled blob already on the device. */
 int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled, int rows, int cols);
 
 /* A prepared activation: up to 16 rows of up to `cap_cols` columns. */
 typedef struct splash_q4_xprep {
-    uint16_t *hi, *lo; /* fp16 [16][cols] of x[m] * 2^k[m]; rows M..3/7/15 zero */
-    float *gsum;       /* [cols/64][16] fp32 sum of x[m] * 2^k[m] over each group, 0 for m >= M */
-    float *inv_scale;  /* [16] 2^-k[m] */
+    uint16_t *hi, *lo; /* fp16 [rows_cap][cols] of x[m] * 2^k[m]; rows M..3/7/15 zero */
+    float *gsum;       /* [cols/64][rows_cap] fp32 sum of x[m] * 2^k[m] over each group, 0 for m in [M, 16) */
+    float *inv_scale;  /* [rows_cap] 2^-k[m] */
     int M, cols, cap_cols;
+    int rows_cap;      /* 16; more for the grouped product's one-row activations (prep_silu_mul_rows) */
 } splash_q4_xprep;
 
 size_t splash_q4_xprep_bytes(int cap_cols);
 /* Carves the three arrays out of dev_mem (splash_q4_xprep_bytes(cap_cols), 256-aligned). */
 int splash_q4_xprep_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols);
+/* The same for rows_cap >= 16 rows (0 / SPLASH_E_INVALID for bad sizes). */
+size_t splash_q4_xprep_rows_bytes(int cap_cols, int rows_cap);
+int splash_q4_xprep_rows_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols, int rows_cap);
 /* x: device fp32 [M][cols], row stride ldx floats.  Sets xp->M, xp->cols. */
 int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx, struct CUstream_st *stream);
+/* The op that makes a q4 product's input, fused with its preparation (one
+ * launch instead of two; the model's norms and SwiGLU): y (fp32 [rows][cols],
+ * stride ldy) is written for all rows, and its first min(rows, 16) rows are
+ * prepared in xp exactly as splash_q4_prep_x(y) would prepare them.
+ *   rmsnorm:  y = (x * (1 / sqrt(mean(x^2) + eps))) * w   (w: the stored factors)
+ *   silu_mul: y = silu(g) * u   (y may alias g or u: a thread reads before it writes) */
+int splash_q4_prep_rmsnorm(splash_q4_xprep *xp, const float *x, size_t ldx, const float *w, float eps, float *y,
+                           size_t ldy, int rows, int cols, struct CUstream_st *stream);
+int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu, float *y,
+                            size_t ldy, int rows, int cols, struct CUstream_st *stream);
+/* silu_mul with every row (up to xp->rows_cap) prepared as its own one-row
+ * activation, for splash_q4_matmul_grouped (xdiv 1). */
+int splash_q4_prep_silu_mul_rows(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu,
+                                 float *y, size_t ldy, int rows, int cols, struct CUstream_st *stream);
 
-/* How one launch is cut up.  Arithmetic order depends on ksplit only. */
+/* How one launch is cut up.  Arithmetic order depends on ksplit and wk only. */
 typedef struct splash_q4_config {
     int r;      /* row tiles (16 rows) per warp: 1, 2, 4 */
     int u;      /* groups per step per warp: 2, 4, 8 */
     int stages; /* 0: a step's loads, then its arithmetic; 1: next step's loads in flight meanwhile */
     int warps;  /* warps per block, 1..8, each on its own row tiles */
     int ksplit; /* blocks per cluster splitting the columns: 1, 2, 4, 8 */
+    int wk;     /* warps of a block splitting its share of the columns: 1, 2, 4, 8 (divides warps) */
 } splash_q4_config;
 
 /* The shipped preset for this shape and M (measured on the H200; a generic
@@ -102,6 +133,23 @@ int splash_q4_config_check(const splash_q4_config *cfg, int rows, int cols);
 int splash_q4_matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y, struct CUstream_st *stream);
 int splash_q4_matmul_cfg(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y,
                          const splash_q4_config *cfg, struct CUstream_st *stream);
+/* y += W x: y read and written, the product rounded to fp32 before the add
+ * (the same bits as splash_q4_matmul into a scratch row, then an add); the
+ * residual stream's x += W h without the scratch and the add's launch. */
+int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y, struct CUstream_st *stream);
+
+/* Grouped (MoE experts: one launch, the expert ids read on the device, no
+ * host synchronisation, so it runs inside a CUDA graph).  Slot j in
+ * [0, slots) multiplies expert idx[j]'s matrix by x row j / xdiv of xp (one
+ * row each): y[j * ldy + r], r < rows.  The experts' matrices are first[0],
+ * first[1], ... laid out every `stride` bytes (as the loader places a stacked
+ * expert tensor); first2 / y2 (NULL: none) is a second such array read with
+ * the same x rows (gate and up in one launch).  Ids outside [0, n_experts)
+ * leave their slot's y unwritten.  Each slot's result is the bits
+ * splash_q4_matmul gives for that row (the shape's preset, M-independent). */
+int splash_q4_matmul_grouped(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
+                             size_t stride, const int32_t *idx, int slots, int xdiv, const splash_q4_xprep *xp,
+                             float *y, float *y2, size_t ldy, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -40,18 +40,25 @@ int qc_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p
             q4_cols = w->cols;
             continue;
         }
+        if (p[j].add) return SPLASH_E_INVALID; /* adding products are q4 (cuda_layers.cu's residual) */
         int rc = splash_cuda_dense_matmul(&w->dense, x, ldx, R, p[j].y, (size_t)w->rows, m->stream);
         if (rc) return rc;
     }
     if (!q4_cols) return 0;
     for (int r0 = 0; r0 < R; r0 += SPLASH_Q4_MAX_M) {
         const int M = R - r0 < SPLASH_Q4_MAX_M ? R - r0 : SPLASH_Q4_MAX_M;
-        int rc = splash_q4_prep_x(&m->xp, x + (size_t)r0 * ldx, M, q4_cols, (int)ldx, s);
+        int rc = 0;
+        if (r0 || x != m->xp_src || ldx != m->xp_ld || m->xp.cols != q4_cols || m->xp.M != M) {
+            m->xp_src = nullptr; /* xp now holds what no fused producer made */
+            rc = splash_q4_prep_x(&m->xp, x + (size_t)r0 * ldx, M, q4_cols, (int)ldx, s);
+        }
         if (rc) return rc;
         for (int j = 0; j < n; j++) {
             const qc_matrix *w = p[j].w;
             if (!w->is_q4) continue;
-            if ((rc = splash_q4_matmul(&w->q4, &m->xp, p[j].y + (size_t)r0 * w->rows, s))) return rc;
+            float *y = p[j].y + (size_t)r0 * w->rows;
+            if ((rc = p[j].add ? splash_q4_matmul_add(&w->q4, &m->xp, y, s) : splash_q4_matmul(&w->q4, &m->xp, y, s)))
+                return rc;
         }
     }
     return 0;
@@ -198,9 +205,18 @@ static int embed(qc_fwd *f) {
     return 0;
 }
 
+/* out = rmsnorm(in) * factor, prepared for the q4 products that read it
+ * when it can be (one launch: splash_q4_prep_rmsnorm). */
 static int norm_rows(qc_fwd *f, const float *in, const float *factor, int rows, float *out) {
-    const size_t H = (size_t)f->m->d.hidden;
-    QC_TRY(f, splash_cuda_rmsnorm(in, H, 0, out, H, 0, factor, 0.f, (int)H, rows, 1, f->m->d.rms_eps, f->m->stream));
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden;
+    m->xp_src = nullptr;
+    if (qc_prep_ok(m, (int)H)) {
+        QC_TRY(f, splash_q4_prep_rmsnorm(&m->xp, in, H, factor, m->d.rms_eps, out, H, rows, (int)H, m->stream));
+        m->xp_src = out, m->xp_ld = H;
+        return 0;
+    }
+    QC_TRY(f, splash_cuda_rmsnorm(in, H, 0, out, H, 0, factor, 0.f, (int)H, rows, 1, m->d.rms_eps, m->stream));
     return 0;
 }
 
@@ -214,31 +230,47 @@ static int write_taps(qc_fwd *f, int layer) {
     return 0;
 }
 
-/* The LOGITS rows (compacted in row order) through the final norm and lm_head. */
+/* LOGITS rows [k0, k0 + nk) (compacted in row order) through the final norm
+ * and lm_head into m->logits. */
+static int head_pass(qc_fwd *f, int k0, int nk) {
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden;
+    const int32_t *rows = qc_desc_i32(m, m->plan.head_rows);
+    QC_TRY(f, splash_cuda_gather_rows(m->x, H, rows + k0, nk, m->tmp, H, (int)H, m->stream));
+    int rc = norm_rows(f, m->tmp, m->w.final_norm, nk, m->xn);
+    if (rc) return rc;
+    const qc_prod p = {&m->w.lm_head, m->logits, 0};
+    QC_TRY(f, qc_products(m, m->xn, H, nk, &p, 1));
+    return 0;
+}
+
+static int copy_logits(qc_fwd *f, int k0, int nk) {
+    const size_t V = (size_t)f->m->d.vocab;
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->logits + (size_t)k0 * V, f->m->logits, (size_t)nk * V * sizeof(float),
+                                    cudaMemcpyDeviceToHost, (cudaStream_t)f->m->stream));
+    return 0;
+}
+
+/* Up to head_cap LOGITS rows: one pass, copied after the forward (outside a
+ * graph); more: passes of head_cap rows, each copied before the next. */
 static int head(qc_fwd *f) {
     qc_model *m = f->m;
-    const size_t H = (size_t)m->d.hidden, V = (size_t)m->d.vocab;
-    const cudaStream_t s = (cudaStream_t)m->stream;
-    const int32_t *rows = qc_desc_i32(m, m->plan.head_rows);
+    if (f->n_head <= m->head_cap) return f->n_head ? head_pass(f, 0, f->n_head) : 0;
     for (int k0 = 0; k0 < f->n_head; k0 += m->head_cap) {
         const int nk = f->n_head - k0 < m->head_cap ? f->n_head - k0 : m->head_cap;
-        QC_TRY(f, splash_cuda_gather_rows(m->x, H, rows + k0, nk, m->tmp, H, (int)H, m->stream));
-        int rc = norm_rows(f, m->tmp, m->w.final_norm, nk, m->xn);
+        int rc = head_pass(f, k0, nk);
+        if (!rc) rc = copy_logits(f, k0, nk);
         if (rc) return rc;
-        const qc_prod p = {&m->w.lm_head, m->logits};
-        QC_TRY(f, qc_products(m, m->xn, H, nk, &p, 1));
-        SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->logits + (size_t)k0 * V, m->logits, (size_t)nk * V * sizeof(float),
-                                        cudaMemcpyDeviceToHost, s));
     }
     return 0;
 }
 
-static int run(qc_fwd *f) {
+/* Everything between the descriptor upload and the copies to the host: what
+ * a graph holds (cuda_graphs.cu). */
+static int body(void *ctx) {
+    qc_fwd *f = (qc_fwd *)ctx;
     qc_model *m = f->m;
     const qwen35_dims *d = &m->d;
-    const cudaStream_t s = (cudaStream_t)m->stream;
-    const size_t up = build_desc(f);
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(m->desc_dev, m->desc_host, up, cudaMemcpyHostToDevice, s));
     int rc = embed(f);
     if (rc) return rc;
     for (int li = 0; li < d->n_layers; li++) {
@@ -249,9 +281,52 @@ static int run(qc_fwd *f) {
         if ((rc = d->moe ? qc_moe_layer(f, L) : qc_ffn_layer(f, L))) return rc;
         if (f->n_tap && (rc = write_taps(f, li))) return rc;
     }
-    if ((rc = head(f))) return rc;
+    return head(f);
+}
+
+/* The forward's graph shape key (cuda_graphs.cu), or 0 when it runs eagerly:
+ * graphs off, embedding overrides (host copies), chunked GDN lanes or more
+ * than QC_GRAPH_LANES lanes (prefill: its kernels are long, launches do not
+ * matter), LOGITS rows beyond one lm_head pass, a MoE forward of more than
+ * 16 rows (its host-driven expert step synchronises).  Sets f->ctx_bucket and
+ * every attention call's max_ctx to it: the longest context rounded up to a
+ * power of two (at least 1,024, at most the pool's). */
+static int graph_key(qc_fwd *f, int *key) {
+    qc_model *m = f->m;
+    const splash_batch *b = f->b;
+    if (!m->use_graphs || f->n_chunked || b->n_lanes > QC_GRAPH_LANES || f->n_head > m->head_cap) return 0;
+    if (m->d.moe && f->R > SPLASH_Q4_MAX_M) return 0; /* the host-driven MoE step synchronises */
+    for (int r = 0; r < f->R; r++)
+        if (b->rows[r].embed) return 0;
+    int ctx = 0;
+    for (int c = 0; c < f->n_chunks; c++)
+        if (m->chunks[c].max_ctx > ctx) ctx = m->chunks[c].max_ctx;
+    int bucket = 0;
+    if (f->n_chunks) {
+        bucket = 1024;
+        while (bucket < ctx) bucket *= 2;
+        if (bucket > m->ctx_cap) bucket = m->ctx_cap;
+        for (int c = 0; c < f->n_chunks; c++) m->chunks[c].max_ctx = bucket;
+    }
+    int n = 0;
+    key[n++] = 1; /* a forward (commit keys start with 2) */
+    key[n++] = f->R, key[n++] = b->n_lanes, key[n++] = f->n_head, key[n++] = f->n_tap, key[n++] = bucket;
+    for (int i = 0; i < b->n_lanes; i++) key[n++] = b->lanes[i].n_rows * 2 + (b->lanes[i].mode == SPLASH_LANE_VERIFY);
+    return n;
+}
+
+static int run(qc_fwd *f) {
+    qc_model *m = f->m;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    const size_t up = build_desc(f);
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(m->desc_dev, m->desc_host, up, cudaMemcpyHostToDevice, s));
+    int key[QC_GRAPH_KEY_MAX];
+    const int nk = graph_key(f, key);
+    int rc = nk ? qc_graph_run(m, qc_graph_find(m, key, nk), body, f) : body(f);
+    if (rc) return rc;
+    if (f->n_head && f->n_head <= m->head_cap && (rc = copy_logits(f, 0, f->n_head))) return rc;
     if (f->n_tap)
-        SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->taps, m->taps, (size_t)f->n_tap * m->n_taps * d->hidden * sizeof(float),
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->taps, m->taps, (size_t)f->n_tap * m->n_taps * m->d.hidden * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
     SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
     return 0;

@@ -1,7 +1,7 @@
 /* cuda_layers.cu - one Qwen3.5 layer's halves on the GPU, each adding its
  * output into the residual x (the CPU's attn.c, gdn.c, ffn.c, op for op):
  *
- *   attention  q|gate, k, v = products(xn); attn_prep (q/gate split, q_norm,
+ *   attention  q|gate, k, v = products(xn) (one stacked matrix when it can be, cuda_model.h); attn_prep (q/gate split, q_norm,
  *              k_norm, rotary); KV write into the lanes' pages; attention with
  *              the sigmoid output gate fused, one call per row chunk (the
  *              workspace bound, cuda_model.cu); x += o_proj(o)
@@ -12,11 +12,13 @@
  *              fused; x += out_proj(y)
  *   FFN        x += down(silu(gate xn) * up xn)
  *   MoE        router and shared-expert gate logits; softmax + top-k; the
- *              routed experts (host-driven grouped q4 product, moe.h); the
- *              shared expert; fo += sigmoid(s) * shared; x += fo
+ *              routed experts (moe.h: device-driven grouped q4 products for
+ *              <= 16 rows, host-driven above); the shared expert;
+ *              fo += sigmoid(s) * shared; x += fo
  *
- * A residual add is a product into tmp, then x = x + tmp: the same bits as
- * the CPU's product accumulating into x (one fp32 addition either way).
+ * A residual add is a q4 product adding into x in its epilogue, or a product
+ * into tmp then x = x + tmp: the same bits as the CPU's product accumulating
+ * into x (one fp32 addition either way).
  */
 #include <math.h>
 #include <string.h>
@@ -26,10 +28,17 @@
 #include "backend/cuda/rows.h"
 #include "models/qwen35/cuda_model.h"
 
+/* x += W in: a q4 W adds in its epilogue (splash_q4_matmul_add), others go
+ * through tmp and an add. */
 static int residual(qc_fwd *f, const qc_matrix *w, const float *in, size_t ld) {
     qc_model *m = f->m;
     const size_t H = (size_t)m->d.hidden;
-    const qc_prod p = {w, m->tmp};
+    if (w->is_q4) {
+        const qc_prod p = {w, m->x, 1};
+        QC_TRY(f, qc_products(m, in, ld, f->R, &p, 1));
+        return 0;
+    }
+    const qc_prod p = {w, m->tmp, 0};
     QC_TRY(f, qc_products(m, in, ld, f->R, &p, 1));
     QC_TRY(f, splash_cuda_add_rows(m->x, H, m->tmp, H, f->R, (int)H, m->stream));
     return 0;
@@ -41,15 +50,23 @@ int qc_attn_layer(qc_fwd *f, const qc_layer *L) {
     const int R = f->R, hd = d->head_dim;
     const size_t H = (size_t)d->hidden, qw = (size_t)d->heads * hd, kvw = (size_t)d->kv_heads * hd;
     float *qg = m->u1, *q = m->u2, *k = m->u3, *v = m->u4;
-    const qc_prod in[3] = {{&L->q_proj, qg}, {&L->k_proj, k}, {&L->v_proj, v}};
-    QC_TRY(f, qc_products(m, m->xn, H, R, in, 3));
+    size_t ldqg = 2 * qw, ldk = kvw; /* k and v share ldk */
+    if (L->attn_in.is_q4) { /* stacked q|gate, k, v */
+        const qc_prod in = {&L->attn_in, m->fin, 0};
+        QC_TRY(f, qc_products(m, m->xn, H, R, &in, 1));
+        ldqg = ldk = (size_t)L->attn_in.rows;
+        qg = m->fin, k = m->fin + L->attn_in.part_row[1], v = m->fin + L->attn_in.part_row[2];
+    } else {
+        const qc_prod in[3] = {{&L->q_proj, qg, 0}, {&L->k_proj, k, 0}, {&L->v_proj, v, 0}};
+        QC_TRY(f, qc_products(m, m->xn, H, R, in, 3));
+    }
 
     splash_cuda_attn_prep_args pa;
     memset(&pa, 0, sizeof pa);
-    pa.qg = qg, pa.ldqg = 2 * qw;
+    pa.qg = qg, pa.ldqg = ldqg;
     pa.q = q, pa.ldq = qw;
     pa.gate = m->agate, pa.ldg = qw;
-    pa.k = k, pa.ldk = kvw;
+    pa.k = k, pa.ldk = ldk;
     pa.q_norm = L->q_norm, pa.k_norm = L->k_norm, pa.norm_offset = 0.f; /* stored factors (1 + w) */
     pa.eps = d->rms_eps;
     pa.inv_freq = m->w.inv_freq;
@@ -58,7 +75,7 @@ int qc_attn_layer(qc_fwd *f, const qc_layer *L) {
     QC_TRY(f, splash_cuda_attn_prep(&pa, m->stream));
 
     const splash_cuda_attn_lane *whole = (const splash_cuda_attn_lane *)(m->desc_dev + m->plan.alanes);
-    QC_TRY(f, splash_cuda_kv_write(&m->kv, m->kv_pool, L->index, whole, f->b->n_lanes, R, k, kvw, v, kvw, m->stream));
+    QC_TRY(f, splash_cuda_kv_write(&m->kv, m->kv_pool, L->index, whole, f->b->n_lanes, R, k, ldk, v, ldk, m->stream));
 
     const splash_cuda_attn_lane *cut = (const splash_cuda_attn_lane *)(m->desc_dev + m->plan.clanes);
     for (int c = 0; c < f->n_chunks; c++) {
@@ -84,29 +101,38 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     const qwen35_dims *d = &m->d;
     const int R = f->R, gi = L->index;
     const size_t H = (size_t)d->hidden, C = (size_t)d->conv_dim, VD = (size_t)d->value_dim, Hv = (size_t)d->hv;
-    float *qkv = m->u1, *mixed = m->u2, *z = m->u3, *y = m->u4;
-    const qc_prod in[4] = {{&L->in_qkv, qkv}, {&L->in_z, z}, {&L->in_b, m->gb}, {&L->in_a, m->ga}};
-    QC_TRY(f, qc_products(m, m->xn, H, R, in, 4));
+    float *qkv = m->u1, *mixed = m->u2, *z = m->u3, *y = m->u4, *ga = m->ga, *gb = m->gb;
+    size_t ldqkv = C, ldz = VD, ldab = Hv;
+    if (L->gdn_in.is_q4) { /* stacked qkv, z, b, a */
+        const qc_prod in = {&L->gdn_in, m->fin, 0};
+        QC_TRY(f, qc_products(m, m->xn, H, R, &in, 1));
+        ldqkv = ldz = ldab = (size_t)L->gdn_in.rows;
+        const int *pr = L->gdn_in.part_row;
+        qkv = m->fin, z = m->fin + pr[1], gb = m->fin + pr[2], ga = m->fin + pr[3];
+    } else {
+        const qc_prod in[4] = {{&L->in_qkv, qkv, 0}, {&L->in_z, z, 0}, {&L->in_b, gb, 0}, {&L->in_a, ga, 0}};
+        QC_TRY(f, qc_products(m, m->xn, H, R, in, 4));
+    }
 
     if (f->n_vrows) { /* what commit replays: pre-conv qkv | a | b */
         const int32_t *map = qc_desc_i32(m, m->plan.vmap);
         float *save = m->vsave + (size_t)gi * m->verify_cap * m->vsave_row;
-        QC_TRY(f, splash_cuda_scatter_rows(qkv, C, map, R, save, m->vsave_row, (int)C, m->stream));
-        QC_TRY(f, splash_cuda_scatter_rows(m->ga, Hv, map, R, save + C, m->vsave_row, (int)Hv, m->stream));
-        QC_TRY(f, splash_cuda_scatter_rows(m->gb, Hv, map, R, save + C + Hv, m->vsave_row, (int)Hv, m->stream));
+        QC_TRY(f, splash_cuda_scatter_rows(qkv, ldqkv, map, R, save, m->vsave_row, (int)C, m->stream));
+        QC_TRY(f, splash_cuda_scatter_rows(ga, ldab, map, R, save + C, m->vsave_row, (int)Hv, m->stream));
+        QC_TRY(f, splash_cuda_scatter_rows(gb, ldab, map, R, save + C + Hv, m->vsave_row, (int)Hv, m->stream));
     }
 
     const splash_cuda_gdn_lane *lanes =
         (const splash_cuda_gdn_lane *)(m->desc_dev + m->plan.glanes) + (size_t)gi * m->max_lanes;
-    QC_TRY(f, splash_cuda_gdn_conv(L->conv_t, (int)C, d->conv_kernel, lanes, f->b->n_lanes, f->max_lane_rows, qkv, C,
-                                   mixed, C, m->stream));
+    QC_TRY(f, splash_cuda_gdn_conv(L->conv_t, (int)C, d->conv_kernel, lanes, f->b->n_lanes, f->max_lane_rows, qkv,
+                                   ldqkv, mixed, C, m->stream));
     splash_cuda_gdn_args a;
     memset(&a, 0, sizeof a);
     a.hk = d->hk, a.hv = d->hv, a.dk = d->dk, a.dv = d->dv;
     a.mixed = mixed, a.ldm = C;
-    a.a = m->ga, a.b = m->gb, a.ldab = Hv;
+    a.a = ga, a.b = gb, a.ldab = ldab;
     a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
-    a.z = z, a.ldz = VD, a.norm_w = L->gnorm, a.y = y, a.ldy = VD;
+    a.z = z, a.ldz = ldz, a.norm_w = L->gnorm, a.y = y, a.ldy = VD;
     a.eps = d->rms_eps;
     if (f->n_rec) {
         a.lanes = lanes, a.n_lanes = f->n_rec;
@@ -119,30 +145,75 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     return residual(f, &L->out_proj, y, VD);
 }
 
-int qc_ffn_layer(qc_fwd *f, const qc_layer *L) {
+/* g = silu(g) * u in place, prepared for the down product when it can be
+ * (one launch: splash_q4_prep_silu_mul). */
+static int silu_mul(qc_fwd *f, float *g, size_t ldg, const float *u, size_t ldu, int width) {
     qc_model *m = f->m;
-    const size_t H = (size_t)m->d.hidden, I = (size_t)m->d.intermediate;
-    const qc_prod in[2] = {{&L->gate, m->ff1}, {&L->up, m->ff2}};
+    m->xp_src = nullptr;
+    if (qc_prep_ok(m, width)) {
+        QC_TRY(f, splash_q4_prep_silu_mul(&m->xp, g, ldg, u, ldu, g, ldg, f->R, width, m->stream));
+        m->xp_src = g, m->xp_ld = ldg;
+        return 0;
+    }
+    QC_TRY(f, splash_cuda_silu_mul(g, ldg, u, ldu, g, ldg, f->R, width, m->stream));
+    return 0;
+}
+
+/* silu(gate xn) * up xn for the FFN's (or the shared expert's) gate / up:
+ * stacked or apart; *h and *ldh: where it is. */
+static int swiglu(qc_fwd *f, const qc_matrix *stack, const qc_matrix *gate, const qc_matrix *up, int width, float **h,
+                  size_t *ldh) {
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden, I = (size_t)width;
+    int rc;
+    if (stack->is_q4) {
+        const qc_prod in = {stack, m->fin, 0};
+        const size_t ld = (size_t)stack->rows;
+        QC_TRY(f, qc_products(m, m->xn, H, f->R, &in, 1));
+        if ((rc = silu_mul(f, m->fin, ld, m->fin + stack->part_row[1], ld, width))) return rc;
+        *h = m->fin, *ldh = ld;
+        return 0;
+    }
+    const qc_prod in[2] = {{gate, m->ff1, 0}, {up, m->ff2, 0}};
     QC_TRY(f, qc_products(m, m->xn, H, f->R, in, 2));
-    QC_TRY(f, splash_cuda_silu_mul(m->ff1, I, m->ff2, I, m->ff1, I, f->R, (int)I, m->stream));
-    return residual(f, &L->down, m->ff1, I);
+    if ((rc = silu_mul(f, m->ff1, I, m->ff2, I, width))) return rc;
+    *h = m->ff1, *ldh = I;
+    return 0;
+}
+
+int qc_ffn_layer(qc_fwd *f, const qc_layer *L) {
+    float *h;
+    size_t ldh;
+    int rc = swiglu(f, &L->ffn_in, &L->gate, &L->up, f->m->d.intermediate, &h, &ldh);
+    if (rc) return rc;
+    return residual(f, &L->down, h, ldh);
 }
 
 int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
     qc_model *m = f->m;
     const qwen35_dims *d = &m->d;
     const int R = f->R;
-    const size_t H = (size_t)d->hidden, E = (size_t)d->experts, Is = (size_t)d->shared_inter;
-    const qc_prod gates[2] = {{&L->router, m->rlog}, {&L->shared_expert_gate, m->sgate}};
+    const size_t H = (size_t)d->hidden, E = (size_t)d->experts;
+    const qc_prod gates[2] = {{&L->router, m->rlog, 0}, {&L->shared_expert_gate, m->sgate, 0}};
     QC_TRY(f, qc_products(m, m->xn, H, R, gates, 2));
     QC_TRY(f, splash_cuda_moe_route(m->rlog, E, R, d->experts, d->top_k, d->norm_topk, m->topi, m->topw, m->stream));
-    QC_TRY(f, splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, m->topi, m->topw, R,
-                                      m->xn, H, m->fo, H, &m->moe, m->stream));
-    const qc_prod sh[2] = {{&L->shared_gate, m->ff1}, {&L->shared_up, m->ff2}};
-    QC_TRY(f, qc_products(m, m->xn, H, R, sh, 2));
-    QC_TRY(f, splash_cuda_silu_mul(m->ff1, Is, m->ff2, Is, m->ff1, Is, R, (int)Is, m->stream));
-    const qc_prod down = {&L->shared_down, m->mo};
-    QC_TRY(f, qc_products(m, m->ff1, Is, R, &down, 1));
+    if (R <= SPLASH_Q4_MAX_M) { /* device-driven: no host sync (graphs), xn's prepared form from the norm */
+        if (m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != R) {
+            QC_TRY(f, splash_q4_prep_x(&m->xp, m->xn, R, (int)H, (int)H, m->stream));
+            m->xp_src = m->xn, m->xp_ld = H;
+        }
+        QC_TRY(f, splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts, m->topi,
+                                                  m->topw, R, &m->xp, m->fo, H, &m->moe, m->stream));
+    } else {
+        QC_TRY(f, splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, m->topi, m->topw,
+                                          R, m->xn, H, m->fo, H, &m->moe, m->stream));
+    }
+    float *h;
+    size_t ldh;
+    int rc = swiglu(f, &L->ffn_in, &L->shared_gate, &L->shared_up, d->shared_inter, &h, &ldh);
+    if (rc) return rc;
+    const qc_prod down = {&L->shared_down, m->mo, 0};
+    QC_TRY(f, qc_products(m, h, ldh, R, &down, 1));
     QC_TRY(f, splash_cuda_moe_shared_add(m->fo, H, m->mo, H, m->sgate, 1, m->x, H, R, (int)H, m->stream));
     return 0;
 }

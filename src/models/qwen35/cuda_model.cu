@@ -65,6 +65,12 @@ static void plan_scratch(qc_model *m, bump *b) {
         m->fo = CARVE_F(b, R * H);
         m->mo = CARVE_F(b, R * H);
     }
+    size_t stack = 0; /* the widest stacked matrix (cuda_model.h) */
+    for (int i = 0; i < d->n_layers; i++) {
+        const qc_layer *L = &m->w.layers[i];
+        stack = maxz(stack, maxz((size_t)L->attn_in.rows, maxz((size_t)L->gdn_in.rows, (size_t)L->ffn_in.rows)));
+    }
+    if (stack) m->fin = CARVE_F(b, R * stack);
     m->head_cap = m->max_rows < HEAD_ROWS ? m->max_rows : HEAD_ROWS;
     m->logits = CARVE_F(b, (size_t)m->head_cap * (size_t)d->vocab);
     if (m->n_taps) m->taps = CARVE_F(b, R * (size_t)m->n_taps * H);
@@ -113,6 +119,7 @@ static int alloc_scratch(qc_model *m, splash_error *err) {
 /* ---- attach-time buffers -------------------------------------------------------- */
 
 static void free_attach(qc_model *m) {
+    qc_graphs_clear(m); /* they hold the pointers freed here */
     if (m->attn_ws) cudaFree(m->attn_ws);
     if (m->desc_dev) cudaFree(m->desc_dev);
     if (m->desc_host) cudaFreeHost(m->desc_host);
@@ -203,6 +210,7 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
     m->n_taps = o.n_taps;
     m->max_rows = o.max_rows;
     m->max_lanes = o.max_lanes;
+    m->use_graphs = qc_graphs_enabled();
     {
         cudaStream_t s;
         cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -344,9 +352,44 @@ static int c_reset(void *impl, int slot) {
     return 0;
 }
 
-/* Replays the first n saved verify rows of p on its slot, every GDN layer:
- * the conv (advancing the conv state; its outputs into u2) and the
- * recurrence in place, as a PREFILL of those rows would. */
+/* The replay's kernels (what a commit graph holds): per GDN layer the conv
+ * (advancing the conv state; its outputs into u2) and the recurrence in
+ * place on rows [first, first + n) of the verify save. */
+typedef struct replay_ctx {
+    qc_model *m;
+    int first, n;
+} replay_ctx;
+
+static int replay_kernels(void *ctx) {
+    const replay_ctx *r = (const replay_ctx *)ctx;
+    qc_model *m = r->m;
+    const qwen35_dims *d = &m->d;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    const int C = d->conv_dim, Hv = d->hv;
+    for (int li = 0; li < d->n_layers; li++) {
+        const qc_layer *L = &m->w.layers[li];
+        if (L->is_attn) continue;
+        const int gi = L->index;
+        const float *save = m->vsave + ((size_t)gi * m->verify_cap + (size_t)r->first) * m->vsave_row;
+        int rc = splash_cuda_gdn_conv(L->conv_t, C, d->conv_kernel, m->commit_dev + gi, 1, r->n, save, m->vsave_row,
+                                      m->u2, (size_t)C, s);
+        if (rc) return rc;
+        splash_cuda_gdn_args a;
+        memset(&a, 0, sizeof a);
+        a.lanes = m->commit_dev + gi, a.n_lanes = 1;
+        a.hk = d->hk, a.hv = Hv, a.dk = d->dk, a.dv = d->dv;
+        a.mixed = m->u2, a.ldm = (size_t)C;
+        a.a = save + C, a.b = save + C + Hv, a.ldab = m->vsave_row;
+        a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
+        a.eps = d->rms_eps;
+        if ((rc = splash_cuda_gdn_recurrent(&a, s))) return rc;
+    }
+    return 0;
+}
+
+/* Replays the first n saved verify rows of p on its slot, as a PREFILL of
+ * those rows would: the slot's state pointers uploaded, then the kernels
+ * (a graph per (first, n) when graphs are on). */
 static int replay(qc_model *m, const qc_pending *p, int n) {
     const qwen35_dims *d = &m->d;
     const cudaStream_t s = (cudaStream_t)m->stream;
@@ -359,25 +402,10 @@ static int replay(qc_model *m, const qc_pending *p, int n) {
     }
     SPLASH_CUDA_TRY(cudaMemcpyAsync(m->commit_dev, m->commit_host, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane),
                                     cudaMemcpyHostToDevice, s));
-    const int C = d->conv_dim, Hv = d->hv;
-    for (int li = 0; li < d->n_layers; li++) {
-        const qc_layer *L = &m->w.layers[li];
-        if (L->is_attn) continue;
-        const int gi = L->index;
-        const float *save = m->vsave + ((size_t)gi * m->verify_cap + (size_t)p->first) * m->vsave_row;
-        int rc = splash_cuda_gdn_conv(L->conv_t, C, d->conv_kernel, m->commit_dev + gi, 1, n, save, m->vsave_row, m->u2,
-                                      (size_t)C, s);
-        if (rc) return rc;
-        splash_cuda_gdn_args a;
-        memset(&a, 0, sizeof a);
-        a.lanes = m->commit_dev + gi, a.n_lanes = 1;
-        a.hk = d->hk, a.hv = Hv, a.dk = d->dk, a.dv = d->dv;
-        a.mixed = m->u2, a.ldm = (size_t)C;
-        a.a = save + C, a.b = save + C + Hv, a.ldab = m->vsave_row;
-        a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
-        a.eps = d->rms_eps;
-        if ((rc = splash_cuda_gdn_recurrent(&a, s))) return rc;
-    }
+    replay_ctx r = {m, p->first, n};
+    const int key[3] = {2, p->first, n}; /* a commit (forward keys start with 1) */
+    int rc = m->use_graphs ? qc_graph_run(m, qc_graph_find(m, key, 3), replay_kernels, &r) : replay_kernels(&r);
+    if (rc) return rc;
     SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
     return 0;
 }

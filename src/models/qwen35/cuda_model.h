@@ -15,6 +15,8 @@
  *                   embedding, the layer loop, taps, final norm + lm_head
  *   cuda_layers.cu  one layer's mixer and FFN: gated attention, GDN, dense
  *                   FFN, MoE
+ *   cuda_graphs.cu  decode-shaped forwards and commits captured as CUDA
+ *                   graphs, one per shape key, and replayed
  *
  * Memory shared with the runtime (device memory, splash_model_alloc_memory):
  * KV pages byte for byte the CPU's (splash_cuda_kv_layout == cpu_kv_layout)
@@ -62,6 +64,7 @@ extern "C" const splash_model_ops qwen35_cuda_ops;
 typedef struct qc_matrix {
     int rows, cols;
     int is_q4;
+    int part_row[4];               /* a stack's parts: the first row of each (cuda_weights.cu) */
     splash_q4_matrix q4;
     splash_cuda_dense_matrix dense;
 } qc_matrix;
@@ -89,6 +92,13 @@ typedef struct qc_layer {
     qc_matrix router;              /* [E, H] */
     qc_matrix shared_gate, shared_up, shared_down, shared_expert_gate;
     const splash_q4_matrix *experts_gate, *experts_up, *experts_down; /* host arrays [E] */
+    /* The matrices that read one input stacked into one q4 matrix (one
+     * launch) when all are q4 (splash_q4_repack_stacked_host); is_q4 = 0
+     * when not, and then the parts above are used.  When stacked, the parts
+     * above are left empty and their outputs share one buffer, row stride
+     * the stack's rows, part i at column part_row[i]: attention q|gate, k,
+     * v; GDN qkv, z, b, a; FFN (or shared expert) gate, up. */
+    qc_matrix attn_in, gdn_in, ffn_in;
 } qc_layer;
 
 typedef struct qc_weights {
@@ -127,6 +137,22 @@ typedef struct qc_chunk {
 typedef struct qc_pending {
     int slot, first, n_rows;       /* first: its first row in the verify save */
 } qc_pending;
+
+/* ---- CUDA graphs (cuda_graphs.cu) ------------------------------------------------- */
+
+#define QC_MAX_GRAPHS 16     /* shape keys kept, least recently used evicted */
+#define QC_GRAPH_LANES 64    /* batches of more lanes run eagerly */
+#define QC_GRAPH_KEY_MAX (6 + QC_GRAPH_LANES)
+
+/* One shape key's graph: seen once -> eager; twice -> captured, then replayed. */
+typedef struct qc_graph {
+    int key[QC_GRAPH_KEY_MAX];
+    int n_key;                     /* 0: an empty entry */
+    int seen;                      /* forwards of this key before its capture */
+    int failed;                    /* the capture failed: eager for good */
+    void *exec;                    /* cudaGraphExec_t */
+    uint64_t last_use;
+} qc_graph;
 
 /* ---- the model ------------------------------------------------------------------ */
 
@@ -170,6 +196,7 @@ typedef struct qc_model {
     int32_t *topi;                 /* MoE choice [R][top_k] */
     float *topw;                   /* its weights [R][top_k] */
     float *fo, *mo;                /* MoE routed sum, shared-expert output [R][H] */
+    float *fin;                    /* a stacked matrix's outputs          [R][widest stack] */
     float *logits;                 /* [head_cap][vocab] */
     int head_cap;
     float *taps;                   /* [R][n_taps][H] */
@@ -179,12 +206,19 @@ typedef struct qc_model {
     float *vstate;                 /* [max_lanes][Hv][dk][dv] a verify lane's state after its rows */
     void *xprep_mem;
     splash_q4_xprep xp;            /* prepared activation of the q4 products */
+    const float *xp_src;           /* what xp holds (its first 16 rows, stride xp_ld) when a fused producer
+                                      made it (norm, SwiGLU: qc_products then skips the prep); else NULL */
+    size_t xp_ld;
     splash_cuda_moe_scratch moe;
     size_t scratch_bytes;
     /* commit: one lane per GDN layer, pinned + device */
     splash_cuda_gdn_lane *commit_host, *commit_dev;
     qc_pending *pending;           /* [max_lanes] */
     int n_pending;
+    /* graphs of forward / commit shapes (cuda_graphs.cu) */
+    int use_graphs;                /* SPLASH_CUDA_GRAPHS != 0 */
+    qc_graph graphs[QC_MAX_GRAPHS];
+    uint64_t graph_clock;
 } qc_model;
 
 /* Per-forward context shared by the layer functions. */
@@ -216,6 +250,7 @@ static inline float *qc_delta_state(const qc_model *m, int slot, int gi) {
 typedef struct qc_prod {
     const qc_matrix *w;
     float *y;                      /* [R][w->rows], dense */
+    int add;                       /* q4 only: y += W x (splash_q4_matmul_add) */
 } qc_prod;
 
 /* x [R][cols] (stride ldx) through every matrix of p (all with cols inputs):
@@ -223,7 +258,22 @@ typedef struct qc_prod {
  * all), the others in one call each.  0 or a SPLASH_E_* code. */
 int qc_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n);
 
+/* 1 when rows of `cols` floats can be made by a fused producer into m->xp
+ * (splash_q4_prep_rmsnorm / _silu_mul), which then records m->xp_src. */
+static inline int qc_prep_ok(const qc_model *m, int cols) {
+    return m->w.max_q4_cols >= cols && cols <= SPLASH_Q4_MAX_COLS && cols % SPLASH_Q4_GROUP == 0;
+}
+
 int qc_forward(void *impl, const splash_batch *b, splash_error *err);
+
+/* Graphs: qc_graph_find returns key's entry (made, evicting the least
+ * recently used, when new; NULL for a bad key); qc_graph_run runs body(ctx)
+ * on the model's stream: eagerly the first time, then captured and replayed
+ * (0 or body's / a launch's SPLASH_E_* code).  qc_graphs_clear drops them. */
+qc_graph *qc_graph_find(qc_model *m, const int *key, int n);
+int qc_graph_run(qc_model *m, qc_graph *g, int (*body)(void *), void *ctx);
+void qc_graphs_clear(qc_model *m);
+int qc_graphs_enabled(void);
 int qc_attn_layer(qc_fwd *f, const qc_layer *L);
 int qc_gdn_layer(qc_fwd *f, const qc_layer *L);
 int qc_ffn_layer(qc_fwd *f, const qc_layer *L);

@@ -11,7 +11,10 @@
  *   q4 matrices       repacked on the host into the q4 kernel's tiles
  *                     (splash_q4_repack_host: the same byte count, plus zero
  *                     rows up to a multiple of 16), stacked experts one
- *                     matrix after another;
+ *                     matrix after another; the matrices that read one input
+ *                     (q|k|v, the GDN's qkv|z|b|a, gate|up) stacked into one
+ *                     matrix when they can be (one launch instead of 2-4,
+ *                     and a longer stream for the kernel);
  *   other matrices    bytes as stored (bf16, f16, f32, canonical q8), for
  *                     splash_cuda_dense_matmul;
  *   vectors           fp32.
@@ -69,6 +72,9 @@ int stage(Walk *w, size_t n) {
 
 /* One q4 matrix (rows x cols canonical at src) tiled onto the device. */
 int put_q4(Walk *w, const uint8_t *src, int rows, int cols, const char *name, splash_q4_matrix *out) {
+    if (cols > SPLASH_Q4_MAX_COLS)
+        return splash_fail(w->err, SPLASH_E_UNSUPPORTED, "tensor %s: %d inputs; the CUDA q4 kernels take at most %d",
+                           name, cols, SPLASH_Q4_MAX_COLS);
     const size_t tb = splash_q4_tiled_bytes(rows, cols);
     uint8_t *d = reserve(w, tb);
     if (cols > w->max_q4_cols) w->max_q4_cols = cols;
@@ -99,6 +105,43 @@ int put_matrix(Walk *w, const splash_tensor *t, qc_matrix *out) {
     if (rc)
         return splash_fail(w->err, SPLASH_E_UNSUPPORTED, "tensor %s: %s is not a format the CUDA backend reads", t->name,
                            splash_dtype_name(t->dtype));
+    return 0;
+}
+
+/* The tensors t[0..n) (n <= 4) stacked into one q4 matrix when they can be
+ * (all single q4 matrices with the same columns): 1 in *stacked and out
+ * filled; else 0 and nothing reserved (the caller puts them one by one). */
+int put_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, int *stacked) {
+    const uint8_t *src[4];
+    int rows[4];
+    int64_t r, c, count, cols = -1;
+    *stacked = 0;
+    memset(out, 0, sizeof *out);
+    if (n < 1 || n > 4) return 0;
+    for (int i = 0; i < n; i++) {
+        splash_tensor_matrix_dims(t[i], &r, &c, &count);
+        if (t[i]->dtype != SPLASH_Q4 || count != 1 || (cols >= 0 && c != cols) || r > (1 << 24)) return 0;
+        cols = c, src[i] = t[i]->data, rows[i] = (int)r;
+    }
+    if (cols > SPLASH_Q4_MAX_COLS) return 0; /* put_q4 names it */
+    const int total = splash_q4_stacked_rows(rows, n);
+    if (total < 0) return 0;
+    *stacked = 1;
+    out->rows = total, out->cols = (int)cols, out->is_q4 = 1;
+    for (int i = 0, row = 0; i < n; i++) {
+        out->part_row[i] = row;
+        row += (rows[i] + 15) / 16 * 16;
+    }
+    const size_t tb = splash_q4_tiled_bytes(total, (int)cols);
+    uint8_t *d = reserve(w, tb);
+    if ((int)cols > w->max_q4_cols) w->max_q4_cols = (int)cols;
+    if (!w->dev) return 0;
+    int rc = stage(w, tb);
+    if (rc) return rc;
+    if (splash_q4_repack_stacked_host(src, rows, n, (int)cols, w->stage, tb))
+        return splash_fail(w->err, SPLASH_E_FORMAT, "tensors from %s on: cannot be stacked for the q4 kernel", t[0]->name);
+    if ((rc = copy_up(w, d, w->stage, tb, t[0]->name))) return rc;
+    splash_q4_matrix_init(&out->q4, d, total, (int)cols);
     return 0;
 }
 
@@ -147,18 +190,27 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
         o->is_attn = L->is_attn, o->index = L->index;
         TRY(put_vec(w, L->input_norm, H, "input_norm", &o->input_norm));
         TRY(put_vec(w, L->post_norm, H, "post_norm", &o->post_norm));
+        int st;
         if (L->is_attn) {
-            TRY(put_matrix(w, L->q_proj, &o->q_proj));
-            TRY(put_matrix(w, L->k_proj, &o->k_proj));
-            TRY(put_matrix(w, L->v_proj, &o->v_proj));
+            const splash_tensor *in[3] = {L->q_proj, L->k_proj, L->v_proj};
+            TRY(put_stacked(w, in, 3, &o->attn_in, &st));
+            if (!st) {
+                TRY(put_matrix(w, L->q_proj, &o->q_proj));
+                TRY(put_matrix(w, L->k_proj, &o->k_proj));
+                TRY(put_matrix(w, L->v_proj, &o->v_proj));
+            }
             TRY(put_matrix(w, L->o_proj, &o->o_proj));
             TRY(put_vec(w, L->q_norm, (size_t)d->head_dim, "q_norm", &o->q_norm));
             TRY(put_vec(w, L->k_norm, (size_t)d->head_dim, "k_norm", &o->k_norm));
         } else {
-            TRY(put_matrix(w, L->in_qkv, &o->in_qkv));
-            TRY(put_matrix(w, L->in_z, &o->in_z));
-            TRY(put_matrix(w, L->in_b, &o->in_b));
-            TRY(put_matrix(w, L->in_a, &o->in_a));
+            const splash_tensor *in[4] = {L->in_qkv, L->in_z, L->in_b, L->in_a};
+            TRY(put_stacked(w, in, 4, &o->gdn_in, &st));
+            if (!st) {
+                TRY(put_matrix(w, L->in_qkv, &o->in_qkv));
+                TRY(put_matrix(w, L->in_z, &o->in_z));
+                TRY(put_matrix(w, L->in_b, &o->in_b));
+                TRY(put_matrix(w, L->in_a, &o->in_a));
+            }
             TRY(put_matrix(w, L->out_proj, &o->out_proj));
             TRY(put_vec(w, L->conv_t, (size_t)d->conv_kernel * d->conv_dim, "conv", &o->conv_t));
             TRY(put_vec(w, L->neg_a, (size_t)d->hv, "A_log", &o->neg_a));
@@ -172,13 +224,21 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
             TRY(put_experts(w, L->experts_up, ex + E));
             TRY(put_experts(w, L->experts_down, ex + 2 * E));
             o->experts_gate = ex, o->experts_up = ex + E, o->experts_down = ex + 2 * E;
-            TRY(put_matrix(w, L->shared_gate, &o->shared_gate));
-            TRY(put_matrix(w, L->shared_up, &o->shared_up));
+            const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
+            TRY(put_stacked(w, in, 2, &o->ffn_in, &st));
+            if (!st) {
+                TRY(put_matrix(w, L->shared_gate, &o->shared_gate));
+                TRY(put_matrix(w, L->shared_up, &o->shared_up));
+            }
             TRY(put_matrix(w, L->shared_down, &o->shared_down));
             TRY(put_matrix(w, L->shared_expert_gate, &o->shared_expert_gate));
         } else {
-            TRY(put_matrix(w, L->gate, &o->gate));
-            TRY(put_matrix(w, L->up, &o->up));
+            const splash_tensor *in[2] = {L->gate, L->up};
+            TRY(put_stacked(w, in, 2, &o->ffn_in, &st));
+            if (!st) {
+                TRY(put_matrix(w, L->gate, &o->gate));
+                TRY(put_matrix(w, L->up, &o->up));
+            }
             TRY(put_matrix(w, L->down, &o->down));
         }
     }
