@@ -3,18 +3,21 @@
 #
 #   tools/gpu_model_check.sh --prepare      (here: the CUDA build of splash and bench_cpu, packed
 #                                            into .carry/splash-bin.txz)
-#   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256] [--decode 32]
+#   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256] [--decode 32] [--graphs 0,1]
 #       (the GPU machine, carrying .carry)
 # For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
 # of the exact dimensions, first L layers of the 3:1 pattern (the full 27B is 54 GB of bf16, more
 # than the machine's disk holds beside its package), packs it q4, then `bench_cpu --device cuda`
-# times a 256-row prefill, one-token decode steps (VERIFY 1 + commit) and VERIFY blocks of 8 and
-# 16 rows.  Every time and the bytes read per token are a + b L (the layers are the same work
-# each period of 4), so two depths give the full depth's (64 for the 27B, 40 for the 35B-A3B):
-# printed with the roofline fraction at 4.3 TB/s.  Logs and the fitted table in $OUT.
+# times a 256-row prefill, one-token decode steps (PREFILL 1: the engine's step when nothing is
+# proposed) and VERIFY blocks of 8 and 16 rows.  --graphs 0,1 runs each bench with
+# SPLASH_CUDA_GRAPHS=0 (eager launches) and =1 (CUDA graphs); PROFILE=1 adds an nsys kernel
+# summary per depth (when nsys exists; tools/gpu_kernel_profile.sh uses ncu).  Every time and
+# the bytes read per token are a + b L (the layers are the same work each period of 4), so two
+# depths give the full depth's (64 for the 27B, 40 for the 35B-A3B): printed with the roofline
+# fraction at 4.3 TB/s.  Logs and the fitted table in $OUT.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
-SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32
+SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32 GRAPHS="1"
 DEVICE=${DEVICE:-cuda}       # DEVICE=cpu with MAKE_ARGS="--vocab 2048": a check of this script without a GPU
 MAKE_ARGS=${MAKE_ARGS:-}
 while [ $# -gt 0 ]; do
@@ -23,6 +26,7 @@ while [ $# -gt 0 ]; do
     --depths) DEPTHS=$2; shift 2 ;;
     --prompt) PROMPT=$2; shift 2 ;;
     --decode) DECODE=$2; shift 2 ;;
+    --graphs) GRAPHS=$2; shift 2 ;;
     *) sed -n '2,15p' "$0"; exit 2 ;;
     esac
 done
@@ -43,28 +47,50 @@ for L in ${DEPTHS//,/ }; do
     "$BENCH" --make-random "$P" --shape "$SHAPE" --layers "$L" $MAKE_ARGS > "$OUT/make-$SHAPE-$L.log" 2>&1 ||
         { tail -5 "$OUT/make-$SHAPE-$L.log"; exit 1; }
     t1=$(date +%s)
-    "$BENCH" --model "$P" --device "$DEVICE" --act int8 --no-bandwidth --prompt "$PROMPT" --decode "$DECODE" --verify-reps 5 \
-        > "$OUT/bench-$SHAPE-$L.log" 2>&1 || { tail -5 "$OUT/bench-$SHAPE-$L.log"; exit 1; }
-    echo "depth $L: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
-    grep -E "^(cuda|int8|read per|decode)" "$OUT/bench-$SHAPE-$L.log"
+    for G in ${GRAPHS//,/ }; do
+        SPLASH_CUDA_GRAPHS=$G "$BENCH" --model "$P" --device "$DEVICE" --act int8 --no-bandwidth --prompt "$PROMPT" \
+            --decode "$DECODE" --decode-prefill --verify-reps 9 > "$OUT/bench-$SHAPE-$L-g$G.log" 2>&1 ||
+            { tail -5 "$OUT/bench-$SHAPE-$L-g$G.log"; exit 1; }
+        echo "depth $L, graphs $G: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
+        grep -E "^(cuda|int8|read per|decode)" "$OUT/bench-$SHAPE-$L-g$G.log"
+    done
+    [ -n "${PROFILE:-}" ] && command -v nsys > /dev/null &&
+        SPLASH_CUDA_GRAPHS=1 nsys profile -o "$W/prof-$L" --force-overwrite true --cuda-graph-trace=node \
+            "$BENCH" --model "$P" --device "$DEVICE" --act int8 --no-bandwidth --prompt 16 --decode 16 --decode-prefill \
+            --verify-reps 1 > /dev/null 2>&1 &&
+        nsys stats -q --report cuda_gpu_kern_sum --format csv -o "$OUT/kern-$SHAPE-$L" "$W/prof-$L.nsys-rep" > /dev/null 2>&1
     rm -rf "$P"
 done
-python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" <<'PY'
+for G in ${GRAPHS//,/ }; do
+python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" <<'PY'
 import re, sys
-out, shape, full, depths = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()]
+out, shape, full, depths, g = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()], sys.argv[5]
 rows = {}
 for L in depths:
-    t = open(f"{out}/bench-{shape}-{L}.log").read()
-    g = lambda pat: float(re.search(pat, t).group(1))
-    rows[L] = dict(prefill=1.0 / g(r"prefill \d+ tokens: ([0-9.]+) tokens/s"), step=g(r"decode: median ([0-9.]+) ms"),
-                   v8=g(r"verify 8 rows: ([0-9.]+) ms"), v16=g(r"16 rows: ([0-9.]+) ms"),
-                   mb=g(r"= ([0-9.]+) MB; peak"))
+    t = open(f"{out}/bench-{shape}-{L}-g{g}.log").read()
+    g_ = lambda pat: float(re.search(pat, t).group(1))
+    rows[L] = dict(prefill=1.0 / g_(r"prefill \d+ tokens: ([0-9.]+) tokens/s"), step=g_(r"decode: median ([0-9.]+) ms"),
+                   v8=g_(r"verify 8 rows: ([0-9.]+) ms"), v16=g_(r"16 rows: ([0-9.]+) ms"),
+                   mb=g_(r"= ([0-9.]+) MB; peak"))
 a, b = depths[0], depths[-1]
 fit = {k: rows[a][k] + (rows[b][k] - rows[a][k]) * (full - a) / (b - a) for k in rows[a]}
-print(f"| {shape} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | prefill tokens/s |")
+print(f"| {shape}, graphs {g} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | prefill tokens/s |")
 print("|---|---|---|---|---|---|---|---|---|")
 for L, r in sorted(rows.items()) + [(f"{full} (fit)", fit)]:
     frac = r["mb"] * 1e6 / (r["step"] * 1e-3) / 4.3e12
     print(f"| | {L} | {r['step']:.3f} | {1e3 / r['step']:.1f} | {r['mb']:.0f} | {100 * frac:.1f}% | "
           f"{r['v8'] / r['step']:.2f} | {r['v16'] / r['step']:.2f} | {1 / r['prefill']:.0f} |")
 PY
+done
+for f in "$OUT"/kern-*.csv; do
+    [ -f "$f" ] || continue
+    echo "== $f: top kernels (graphs on, 16 decode steps + prefill 16 + verify)"
+    python3 - "$f" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+tot = sum(float(r["Total Time (ns)"]) for r in rows)
+for r in rows[:18]:
+    print(f"{float(r['Time (%)']):5.1f}% {int(r['Instances']):6d} x {float(r['Avg (ns)'])/1e3:8.2f} us  {r['Name'][:90]}")
+print(f"total {tot/1e6:.2f} ms")
+PY
+done

@@ -15,7 +15,7 @@
 #     --quick     test_cuda_ops at the fixtures' shapes only, skip test_q4_matmul
 #     --sanitize  also run test_cuda_ops --quick --no-timing and
 #                 test_cuda_model --quick under compute-sanitizer (memcheck)
-#     --bench     also run bench_q4_matmul (its table)
+#     --bench     also run bench_q4_matmul (its table; BENCH_ARGS adds arguments, e.g. --sweep)
 #   tools/gpu_tests.sh --emulate   (no GPU needed): test_cuda_model with the
 #                 CUDA model's host code linked against tests/gpu/host_emulation.cpp
 #                 (the backend's API on the CPU backend, host memory for device
@@ -217,7 +217,8 @@ if [ $SAN = 1 ]; then
 fi
 if [ $BENCH = 1 ]; then
     stamp "run: bench_q4_matmul"
-    "$B/bench_q4_matmul" --csv "$OUT/bench.csv" >"$OUT/bench.log" 2>&1 || rc=1
+    # BENCH_ARGS: e.g. --sweep --only "ffn gate|up,ffn.down" (bench_q4_matmul's usage)
+    eval "\"\$B/bench_q4_matmul\" --csv \"\$OUT/bench.csv\" ${BENCH_ARGS:-}" >"$OUT/bench.log" 2>&1 || rc=1
     sed -n '/^| shape/,$p' "$OUT/bench.log"
 fi
 ARGS=""

@@ -1,0 +1,66 @@
+#!/bin/bash
+# gpu_kernel_profile.sh - where a production-shape decode step's time goes, kernel by kernel.
+#
+#   tools/gpu_model_check.sh --prepare       (here: .carry/splash-bin.txz)
+#   tools/gpu_kernel_profile.sh [--shape 27b|35b-a3b] [--layers 4] [--decode 3]
+#       (the GPU machine, carrying .carry)
+# Makes the random package of tools/gpu_synthetic_bench.sh (first L layers), then runs bench_cpu
+# under Nsight Compute (ncu: every kernel replayed alone with the caches flushed, so weights come
+# from HBM as in a real decode step) for a 1-token prompt, --decode one-token steps (PREFILL 1),
+# one VERIFY of 8 and of 16 rows; graphs off (ncu times kernels, not graphs).  Prints per kernel
+# (name, grid, block): launches, mean duration, DRAM bytes read + written per launch and that
+# as GB/s; then the total.  Raw CSV in $OUT/ncu.csv.
+set -u -o pipefail
+cd "$(dirname "$0")/.." || exit 1
+SHAPE=27b LAYERS=4 DECODE=3
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --shape) SHAPE=$2; shift 2 ;;
+    --layers) LAYERS=$2; shift 2 ;;
+    --decode) DECODE=$2; shift 2 ;;
+    *) sed -n '2,12p' "$0"; exit 2 ;;
+    esac
+done
+OUT=${OUT:-build-profile}
+W=${SYN_DIR:-/tmp/splash-synthetic}
+mkdir -p "$OUT" "$W"
+tar -C "$W" -xJf .carry/splash-bin.txz || exit 1
+export LD_LIBRARY_PATH="$W/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+P=$W/prof-$SHAPE-$LAYERS
+[ -d "$P" ] || "$W/bin/bench_cpu" --make-random "$P" --shape "$SHAPE" --layers "$LAYERS" > "$OUT/make.log" 2>&1 ||
+    { tail -5 "$OUT/make.log"; exit 1; }
+SPLASH_CUDA_GRAPHS=0 "$NCU" --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    "$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --no-bandwidth --prompt 1 --decode "$DECODE" \
+    --decode-prefill --verify-reps 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err" || { tail -20 "$OUT/ncu.err"; exit 1; }
+python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys, collections
+lines = open(sys.argv[1]).read().splitlines()
+start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+agg = collections.OrderedDict()
+for r in csv.DictReader(lines[start:]):
+    name = r["Kernel Name"].replace("void ", "").replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    name = name[: name.index(">") + 1] if "<" in name.split("(")[0] else name.split("(")[0]
+    key = (name[:60], r["Grid Size"], r["Block Size"])
+    a = agg.setdefault(key, {"n": 0, "t": 0.0, "rd": 0.0, "wr": 0.0})
+    v = float(r["Metric Value"].replace(",", ""))
+    unit = r["Metric Unit"]
+    m = r["Metric Name"]
+    scale = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "B": 1, "byte": 1,
+             "KB": 1e3, "Kbyte": 1e3, "MB": 1e6, "Mbyte": 1e6, "GB": 1e9, "Gbyte": 1e9}[unit]
+    if m == "gpu__time_duration.sum":
+        a["n"] += 1
+        a["t"] += v * scale
+    elif m == "dram__bytes_read.sum":
+        a["rd"] += v * scale
+    elif m == "dram__bytes_write.sum":
+        a["wr"] += v * scale
+tot = sum(a["t"] for a in agg.values())
+print(f"{'kernel':60s} {'grid':>16s} {'block':>12s} {'n':>4s} {'us/launch':>9s} {'MB/launch':>9s} {'GB/s':>6s} {'% time':>6s}")
+for k, a in sorted(agg.items(), key=lambda kv: -kv[1]["t"]):
+    n = max(a["n"], 1)
+    mb = (a["rd"] + a["wr"]) / n / 1e6
+    us = a["t"] / n * 1e6
+    print(f"{k[0]:60s} {k[1]:>16s} {k[2]:>12s} {a['n']:4d} {us:9.2f} {mb:9.2f} {mb * 1e3 / us if us else 0:6.0f} {100 * a['t'] / tot:6.1f}")
+print(f"total kernel time {tot * 1e3:.2f} ms over {sum(a['n'] for a in agg.values())} launches")
+PY
