@@ -131,6 +131,16 @@ static void host_q4_row(const HostQ4 *w, int r, double *out) {
     }
 }
 
+/* A tiled blob onto the device, described in *dm; the device pointer (cudaFree it). */
+static void *upload_tiled(const uint8_t *tiled, int rows, int cols, splash_q4_matrix *dm) {
+    const size_t tb = splash_q4_tiled_bytes(rows, cols);
+    void *dev;
+    SPLASH_CUDA_CHECK(cudaMalloc(&dev, tb));
+    SPLASH_CUDA_CHECK(cudaMemcpy(dev, tiled, tb, cudaMemcpyHostToDevice));
+    if (splash_q4_matrix_init(dm, dev, rows, cols) != 0) exit(1);
+    return dev;
+}
+
 /* Rows the fp64 reference checks: all of a small matrix; else the first and
  * last 64 rows and ~2000 strided ones. */
 static int pick_rows(int rows, int *out) {
@@ -169,10 +179,8 @@ static void case_setup(Case *k, int rows, int cols, uint64_t seed) {
         fprintf(stderr, "repack failed for %dx%d\n", rows, cols);
         exit(1);
     }
-    SPLASH_CUDA_CHECK(cudaMalloc(&k->dev, tb));
-    SPLASH_CUDA_CHECK(cudaMemcpy(k->dev, tiled, tb, cudaMemcpyHostToDevice));
+    k->dev = upload_tiled(tiled, rows, cols, &k->dm);
     free(tiled);
-    if (splash_q4_matrix_init(&k->dm, k->dev, rows, cols) != 0) exit(1);
 
     /* x: 16 rows, a third of them with a larger spread, one row of constant sign */
     k->x_host = (float *)malloc(sizeof(float) * 16 * cols);
@@ -345,12 +353,9 @@ static void test_stacked_add(void) {
     const size_t tb = splash_q4_tiled_bytes(rows, cols);
     uint8_t *tiled = (uint8_t *)malloc(tb);
     result(tiled && splash_q4_repack_stacked_host(src, prow, n, cols, tiled, tb) == 0, "stacked repack");
-    void *dev;
-    SPLASH_CUDA_CHECK(cudaMalloc(&dev, tb));
-    SPLASH_CUDA_CHECK(cudaMemcpy(dev, tiled, tb, cudaMemcpyHostToDevice));
-    free(tiled);
     splash_q4_matrix dm;
-    splash_q4_matrix_init(&dm, dev, rows, cols);
+    void *dev = upload_tiled(tiled, rows, cols, &dm);
+    free(tiled);
     float *xh = (float *)malloc(sizeof(float) * 16 * cols), *yh = (float *)malloc(sizeof(float) * 16 * rows);
     float *base = (float *)malloc(sizeof(float) * 16 * rows), *sum = (float *)malloc(sizeof(float) * 16 * rows);
     for (int i = 0; i < 16 * cols; i++) xh[i] = rng_uniform(-2.f, 2.f);
@@ -420,12 +425,9 @@ static void test_fused_prep(int cols) {
     const size_t tb = splash_q4_tiled_bytes(rows, cols);
     uint8_t *tiled = (uint8_t *)malloc(tb);
     splash_q4_repack_host(h.blob, rows, cols, tiled, tb);
-    void *dev;
-    SPLASH_CUDA_CHECK(cudaMalloc(&dev, tb));
-    SPLASH_CUDA_CHECK(cudaMemcpy(dev, tiled, tb, cudaMemcpyHostToDevice));
-    free(tiled);
     splash_q4_matrix dm;
-    splash_q4_matrix_init(&dm, dev, rows, cols);
+    void *dev = upload_tiled(tiled, rows, cols, &dm);
+    free(tiled);
     const size_t n = (size_t)rows_max * cols;
     float *xh = (float *)malloc(n * 4), *uh = (float *)malloc(n * 4), *wh = (float *)malloc((size_t)cols * 4);
     float *yh = (float *)malloc(n * 4), *p1 = (float *)malloc(16 * rows * 4), *p2 = (float *)malloc(16 * rows * 4);

@@ -173,6 +173,15 @@ int put_vec(Walk *w, const float *src, size_t n, const char *name, const float *
         if (rc_) return rc_;                                                                                           \
     } while (0)
 
+/* The tensors that read one input: one stacked matrix when they can be
+ * (put_stacked), else each its own (apart[i]). */
+int put_inputs(Walk *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart) {
+    int st;
+    TRY(put_stacked(w, t, n, stack, &st));
+    for (int i = 0; !st && i < n; i++) TRY(put_matrix(w, t[i], apart[i]));
+    return 0;
+}
+
 /* The whole walk, in one order for both passes. */
 int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *inv_freq, qc_weights *out) {
     const size_t H = (size_t)d->hidden;
@@ -190,27 +199,17 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
         o->is_attn = L->is_attn, o->index = L->index;
         TRY(put_vec(w, L->input_norm, H, "input_norm", &o->input_norm));
         TRY(put_vec(w, L->post_norm, H, "post_norm", &o->post_norm));
-        int st;
         if (L->is_attn) {
             const splash_tensor *in[3] = {L->q_proj, L->k_proj, L->v_proj};
-            TRY(put_stacked(w, in, 3, &o->attn_in, &st));
-            if (!st) {
-                TRY(put_matrix(w, L->q_proj, &o->q_proj));
-                TRY(put_matrix(w, L->k_proj, &o->k_proj));
-                TRY(put_matrix(w, L->v_proj, &o->v_proj));
-            }
+            qc_matrix *const apart[3] = {&o->q_proj, &o->k_proj, &o->v_proj};
+            TRY(put_inputs(w, in, 3, &o->attn_in, apart));
             TRY(put_matrix(w, L->o_proj, &o->o_proj));
             TRY(put_vec(w, L->q_norm, (size_t)d->head_dim, "q_norm", &o->q_norm));
             TRY(put_vec(w, L->k_norm, (size_t)d->head_dim, "k_norm", &o->k_norm));
         } else {
             const splash_tensor *in[4] = {L->in_qkv, L->in_z, L->in_b, L->in_a};
-            TRY(put_stacked(w, in, 4, &o->gdn_in, &st));
-            if (!st) {
-                TRY(put_matrix(w, L->in_qkv, &o->in_qkv));
-                TRY(put_matrix(w, L->in_z, &o->in_z));
-                TRY(put_matrix(w, L->in_b, &o->in_b));
-                TRY(put_matrix(w, L->in_a, &o->in_a));
-            }
+            qc_matrix *const apart[4] = {&o->in_qkv, &o->in_z, &o->in_b, &o->in_a};
+            TRY(put_inputs(w, in, 4, &o->gdn_in, apart));
             TRY(put_matrix(w, L->out_proj, &o->out_proj));
             TRY(put_vec(w, L->conv_t, (size_t)d->conv_kernel * d->conv_dim, "conv", &o->conv_t));
             TRY(put_vec(w, L->neg_a, (size_t)d->hv, "A_log", &o->neg_a));
@@ -225,20 +224,14 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
             TRY(put_experts(w, L->experts_down, ex + 2 * E));
             o->experts_gate = ex, o->experts_up = ex + E, o->experts_down = ex + 2 * E;
             const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
-            TRY(put_stacked(w, in, 2, &o->ffn_in, &st));
-            if (!st) {
-                TRY(put_matrix(w, L->shared_gate, &o->shared_gate));
-                TRY(put_matrix(w, L->shared_up, &o->shared_up));
-            }
+            qc_matrix *const apart[2] = {&o->shared_gate, &o->shared_up};
+            TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
             TRY(put_matrix(w, L->shared_down, &o->shared_down));
             TRY(put_matrix(w, L->shared_expert_gate, &o->shared_expert_gate));
         } else {
             const splash_tensor *in[2] = {L->gate, L->up};
-            TRY(put_stacked(w, in, 2, &o->ffn_in, &st));
-            if (!st) {
-                TRY(put_matrix(w, L->gate, &o->gate));
-                TRY(put_matrix(w, L->up, &o->up));
-            }
+            qc_matrix *const apart[2] = {&o->gate, &o->up};
+            TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
             TRY(put_matrix(w, L->down, &o->down));
         }
     }
