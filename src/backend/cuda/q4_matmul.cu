@@ -615,16 +615,17 @@ size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 0; }
 
-/* Measured presets (NOTES.md, 2026-11-30, H200, 132 SMs): selected by
- * bench_q4_matmul --sweep, one (ksplit, wk) per shape so that results do not
- * depend on M; r/u/stages/warps per M class (<=4, <=8, <=16).  Other GPUs:
- * re-run the sweep and key a table by SM count. */
+/* Measured presets, one table per GPU (kTables: SM count and memory size;
+ * the H200's from NOTES.md, 2026-11-30): selected by bench_q4_matmul --sweep,
+ * one (ksplit, wk) per shape so that results do not depend on M; r/u/stages/
+ * warps per M class (<=4, <=8, <=16).  A GPU without a table gets the
+ * generic rule; a new GPU: run the sweep there and add its table. */
 struct Preset {
     int rows, cols;
     int ksplit, wk; /* per shape: the arithmetic order (results must not depend on M) */
     splash_q4_config c[3]; /* M <= 4, M <= 8, M <= 16 (ksplit and wk filled in below) */
 };
-const Preset kPresets[] = {
+const Preset kH200[] = {
     {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn.q_proj */
     {1024, 5120, 8, 1, {{1, 8, 0, 2, 0, 0}, {1, 8, 0, 2, 0, 0}, {1, 8, 0, 2, 0, 0}}},   /* attn.k/v_proj */
     {5120, 6144, 8, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* attn.o_proj, gdn.out_proj */
@@ -639,6 +640,41 @@ const Preset kPresets[] = {
     {34816, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* ffn gate|up */
     {0, 0, 0, 0, {}},                                                                   /* terminator */
 };
+
+struct PresetTable {
+    int sms, min_gib, max_gib; /* the GPU: SM count, memory in [min_gib, max_gib] GiB */
+    const Preset *presets;
+};
+const PresetTable kTables[] = {
+    {132, 130, 150, kH200}, /* H200: 132 SMs, 141 GB (an H100 SXM has 132 SMs and 80 GB: no table yet) */
+};
+
+/* The current device's SM count and memory (GiB), read once. */
+struct DeviceKey {
+    int sms, gib;
+};
+DeviceKey device_key() {
+    static DeviceKey k = {0, 0}; /* benign race: every thread computes the same values */
+    if (!k.sms) {
+        int dev = 0, sms = 0;
+        size_t free_b = 0, total_b = 0;
+        DeviceKey d = {132, 141}; /* no device to ask (a build check): the H200 */
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && sms > 0 &&
+            cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+            d.sms = sms, d.gib = (int)(total_b >> 30);
+        else
+            (void)cudaGetLastError();
+        k = d;
+    }
+    return k;
+}
+
+const Preset *presets_for(DeviceKey k) {
+    for (const PresetTable &t : kTables)
+        if (t.sms == k.sms && k.gib >= t.min_gib && k.gib <= t.max_gib) return t.presets;
+    return nullptr;
+}
 
 int mclass(int M) { return M <= 4 ? 0 : M <= 8 ? 1 : 2; }
 
@@ -873,7 +909,8 @@ extern "C" int splash_q4_config_check(const splash_q4_config *cfg, int rows, int
 extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config *cfg) {
     if (!cfg || !shape_ok(rows, cols) || M < 1 || M > SPLASH_Q4_MAX_M) return SPLASH_E_INVALID;
     const int mc = mclass(M);
-    for (const Preset *p = kPresets; p->rows; p++) {
+    const DeviceKey dk = device_key();
+    for (const Preset *p = presets_for(dk); p && p->rows; p++) {
         if (p->rows == rows && p->cols == cols) {
             *cfg = p->c[mc];
             cfg->ksplit = p->ksplit, cfg->wk = p->wk;
@@ -884,7 +921,7 @@ extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config
      * groups a step at M <= 4 and 2 above; with >= 16 groups 4 warps a block
      * splitting the groups (wk 4), else 2 warps on their own tiles; ksplit from
      * the shape alone (results must not depend on M): enough blocks for two
-     * per SM on an H200. */
+     * per SM. */
     const int tiles = (rows + 15) / 16, groups = cols / 64;
     cfg->r = 2;
     cfg->u = mc == 0 ? 4 : 2;
@@ -893,7 +930,7 @@ extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config
     cfg->warps = cfg->wk == 4 ? 4 : 2;
     const long long blocks = (tiles + (cfg->warps / cfg->wk) * 2 - 1) / ((cfg->warps / cfg->wk) * 2);
     int k = 1;
-    while (k < kMaxKsplit && 2 * k * cfg->wk <= groups && blocks * k < 264) k *= 2;
+    while (k < kMaxKsplit && 2 * k * cfg->wk <= groups && blocks * k < 2LL * dk.sms) k *= 2;
     cfg->ksplit = k;
     return SPLASH_OK;
 }

@@ -122,8 +122,9 @@ typedef struct splash_q4_config {
     int wk;     /* warps of a block splitting its share of the columns: 1, 2, 4, 8 (divides warps) */
 } splash_q4_config;
 
-/* The shipped preset for this shape and M (measured on the H200; a generic
- * rule for other shapes).  Always succeeds for valid shapes. */
+/* The shipped preset for this shape and M on this GPU (tables keyed by SM
+ * count and memory size, measured: the H200's today), else a generic rule
+ * sized by the SM count.  Always succeeds for valid shapes. */
 int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config *cfg);
 /* 0 if cfg is compiled in and valid for this shape, else SPLASH_E_UNSUPPORTED. */
 int splash_q4_config_check(const splash_q4_config *cfg, int rows, int cols);
