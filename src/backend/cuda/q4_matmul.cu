@@ -40,6 +40,10 @@
  *   wk 4 took the 27B's stacked gate|up from 43 to 37 us (NOTES.md).
  * - y = W x, or y += W x (splash_q4_matmul_add: the residual add in the
  *   epilogue, the product rounded before the add).
+ * - Grouped (MoE experts, splash_q4_matmul_grouped): grid.z is a (row,
+ *   expert) slot; make_view reads the slot's expert id on the device and
+ *   points the block at that expert's matrix, its x row and its output, M = 1.
+ *   No host synchronisation, so a MoE layer runs inside a CUDA graph.
  *
  * C++ used: templates (the tile shape per instantiation), nothing from the
  * STL.  Shapes enter as kernel arguments; the per-shape choice of

@@ -288,9 +288,9 @@ static int body(void *ctx) {
  * graphs off, embedding overrides (host copies), chunked GDN lanes or more
  * than QC_GRAPH_LANES lanes (prefill: its kernels are long, launches do not
  * matter), LOGITS rows beyond one lm_head pass, a MoE forward of more than
- * 16 rows (its host-driven expert step synchronises).  Sets f->ctx_bucket and
- * every attention call's max_ctx to it: the longest context rounded up to a
- * power of two (at least 1,024, at most the pool's). */
+ * 16 rows (its host-driven expert step synchronises).  Sets every attention
+ * call's max_ctx to the key's context bucket: the longest context rounded up
+ * to a power of two (at least 1,024, at most the pool's). */
 static int graph_key(qc_fwd *f, int *key) {
     qc_model *m = f->m;
     const splash_batch *b = f->b;
