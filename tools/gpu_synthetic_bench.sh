@@ -10,8 +10,8 @@
 # than the machine's disk holds beside its package), packs it q4, then `bench_cpu --device cuda`
 # times a 256-row prefill, one-token decode steps (PREFILL 1: the engine's step when nothing is
 # proposed) and VERIFY blocks of 8 and 16 rows.  --graphs 0,1 runs each bench with
-# SPLASH_CUDA_GRAPHS=0 (eager launches) and =1 (CUDA graphs); PROFILE=1 adds an nsys kernel
-# summary per depth (when nsys exists; tools/gpu_kernel_profile.sh uses ncu).  Every time and
+# SPLASH_CUDA_GRAPHS=0 (eager launches) and =1 (CUDA graphs); per-kernel times:
+# tools/gpu_kernel_profile.sh (ncu; the GPU machine has no nsys).  Every time and
 # the bytes read per token are a + b L (the layers are the same work each period of 4), so two
 # depths give the full depth's (64 for the 27B, 40 for the 35B-A3B): printed with the roofline
 # fraction at 4.3 TB/s.  Logs and the fitted table in $OUT.
@@ -54,11 +54,6 @@ for L in ${DEPTHS//,/ }; do
         echo "depth $L, graphs $G: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
         grep -E "^(cuda|int8|read per|decode)" "$OUT/bench-$SHAPE-$L-g$G.log"
     done
-    [ -n "${PROFILE:-}" ] && command -v nsys > /dev/null &&
-        SPLASH_CUDA_GRAPHS=1 nsys profile -o "$W/prof-$L" --force-overwrite true --cuda-graph-trace=node \
-            "$BENCH" --model "$P" --device "$DEVICE" --act int8 --no-bandwidth --prompt 16 --decode 16 --decode-prefill \
-            --verify-reps 1 > /dev/null 2>&1 &&
-        nsys stats -q --report cuda_gpu_kern_sum --format csv -o "$OUT/kern-$SHAPE-$L" "$W/prof-$L.nsys-rep" > /dev/null 2>&1
     rm -rf "$P"
 done
 for G in ${GRAPHS//,/ }; do
@@ -80,17 +75,5 @@ for L, r in sorted(rows.items()) + [(f"{full} (fit)", fit)]:
     frac = r["mb"] * 1e6 / (r["step"] * 1e-3) / 4.3e12
     print(f"| | {L} | {r['step']:.3f} | {1e3 / r['step']:.1f} | {r['mb']:.0f} | {100 * frac:.1f}% | "
           f"{r['v8'] / r['step']:.2f} | {r['v16'] / r['step']:.2f} | {1 / r['prefill']:.0f} |")
-PY
-done
-for f in "$OUT"/kern-*.csv; do
-    [ -f "$f" ] || continue
-    echo "== $f: top kernels (graphs on, 16 decode steps + prefill 16 + verify)"
-    python3 - "$f" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-tot = sum(float(r["Total Time (ns)"]) for r in rows)
-for r in rows[:18]:
-    print(f"{float(r['Time (%)']):5.1f}% {int(r['Instances']):6d} x {float(r['Avg (ns)'])/1e3:8.2f} us  {r['Name'][:90]}")
-print(f"total {tot/1e6:.2f} ms")
 PY
 done

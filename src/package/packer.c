@@ -1436,6 +1436,14 @@ static int fsync_dir(const char *dir) {
     return rc;
 }
 
+/* fsync the staging directory's subdirectory `name` (target, draft), so its
+ * entries are on disk before the commit's renames. */
+static void fsync_tmp_sub(const packer *p, const char *name) {
+    char *d = splash_path_join(p->tmp, name);
+    fsync_dir(d);
+    free(d);
+}
+
 static char *parent_dir(const char *path) {
     char *d = xstrdup(path);
     char *slash = strrchr(d, '/');
@@ -1878,14 +1886,8 @@ static int write_package(packer *p, splash_error *err) {
         p->file_list = NULL;
         rc = write_manifest_file(p, manifest, err);
         if (!rc) {
-            char *td = splash_path_join(p->tmp, "target");
-            fsync_dir(td);
-            free(td);
-            if (p->dst) {
-                td = splash_path_join(p->tmp, "draft");
-                fsync_dir(td);
-                free(td);
-            }
+            fsync_tmp_sub(p, "target");
+            if (p->dst) fsync_tmp_sub(p, "draft");
             fsync_dir(p->tmp);
         }
     }
@@ -2177,9 +2179,7 @@ int splash_pack_draft_into(const splash_pack_options *opt, splash_pack_stats *st
         rc = write_manifest_file(p, manifest, err);
     }
     if (!rc) {
-        char *dd = splash_path_join(p->tmp, "draft");
-        fsync_dir(dd);
-        free(dd);
+        fsync_tmp_sub(p, "draft");
         fsync_dir(p->tmp);
         rc = commit_draft(p, opt->into, err);
     }

@@ -873,23 +873,25 @@ extern "C" int splash_q4_prep_rmsnorm(splash_q4_xprep *xp, const float *x, size_
     return prep(xp, PREP_RMS, a, 0, (cudaStream_t)stream);
 }
 
-extern "C" int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu,
-                                       float *y, size_t ldy, int rows, int cols, struct CUstream_st *stream) {
+/* silu(g) * u prepared as one activation (each_row 0) or row by row (1). */
+static int prep_silu(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu, float *y, size_t ldy,
+                     int rows, int cols, int each_row, struct CUstream_st *stream) {
     if (!u || !y || ldu < (size_t)(cols > 0 ? cols : 0) || ldy < (size_t)(cols > 0 ? cols : 0)) return SPLASH_E_INVALID;
     PrepArgs a;
     memset(&a, 0, sizeof a);
     a.x = g, a.ldx = ldg, a.u = u, a.ldu = ldu, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
-    return prep(xp, PREP_SILU, a, 0, (cudaStream_t)stream);
+    return prep(xp, PREP_SILU, a, each_row, (cudaStream_t)stream);
+}
+
+extern "C" int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu,
+                                       float *y, size_t ldy, int rows, int cols, struct CUstream_st *stream) {
+    return prep_silu(xp, g, ldg, u, ldu, y, ldy, rows, cols, 0, stream);
 }
 
 extern "C" int splash_q4_prep_silu_mul_rows(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u,
                                             size_t ldu, float *y, size_t ldy, int rows, int cols,
                                             struct CUstream_st *stream) {
-    if (!u || !y || ldu < (size_t)(cols > 0 ? cols : 0) || ldy < (size_t)(cols > 0 ? cols : 0)) return SPLASH_E_INVALID;
-    PrepArgs a;
-    memset(&a, 0, sizeof a);
-    a.x = g, a.ldx = ldg, a.u = u, a.ldu = ldu, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
-    return prep(xp, PREP_SILU, a, 1, (cudaStream_t)stream);
+    return prep_silu(xp, g, ldg, u, ldu, y, ldy, rows, cols, 1, stream);
 }
 
 static bool variant_compiled(int r, int u, int s) {
