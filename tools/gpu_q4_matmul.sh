@@ -3,7 +3,9 @@
 # product: builds the library object, the test and the benchmark for sm_90a,
 # runs the test (full log in $OUT/test.log; FAIL lines and "N passed, N failed"
 # printed), then the benchmark, whose table comes last.
-#   tools/gpu_q4_matmul.sh [--sweep]   (--sweep: also time every config)
+#   tools/gpu_q4_matmul.sh [--sweep | --gemm]
+#     --sweep  also time every config
+#     --gemm   only the prefill GEMM (q4_gemm.h): its tests and its table
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 B=${BUILD:-build-cuda}
@@ -14,11 +16,12 @@ mkdir -p "$B" "$OUT"
 
 echo "== build"
 $NVCC $FLAGS -Xptxas -v -c src/backend/cuda/q4_matmul.cu -o "$B/q4_matmul.o" 2>"$B/ptxas.log" || { cat "$B/ptxas.log"; exit 1; }
+$NVCC $FLAGS -Xptxas -v -c src/backend/cuda/q4_gemm.cu -o "$B/q4_gemm.o" 2>>"$B/ptxas.log" || { cat "$B/ptxas.log"; exit 1; }
 grep -v 'ptxas info' "$B/ptxas.log" | grep -iE 'warning|error' && exit 1
 grep -E 'spill' "$B/ptxas.log" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' && echo "SPILLS (see ptxas.log)"
-$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/q4_matmul.o" -o "$B/test_q4_matmul" &
+$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/q4_matmul.o" "$B/q4_gemm.o" -o "$B/test_q4_matmul" &
 p1=$!
-$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/q4_matmul.o" -o "$B/bench_q4_matmul" &
+$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/q4_matmul.o" "$B/q4_gemm.o" -o "$B/bench_q4_matmul" &
 p2=$!
 wait $p1 || exit 1
 wait $p2 || exit 1
@@ -34,14 +37,21 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null
 
 echo "== test"
-"$B/test_q4_matmul" > "$OUT/test.log" 2>&1
+GEMM=""
+[ "${1:-}" = "--gemm" ] && GEMM=--gemm
+"$B/test_q4_matmul" $GEMM > "$OUT/test.log" 2>&1
 trc=$?
 grep -E '^(FAIL|device)' "$OUT/test.log" | head -n 30
 awk '/rel_l2=/ {for (i = 1; i <= NF; i++) if ($i ~ /^rel_l2=/) {v = substr($i, 8) + 0; if (v > w) {w = v; l = $0}}}
      END {print "worst rel_l2 " w ": " l}' "$OUT/test.log"
 tail -n 1 "$OUT/test.log"
 echo "== bench"
-if [ "${1:-}" = "--sweep" ]; then
+if [ -n "$GEMM" ]; then
+    "$B/bench_q4_matmul" --gemm > "$OUT/bench.log" 2>&1
+    brc=$?
+    grep -E '^(\||prefill|device)' "$OUT/bench.log"
+    exit $((trc + brc))
+elif [ "${1:-}" = "--sweep" ]; then
     "$B/bench_q4_matmul" --sweep --csv "$OUT/sweep.csv" > "$OUT/bench.log" 2>&1
 else
     "$B/bench_q4_matmul" --csv "$OUT/bench.csv" > "$OUT/bench.log" 2>&1

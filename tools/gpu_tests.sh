@@ -165,9 +165,9 @@ LIBS="-lm -lpthread"
 [ "$REFLIB" = "$B/libsplash.a" ] && LIBS="$(pkg-config --libs $PKGS) -lm -lpthread"
 $NVCC $FLAGS tests/gpu/test_cuda_ops.cu $CU_OBJS "$REFLIB" $LIBS -o "$B/test_cuda_ops" >>"$OUT/build.log" 2>&1 &
 p1=$!
-$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/cuda/q4_matmul.o" -o "$B/test_q4_matmul" >>"$OUT/build.log" 2>&1 &
+$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/cuda/q4_matmul.o" "$B/cuda/q4_gemm.o" -o "$B/test_q4_matmul" >>"$OUT/build.log" 2>&1 &
 p2=$!
-$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/cuda/q4_matmul.o" -o "$B/bench_q4_matmul" >>"$OUT/build.log" 2>&1 &
+$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/cuda/q4_matmul.o" "$B/cuda/q4_gemm.o" -o "$B/bench_q4_matmul" >>"$OUT/build.log" 2>&1 &
 p3=$!
 p4=""
 if [ -n "$MODEL_LIBS" ]; then

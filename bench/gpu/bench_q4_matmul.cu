@@ -16,12 +16,16 @@
  * Ceilings: device-to-device cudaMemcpy (read + write bytes over time) and a
  * read-only streaming kernel.
  *
- * Usage: bench_q4_matmul [--sweep] [--csv FILE]
+ * Usage: bench_q4_matmul [--sweep] [--csv FILE] [--only NAME,...] | --gemm [--only NAME,...]
  *   --sweep  also times every compiled config per (shape, M) (30 launches
  *            each, output checked against the preset's), selects one ksplit
  *            per shape and the fastest config per M class, prints that as
  *            kPresets lines and reports the table for it; --csv writes all
  *            timings there.
+ *   --gemm   the prefill GEMM (q4_gemm.h) instead: per shape and R rows of x,
+ *            the prep and the product (median of 20 launches, weights rotated
+ *            as above), TFLOP/s against the ~990 dense fp16 peak, and the
+ *            16-rows-a-launch path it replaces (prep_x + matmul per 16 rows).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -31,6 +35,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 
 #define NRUN 60       /* timed launches per figure */
@@ -306,15 +311,101 @@ static int name_listed(const char *list, const char *name) {
     return 0;
 }
 
+/* ---- the prefill GEMM (--gemm) ---- */
+
+typedef struct {
+    uint8_t *pool;
+    size_t buf_bytes;
+    int nbuf, rows, cols, R;
+    splash_q4_gemm_x *xg;
+    splash_q4_xprep *xp;
+    const float *x;
+    float *y;
+} GemmCtx;
+
+static int launch_gemm(void *p, int i) {
+    GemmCtx *c = (GemmCtx *)p;
+    splash_q4_matrix m;
+    splash_q4_matrix_init(&m, c->pool + (size_t)(i % c->nbuf) * c->buf_bytes, c->rows, c->cols);
+    return splash_q4_gemm(&m, c->xg, c->y, 0, (struct CUstream_st *)g_stream);
+}
+
+static int launch_gemm_prep(void *p, int i) {
+    (void)i;
+    GemmCtx *c = (GemmCtx *)p;
+    return splash_q4_gemm_prep(c->xg, c->x, c->R, c->cols, (size_t)c->cols, (struct CUstream_st *)g_stream);
+}
+
+static int launch_by16(void *p, int i) { /* what the model did before the GEMM: prep + product per 16 rows */
+    GemmCtx *c = (GemmCtx *)p;
+    splash_q4_matrix m;
+    splash_q4_matrix_init(&m, c->pool + (size_t)(i % c->nbuf) * c->buf_bytes, c->rows, c->cols);
+    for (int r0 = 0; r0 < c->R; r0 += 16) {
+        const int M = c->R - r0 < 16 ? c->R - r0 : 16;
+        int rc = splash_q4_prep_x(c->xp, c->x + (size_t)r0 * c->cols, M, c->cols, c->cols, (struct CUstream_st *)g_stream);
+        if (!rc) rc = splash_q4_matmul(&m, c->xp, c->y + (size_t)r0 * c->rows, (struct CUstream_st *)g_stream);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int bench_gemm(const char *only) {
+    static const int kRs[] = {64, 128, 256, 512, 1024, 4096};
+    const int nR = (int)(sizeof kRs / sizeof kRs[0]), Rmax = kRs[nR - 1];
+    printf("\nprefill GEMM (q4_gemm.h): median of 20 launches; TFLOP/s = 2 rows cols R / product time\n");
+    printf("| shape | rows x cols | R | prep us | product us | TFLOP/s | weights GB/s | 16-row path us | speed-up |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
+    for (int si = 0; si < NSHAPES; si++) {
+        const Shape *sh = &kShapes[si];
+        if (only ? !name_listed(only, sh->name) : (si < 9 && si != 5 && si != 7)) continue; /* default: stacks, down, out_proj */
+        const size_t bytes = (splash_q4_tiled_bytes(sh->rows, sh->cols) + 255) & ~(size_t)255;
+        int nbuf = (int)(((size_t)1 << 30) / bytes) + 1;
+        if (nbuf < 2) nbuf = 2;
+        GemmCtx gc;
+        memset(&gc, 0, sizeof gc);
+        gc.buf_bytes = bytes, gc.nbuf = nbuf, gc.rows = sh->rows, gc.cols = sh->cols;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&gc.pool, bytes * nbuf));
+        fill_weights<<<4096, 256>>>((uint32_t *)gc.pool, bytes / 4, splash_q4_tiled_codes_bytes(sh->rows, sh->cols) / 4,
+                                    nbuf, 777u + si);
+        float *x;
+        void *xgm, *xpm;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * Rmax * sh->cols));
+        fill_x<<<1024, 256>>>(x, (size_t)Rmax * sh->cols, 55u + si);
+        SPLASH_CUDA_CHECK(cudaMalloc(&xgm, splash_q4_gemm_x_bytes(Rmax, sh->cols)));
+        SPLASH_CUDA_CHECK(cudaMalloc(&xpm, splash_q4_xprep_bytes(sh->cols)));
+        splash_q4_gemm_x xg;
+        splash_q4_xprep xp;
+        splash_q4_gemm_x_init(&xg, xgm, Rmax, sh->cols);
+        splash_q4_xprep_init(&xp, xpm, sh->cols);
+        gc.xg = &xg, gc.xp = &xp, gc.x = x;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&gc.y, sizeof(float) * Rmax * sh->rows));
+        for (int ri = 0; ri < nR; ri++) {
+            gc.R = kRs[ri];
+            const float prep = time_launches_n(launch_gemm_prep, &gc, NULL, 20);
+            launch_gemm_prep(&gc, 0);
+            const float us = time_launches_n(launch_gemm, &gc, NULL, 20);
+            const float old = gc.R <= 512 ? time_launches_n(launch_by16, &gc, NULL, 10) : -1.f;
+            const double tf = 2.0 * sh->rows * sh->cols * gc.R / (us * 1e6);
+            printf("| %s | %dx%d | %d | %.1f | %.1f | %.0f | %.0f |", sh->name, sh->rows, sh->cols, gc.R, prep, us, tf,
+                   (double)bytes / (us * 1e3));
+            if (old > 0) printf(" %.1f | %.2fx |\n", old, old / (prep + us));
+            else printf(" - | - |\n");
+        }
+        cudaFree(gc.pool), cudaFree(x), cudaFree(xgm), cudaFree(xpm), cudaFree(gc.y);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int sweep = 0;
+    int sweep = 0, gemm = 0;
     const char *csv_path = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sweep")) sweep = 1;
+        else if (!strcmp(argv[i], "--gemm")) gemm = 1;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...] | --gemm [--only NAME,...]\n", argv[0]);
             return 2;
         }
     }
@@ -326,6 +417,7 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, L2 %d MB, %.0f GB memory\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9);
     for (int i = 0; i < 2 * NRUN; i++) SPLASH_CUDA_CHECK(cudaEventCreate(&ev[i]));
+    if (gemm) return bench_gemm(only);
 
     /* Ceilings. */
     const size_t cbytes = (size_t)1 << 30;

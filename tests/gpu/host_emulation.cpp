@@ -22,6 +22,7 @@
  * activation holds x as fp32, streams are synchronous, and the one error a
  * call can report is bad arguments.
  */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +36,7 @@ extern "C" {
 #include "backend/cuda/act.h"
 #include "backend/cuda/argmax.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_matmul.h"
 #include "backend/cuda/gdn.h"
@@ -142,6 +144,13 @@ static cpu_ctx *ctx(void) {
     return &c;
 }
 
+static float bf16f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 static splash_tensor view(int dtype, int rows, int cols, const void *data) {
     splash_tensor t;
     memset(&t, 0, sizeof t);
@@ -228,6 +237,61 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
     cpu_matmul(ctx(), &v, xp->M, (const float *)xp->hi, (size_t)w->cols, t, (size_t)w->rows);
     for (size_t i = 0; i < (size_t)xp->M * w->rows; i++) y[i] += t[i];
     free(t);
+    return 0;
+}
+
+/* The prefill GEMM with the GPU's roundings (q4_gemm.h): each row of x
+ * scaled by 2^k and rounded to fp16, each weight fp16(scale * q + bias) from
+ * fp16 scale and bias; sums in double (the GPU's fp32 tensor-core sums differ
+ * from these by far less than the roundings).  x kept as fp32 in hi's place. */
+extern "C" int splash_q4_tiled_fp16_ok(const uint8_t *, int, int) { return 1; }
+extern "C" size_t splash_q4_gemm_x_bytes(int rows_cap, int cols_cap) {
+    return (size_t)rows_cap * cols_cap * sizeof(float) + 256;
+}
+extern "C" int splash_q4_gemm_x_init(splash_q4_gemm_x *xg, void *mem, int rows_cap, int cols_cap) {
+    memset(xg, 0, sizeof *xg);
+    xg->hi = (uint16_t *)mem, xg->rows_cap = rows_cap, xg->cols_cap = cols_cap;
+    return 0;
+}
+extern "C" int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                   struct CUstream_st *) {
+    if (R < 1 || R > xg->rows_cap || cols > xg->cols_cap || ldx < (size_t)cols) return SPLASH_E_INVALID;
+    float *d = (float *)xg->hi;
+    for (int n = 0; n < R; n++) memcpy(d + (size_t)n * cols, x + (size_t)n * ldx, (size_t)cols * sizeof(float));
+    xg->R = R, xg->cols = cols;
+    return 0;
+}
+extern "C" int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x *xg, float *y, int add,
+                              struct CUstream_st *) {
+    if (xg->cols != w->cols) return SPLASH_E_MISMATCH;
+    const splash_qlayout L = splash_matrix_layout(SPLASH_Q4, w->rows, w->cols);
+    const int cols = w->cols, groups = cols / 64;
+    const uint8_t *codes = w->codes + L.q_offset;
+    const uint16_t *sc = (const uint16_t *)(w->codes + L.scales_offset), *bi = (const uint16_t *)(w->codes + L.biases_offset);
+    float *xr = (float *)malloc((size_t)cols * sizeof(float));
+    if (!xr) return SPLASH_E_NOMEM;
+    for (int n = 0; n < xg->R; n++) {
+        const float *x = (const float *)xg->hi + (size_t)n * cols;
+        float mx = 0.f;
+        for (int c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(x[c]));
+        int e = 0;
+        if (mx > 0.f) frexpf(mx, &e);
+        const int kk = mx > 0.f ? 14 - e : 0;
+        for (int c = 0; c < cols; c++) xr[c] = __half2float(__float2half_rn(ldexpf(x[c], kk)));
+        for (int r = 0; r < w->rows; r++) {
+            double acc = 0;
+            for (int c = 0; c < cols; c++) {
+                const uint8_t b = codes[(size_t)r * (cols / 2) + c / 2];
+                const int q = (c & 1) ? b >> 4 : b & 15;
+                const float s16 = __half2float(__float2half_rn(bf16f(sc[(size_t)r * groups + c / 64])));
+                const float b16 = __half2float(__float2half_rn(bf16f(bi[(size_t)r * groups + c / 64])));
+                acc += (double)__half2float(__float2half_rn(fmaf((float)q, s16, b16))) * xr[c];
+            }
+            const float v = ldexpf((float)acc, -kk);
+            y[(size_t)n * w->rows + r] = add ? y[(size_t)n * w->rows + r] + v : v;
+        }
+    }
+    free(xr);
     return 0;
 }
 

@@ -15,6 +15,9 @@
  * that configs with the same ksplit agree bitwise.  The largest shapes compare a
  * sample of rows (first and last tiles plus a stride) to keep the fp64
  * reference to seconds; the GPU still computes, and we still check, all rows.
+ * The prefill GEMM (q4_gemm.h): fp16-grade bounds against the same fp64
+ * reference, row independence, the add form, and which matrices it takes
+ * (test_q4_matmul --gemm runs only those).
  * Prints PASS/FAIL lines and ends with "N passed, N failed".
  */
 #include <cuda_runtime.h>
@@ -26,6 +29,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 
 static const double kTol = 2e-5; /* relative L2; fp32-grade results land near 1e-6 */
@@ -570,6 +574,126 @@ static void test_grouped(int rows, int cols) {
     cudaFree(yr), cudaFree(xpm), cudaFree(xsm);
 }
 
+/* The prefill GEMM (q4_gemm.h) at R rows of x: relative L2 against fp64 over
+ * sampled weight rows x every x row <= kGemmTol (and per x row <= 4x that),
+ * every output written and finite; the first rows of a shorter call (the
+ * other tile width when R > 64) bitwise equal; y += W x bitwise the product
+ * then an fp32 add. */
+static const double kGemmTol = 2e-3; /* fp16 weights and x: ~2^-11 each */
+
+static void test_gemm(const char *name, int rows, int cols, int R, uint64_t seed) {
+    HostQ4 h;
+    host_q4_make(&h, rows, cols, seed);
+    const size_t tb = splash_q4_tiled_bytes(rows, cols);
+    uint8_t *tiled = (uint8_t *)malloc(tb);
+    if (!tiled || splash_q4_repack_host(h.blob, rows, cols, tiled, tb) != 0) exit(1);
+    result(splash_q4_tiled_fp16_ok(tiled, rows, cols) == 1, "gemm %s: random scales suit fp16", name);
+    splash_q4_matrix dm;
+    void *wdev = upload_tiled(tiled, rows, cols, &dm);
+    free(tiled);
+
+    float *xh = (float *)malloc(sizeof(float) * R * cols);
+    for (int n = 0; n < R; n++)
+        for (int c = 0; c < cols; c++) { /* rows of three spreads, one of constant sign, one tiny */
+            float v = rng_uniform(-1.f, 1.f) * (n % 3 == 2 ? 300.f : n % 3 == 1 ? 1e-3f : 1.f);
+            xh[(size_t)n * cols + c] = n == 5 ? fabsf(v) + 0.1f : v;
+        }
+    float *xd, *yd, *y2d;
+    void *xgm;
+    splash_q4_gemm_x xg;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * R * cols));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&yd, sizeof(float) * R * rows));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&y2d, sizeof(float) * R * rows));
+    SPLASH_CUDA_CHECK(cudaMalloc(&xgm, splash_q4_gemm_x_bytes(R, cols)));
+    SPLASH_CUDA_CHECK(cudaMemcpy(xd, xh, sizeof(float) * R * cols, cudaMemcpyHostToDevice));
+    if (splash_q4_gemm_x_init(&xg, xgm, R, cols)) exit(1);
+    SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, sizeof(float) * R * rows)); /* NaN */
+    int rc = splash_q4_gemm_prep(&xg, xd, R, cols, (size_t)cols, NULL);
+    if (!rc) rc = splash_q4_gemm(&dm, &xg, yd, 0, NULL);
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    float *yh = (float *)malloc(sizeof(float) * R * rows);
+    SPLASH_CUDA_CHECK(cudaMemcpy(yh, yd, sizeof(float) * R * rows, cudaMemcpyDeviceToHost));
+
+    int finite = 1;
+    for (size_t i = 0; i < (size_t)R * rows; i++) finite &= isfinite(yh[i]) ? 1 : 0;
+    int *check = (int *)malloc(sizeof(int) * (rows < 4200 ? rows : 4200));
+    const int n_all = pick_rows(rows, check);
+    const int nc = n_all < 600 ? n_all : 600; /* R x 600 rows of fp64 keeps the reference to seconds */
+    double *wr = (double *)malloc(sizeof(double) * cols);
+    double *num = (double *)calloc((size_t)R, sizeof(double)), *den = (double *)calloc((size_t)R, sizeof(double));
+    for (int i = 0; i < nc; i++) {
+        const int r = check[(long)i * n_all / nc]; /* spread over the sampled rows */
+        host_q4_row(&h, r, wr);
+        for (int n = 0; n < R; n++) {
+            const float *x = xh + (size_t)n * cols;
+            double s = 0;
+            for (int c = 0; c < cols; c++) s += wr[c] * (double)x[c];
+            const double d = (double)yh[(size_t)n * rows + r] - s;
+            num[n] += d * d, den[n] += s * s;
+        }
+    }
+    double tn = 0, td = 0, worst = 0;
+    for (int n = 0; n < R; n++) {
+        tn += num[n], td += den[n];
+        const double e = sqrt(num[n] / (den[n] > 0 ? den[n] : 1));
+        if (e > worst) worst = e;
+    }
+    const double err = sqrt(tn / (td > 0 ? td : 1));
+    result(rc == 0 && finite && err <= kGemmTol && worst <= 4 * kGemmTol,
+           "gemm %s %dx%d, R=%d: rel L2 %.2e, worst x row %.2e (%d weight rows checked)", name, rows, cols, R, err, worst,
+           nc);
+
+    /* a shorter call: its rows bitwise the longer call's */
+    const int R2 = R > 64 ? 37 : (R + 1) / 2;
+    float *y2h = (float *)malloc(sizeof(float) * R * rows);
+    rc = splash_q4_gemm_prep(&xg, xd, R2, cols, (size_t)cols, NULL);
+    if (!rc) rc = splash_q4_gemm(&dm, &xg, y2d, 0, NULL);
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    SPLASH_CUDA_CHECK(cudaMemcpy(y2h, y2d, sizeof(float) * R2 * rows, cudaMemcpyDeviceToHost));
+    result(rc == 0 && !memcmp(y2h, yh, sizeof(float) * R2 * rows), "gemm %s: R=%d rows bitwise those of R=%d", name, R2,
+           R);
+
+    /* y += W x: the product rounded, then added */
+    for (size_t i = 0; i < (size_t)R * rows; i++) y2h[i] = rng_uniform(-4.f, 4.f);
+    SPLASH_CUDA_CHECK(cudaMemcpy(y2d, y2h, sizeof(float) * R * rows, cudaMemcpyHostToDevice));
+    rc = splash_q4_gemm_prep(&xg, xd, R, cols, (size_t)cols, NULL);
+    if (!rc) rc = splash_q4_gemm(&dm, &xg, y2d, 1, NULL);
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    float *sum = (float *)malloc(sizeof(float) * R * rows);
+    SPLASH_CUDA_CHECK(cudaMemcpy(sum, y2d, sizeof(float) * R * rows, cudaMemcpyDeviceToHost));
+    int same = rc == 0;
+    for (size_t i = 0; i < (size_t)R * rows && same; i++) {
+        volatile float a = y2h[i] + yh[i]; /* one fp32 add, no contraction */
+        same = memcmp((const void *)&a, sum + i, 4) == 0;
+    }
+    result(same, "gemm %s: y += W x bitwise y + (W x)", name);
+
+    free(xh), free(yh), free(y2h), free(sum), free(check), free(wr), free(num), free(den), free(h.blob);
+    cudaFree(xd), cudaFree(yd), cudaFree(y2d), cudaFree(xgm), cudaFree(wdev);
+}
+
+/* Scales outside fp16's normal range (or weights beyond 2^15) keep a matrix
+ * off the GEMM. */
+static void test_gemm_fp16_ok(void) {
+    HostQ4 h;
+    host_q4_make(&h, 32, 128, 77);
+    const size_t tb = splash_q4_tiled_bytes(32, 128);
+    uint8_t *tiled = (uint8_t *)malloc(tb);
+    uint16_t *s = (uint16_t *)h.scales, *b = (uint16_t *)h.biases;
+    const uint16_t s0 = s[3], b0 = b[5];
+    s[3] = f32_to_bf16(1e-6f);
+    splash_q4_repack_host(h.blob, 32, 128, tiled, tb);
+    result(splash_q4_tiled_fp16_ok(tiled, 32, 128) == 0, "gemm: a scale of 1e-6 refused");
+    s[3] = 0;
+    splash_q4_repack_host(h.blob, 32, 128, tiled, tb);
+    result(splash_q4_tiled_fp16_ok(tiled, 32, 128) == 1, "gemm: a scale of 0 accepted");
+    s[3] = s0, b[5] = f32_to_bf16(40000.f);
+    splash_q4_repack_host(h.blob, 32, 128, tiled, tb);
+    result(splash_q4_tiled_fp16_ok(tiled, 32, 128) == 0, "gemm: a bias of 40000 refused");
+    b[5] = b0;
+    free(tiled), free(h.blob);
+}
+
 static void test_errors(void) {
     splash_q4_config c = {3, 4, 0, 8, 1, 1};
     result(splash_q4_config_check(&c, 64, 128) == SPLASH_E_UNSUPPORTED, "config r=3 refused");
@@ -594,10 +718,23 @@ static void test_errors(void) {
     cudaFree(mem);
 }
 
-int main(void) {
+/* test_q4_matmul [--gemm]: everything, or only the prefill GEMM's checks */
+int main(int argc, char **argv) {
     cudaDeviceProp prop;
     SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+    const int gemm_only = argc > 1 && !strcmp(argv[1], "--gemm");
+    test_gemm_fp16_ok();
+    test_gemm("odd", 40, 320, 1, 51);
+    test_gemm("odd", 300, 192, 77, 52);
+    test_gemm("small", 256, 1024, 64, 53);
+    test_gemm("tail", 520, 512, 300, 54);
+    test_gemm("gdn qkv|z|b|a", 16480, 5120, 256, 55);
+    test_gemm("ffn down", 5120, 17408, 130, 56);
+    if (gemm_only) {
+        printf("%d passed, %d failed\n", n_pass, n_fail);
+        return n_fail ? 1 : 0;
+    }
     test_errors();
     test_all_configs("odd", 128, 192, 11);
     test_all_configs("ragged", 40, 320, 12);

@@ -13,11 +13,14 @@
  *   4. the LOGITS rows, gathered in row order, 64 at a time through the final
  *      norm and lm_head, each pass copied to the host.
  *
- * Matrix products (qc_products): q4 matrices take 16 rows per launch (the
- * q4 kernel's limit), one prepared activation per 16 rows shared by every
- * matrix that reads it; a prefill of R rows therefore reads each q4 weight
- * ceil(R / 16) times.  A row's result does not depend on the other rows
- * (q4_matmul.h), so decode, verify and prefill rows get the same numbers.
+ * Matrix products (qc_products): the rows of bulk-prefill lanes (PREFILL
+ * lanes of >= QWEN35_CHUNKED_MIN_ROWS rows, the lanes the chunked GDN takes)
+ * go through the tensor-core GEMM (q4_gemm.h: fp16-grade, bound by the
+ * arithmetic), every other row through the q4 product 16 rows a launch (one
+ * prepared activation per 16 rows shared by every matrix that reads it;
+ * fp32-grade, bound by the weight bytes).  A row's result depends on its own
+ * lane only (both kernels' results are independent of the other rows), so a
+ * decode or verify lane gets the same numbers alone or beside a prefill.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -30,38 +33,78 @@
 
 /* ---- products ----------------------------------------------------------------- */
 
-int qc_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n) {
-    const cudaStream_t s = (cudaStream_t)m->stream;
-    int q4_cols = 0;
+/* Non-q4 matrices of p over all R rows; returns the q4 matrices' columns (0:
+ * none) in *q4_cols. */
+static int dense_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n, int *q4_cols) {
+    *q4_cols = 0;
     for (int j = 0; j < n; j++) {
         const qc_matrix *w = p[j].w;
         if (j && w->cols != p[0].w->cols) return SPLASH_E_INVALID;
         if (w->is_q4) {
-            q4_cols = w->cols;
+            *q4_cols = w->cols;
             continue;
         }
         if (p[j].add) return SPLASH_E_INVALID; /* adding products are q4 (cuda_layers.cu's residual) */
         int rc = splash_cuda_dense_matmul(&w->dense, x, ldx, R, p[j].y, (size_t)w->rows, m->stream);
         if (rc) return rc;
     }
-    if (!q4_cols) return 0;
-    for (int r0 = 0; r0 < R; r0 += SPLASH_Q4_MAX_M) {
-        const int M = R - r0 < SPLASH_Q4_MAX_M ? R - r0 : SPLASH_Q4_MAX_M;
-        int rc = 0;
-        if (r0 || x != m->xp_src || ldx != m->xp_ld || m->xp.cols != q4_cols || m->xp.M != M) {
-            m->xp_src = nullptr; /* xp now holds what no fused producer made */
-            rc = splash_q4_prep_x(&m->xp, x + (size_t)r0 * ldx, M, q4_cols, (int)ldx, s);
-        }
-        if (rc) return rc;
+    return 0;
+}
+
+/* Rows [r0, r1) through the q4 matrices of p (those with gemm == 0 only when
+ * skip_gemm), 16 rows a launch. */
+static int q4_by16(qc_model *m, const float *x, size_t ldx, int r0, int r1, const qc_prod *p, int n, int q4_cols,
+                   int skip_gemm) {
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    for (int a = r0; a < r1; a += SPLASH_Q4_MAX_M) {
+        const int M = r1 - a < SPLASH_Q4_MAX_M ? r1 - a : SPLASH_Q4_MAX_M;
+        int rc = 0, prepped = 0;
         for (int j = 0; j < n; j++) {
             const qc_matrix *w = p[j].w;
-            if (!w->is_q4) continue;
-            float *y = p[j].y + (size_t)r0 * w->rows;
+            if (!w->is_q4 || (skip_gemm && w->gemm)) continue;
+            if (!prepped) { /* the fused producers prepare rows 0..15: xp_src */
+                if (a || x != m->xp_src || ldx != m->xp_ld || m->xp.cols != q4_cols || m->xp.M != M) {
+                    m->xp_src = nullptr; /* xp now holds what no fused producer made */
+                    if ((rc = splash_q4_prep_x(&m->xp, x + (size_t)a * ldx, M, q4_cols, (int)ldx, s))) return rc;
+                }
+                prepped = 1;
+            }
+            float *y = p[j].y + (size_t)a * w->rows;
             if ((rc = p[j].add ? splash_q4_matmul_add(&w->q4, &m->xp, y, s) : splash_q4_matmul(&w->q4, &m->xp, y, s)))
                 return rc;
         }
     }
     return 0;
+}
+
+/* Rows [r0, r1) through the q4 matrices of p that take the GEMM: x prepared
+ * once, one launch per matrix. */
+static int q4_gemm_rows(qc_model *m, const float *x, size_t ldx, int r0, int r1, const qc_prod *p, int n, int q4_cols) {
+    int rc = splash_q4_gemm_prep(&m->gx, x + (size_t)r0 * ldx, r1 - r0, q4_cols, ldx, m->stream);
+    for (int j = 0; j < n && !rc; j++)
+        if (p[j].w->is_q4 && p[j].w->gemm)
+            rc = splash_q4_gemm(&p[j].w->q4, &m->gx, p[j].y + (size_t)r0 * p[j].w->rows, p[j].add, m->stream);
+    return rc;
+}
+
+int qc_products_rows(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n) {
+    int q4_cols, rc = dense_products(m, x, ldx, R, p, n, &q4_cols);
+    return rc || !q4_cols ? rc : q4_by16(m, x, ldx, 0, R, p, n, q4_cols, 0);
+}
+
+int qc_products(qc_fwd *f, const float *x, size_t ldx, const qc_prod *p, int n) {
+    qc_model *m = f->m;
+    int q4_cols, rc = dense_products(m, x, ldx, f->R, p, n, &q4_cols);
+    if (rc || !q4_cols) return rc;
+    int r = 0; /* rows before r are done */
+    for (int i = 0; i < f->n_bulk; i++) {
+        const qc_rows b = m->bulk[i];
+        if ((rc = q4_by16(m, x, ldx, r, b.r0, p, n, q4_cols, 0))) return rc;
+        if ((rc = q4_gemm_rows(m, x, ldx, b.r0, b.r1, p, n, q4_cols))) return rc;
+        if ((rc = q4_by16(m, x, ldx, b.r0, b.r1, p, n, q4_cols, 1))) return rc; /* matrices the GEMM refuses */
+        r = b.r1;
+    }
+    return q4_by16(m, x, ldx, r, f->R, p, n, q4_cols, 0);
 }
 
 /* ---- validation (forward.c's rules, shared) ------------------------------------------------ */
@@ -125,6 +168,16 @@ static size_t build_desc(qc_fwd *f) {
         }
     }
     f->n_vrows = vrow;
+    /* bulk-prefill rows for the GEMM: chunked lanes, adjacent ones merged */
+    f->n_bulk = 0;
+    for (int i = 0; i < b->n_lanes && m->gx_mem; i++) {
+        const splash_lane *l = &b->lanes[i];
+        if (!chunked_lane(l)) continue;
+        if (f->n_bulk && m->bulk[f->n_bulk - 1].r1 == l->first_row)
+            m->bulk[f->n_bulk - 1].r1 += l->n_rows;
+        else
+            m->bulk[f->n_bulk++] = qc_rows{l->first_row, l->first_row + l->n_rows};
+    }
     /* attention calls: batch rows [r0, r1) each, lanes cut to them */
     f->n_chunks = 0;
     if (d->n_attn) {
@@ -240,7 +293,7 @@ static int head_pass(qc_fwd *f, int k0, int nk) {
     int rc = norm_rows(f, m->tmp, m->w.final_norm, nk, m->xn);
     if (rc) return rc;
     const qc_prod p = {&m->w.lm_head, m->logits, 0};
-    QC_TRY(f, qc_products(m, m->xn, H, nk, &p, 1));
+    QC_TRY(f, qc_products_rows(m, m->xn, H, nk, &p, 1));
     return 0;
 }
 

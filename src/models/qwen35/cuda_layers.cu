@@ -35,11 +35,11 @@ static int residual(qc_fwd *f, const qc_matrix *w, const float *in, size_t ld) {
     const size_t H = (size_t)m->d.hidden;
     if (w->is_q4) {
         const qc_prod p = {w, m->x, 1};
-        QC_TRY(f, qc_products(m, in, ld, f->R, &p, 1));
+        QC_TRY(f, qc_products(f, in, ld, &p, 1));
         return 0;
     }
     const qc_prod p = {w, m->tmp, 0};
-    QC_TRY(f, qc_products(m, in, ld, f->R, &p, 1));
+    QC_TRY(f, qc_products(f, in, ld, &p, 1));
     QC_TRY(f, splash_cuda_add_rows(m->x, H, m->tmp, H, f->R, (int)H, m->stream));
     return 0;
 }
@@ -53,12 +53,12 @@ int qc_attn_layer(qc_fwd *f, const qc_layer *L) {
     size_t ldqg = 2 * qw, ldk = kvw; /* k and v share ldk */
     if (L->attn_in.is_q4) { /* stacked q|gate, k, v */
         const qc_prod in = {&L->attn_in, m->fin, 0};
-        QC_TRY(f, qc_products(m, m->xn, H, R, &in, 1));
+        QC_TRY(f, qc_products(f, m->xn, H, &in, 1));
         ldqg = ldk = (size_t)L->attn_in.rows;
         qg = m->fin, k = m->fin + L->attn_in.part_row[1], v = m->fin + L->attn_in.part_row[2];
     } else {
         const qc_prod in[3] = {{&L->q_proj, qg, 0}, {&L->k_proj, k, 0}, {&L->v_proj, v, 0}};
-        QC_TRY(f, qc_products(m, m->xn, H, R, in, 3));
+        QC_TRY(f, qc_products(f, m->xn, H, in, 3));
     }
 
     splash_cuda_attn_prep_args pa;
@@ -105,13 +105,13 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     size_t ldqkv = C, ldz = VD, ldab = Hv;
     if (L->gdn_in.is_q4) { /* stacked qkv, z, b, a */
         const qc_prod in = {&L->gdn_in, m->fin, 0};
-        QC_TRY(f, qc_products(m, m->xn, H, R, &in, 1));
+        QC_TRY(f, qc_products(f, m->xn, H, &in, 1));
         ldqkv = ldz = ldab = (size_t)L->gdn_in.rows;
         const int *pr = L->gdn_in.part_row;
         qkv = m->fin, z = m->fin + pr[1], gb = m->fin + pr[2], ga = m->fin + pr[3];
     } else {
         const qc_prod in[4] = {{&L->in_qkv, qkv, 0}, {&L->in_z, z, 0}, {&L->in_b, gb, 0}, {&L->in_a, ga, 0}};
-        QC_TRY(f, qc_products(m, m->xn, H, R, in, 4));
+        QC_TRY(f, qc_products(f, m->xn, H, in, 4));
     }
 
     if (f->n_vrows) { /* what commit replays: pre-conv qkv | a | b */
@@ -169,13 +169,13 @@ static int swiglu(qc_fwd *f, const qc_matrix *stack, const qc_matrix *gate, cons
     if (stack->is_q4) {
         const qc_prod in = {stack, m->fin, 0};
         const size_t ld = (size_t)stack->rows;
-        QC_TRY(f, qc_products(m, m->xn, H, f->R, &in, 1));
+        QC_TRY(f, qc_products(f, m->xn, H, &in, 1));
         if ((rc = silu_mul(f, m->fin, ld, m->fin + stack->part_row[1], ld, width))) return rc;
         *h = m->fin, *ldh = ld;
         return 0;
     }
     const qc_prod in[2] = {{gate, m->ff1, 0}, {up, m->ff2, 0}};
-    QC_TRY(f, qc_products(m, m->xn, H, f->R, in, 2));
+    QC_TRY(f, qc_products(f, m->xn, H, in, 2));
     if ((rc = silu_mul(f, m->ff1, I, m->ff2, I, width))) return rc;
     *h = m->ff1, *ldh = I;
     return 0;
@@ -195,7 +195,7 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
     const int R = f->R;
     const size_t H = (size_t)d->hidden, E = (size_t)d->experts;
     const qc_prod gates[2] = {{&L->router, m->rlog, 0}, {&L->shared_expert_gate, m->sgate, 0}};
-    QC_TRY(f, qc_products(m, m->xn, H, R, gates, 2));
+    QC_TRY(f, qc_products(f, m->xn, H, gates, 2));
     QC_TRY(f, splash_cuda_moe_route(m->rlog, E, R, d->experts, d->top_k, d->norm_topk, m->topi, m->topw, m->stream));
     if (R <= SPLASH_Q4_MAX_M) { /* device-driven: no host sync (graphs), xn's prepared form from the norm */
         if (m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != R) {
@@ -213,7 +213,7 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
     int rc = swiglu(f, &L->ffn_in, &L->shared_gate, &L->shared_up, d->shared_inter, &h, &ldh);
     if (rc) return rc;
     const qc_prod down = {&L->shared_down, m->mo, 0};
-    QC_TRY(f, qc_products(m, h, ldh, R, &down, 1));
+    QC_TRY(f, qc_products(f, h, ldh, &down, 1));
     QC_TRY(f, splash_cuda_moe_shared_add(m->fo, H, m->mo, H, m->sgate, 1, m->x, H, R, (int)H, m->stream));
     return 0;
 }

@@ -83,6 +83,8 @@ static void plan_scratch(qc_model *m, bump *b) {
         m->commit_dev = (splash_cuda_gdn_lane *)carve(b, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane));
     }
     if (m->w.max_q4_cols) m->xprep_mem = carve(b, splash_q4_xprep_bytes(m->w.max_q4_cols));
+    if (m->use_gemm && m->w.max_q4_cols && m->max_rows >= QWEN35_CHUNKED_MIN_ROWS) /* bulk prefill lanes exist */
+        m->gx_mem = carve(b, splash_q4_gemm_x_bytes(m->max_rows, m->w.max_q4_cols));
 }
 
 static int alloc_scratch(qc_model *m, splash_error *err) {
@@ -98,6 +100,7 @@ static int alloc_scratch(qc_model *m, splash_error *err) {
     b.base = (uint8_t *)m->scratch, b.off = 0;
     plan_scratch(m, &b);
     if (m->w.max_q4_cols) splash_q4_xprep_init(&m->xp, m->xprep_mem, m->w.max_q4_cols);
+    if (m->gx_mem) splash_q4_gemm_x_init(&m->gx, m->gx_mem, m->max_rows, m->w.max_q4_cols);
     if (m->d.n_gdn) {
         e = cudaMallocHost((void **)&m->commit_host, (size_t)m->d.n_gdn * sizeof(splash_cuda_gdn_lane));
         if (e != cudaSuccess) {
@@ -106,7 +109,8 @@ static int alloc_scratch(qc_model *m, splash_error *err) {
         }
     }
     m->pending = (qc_pending *)calloc((size_t)m->max_lanes, sizeof *m->pending);
-    if (!m->pending) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    m->bulk = (qc_rows *)calloc((size_t)m->max_lanes, sizeof *m->bulk);
+    if (!m->pending || !m->bulk) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
     if (m->d.moe) {
         int rc = splash_cuda_moe_scratch_init(&m->moe, m->max_rows, m->d.hidden, m->d.expert_inter, m->d.top_k);
         if (rc)
@@ -139,6 +143,7 @@ static void c_free(void *impl) {
     qc_weights_free(&m->w);
     if (m->stream) cudaStreamDestroy((cudaStream_t)m->stream);
     free(m->pending);
+    free(m->bulk);
     free(m->tap_layers);
     free(m);
 }
@@ -211,6 +216,10 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
     m->max_rows = o.max_rows;
     m->max_lanes = o.max_lanes;
     m->use_graphs = qc_graphs_enabled();
+    {
+        const char *v = getenv("SPLASH_CUDA_GEMM"); /* 0: every product 16 rows a launch (fp32-grade prefill) */
+        m->use_gemm = !(v && !strcmp(v, "0"));
+    }
     {
         cudaStream_t s;
         cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);

@@ -54,6 +54,7 @@ extern "C" {
 #include "backend/cuda/dense_matmul.h"
 #include "backend/cuda/gdn.h"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 
 extern "C" const splash_model_ops qwen35_cuda_ops;
@@ -64,6 +65,8 @@ extern "C" const splash_model_ops qwen35_cuda_ops;
 typedef struct qc_matrix {
     int rows, cols;
     int is_q4;
+    int gemm;                      /* q4 with fp16-safe scales (splash_q4_tiled_fp16_ok): bulk prefill rows take
+                                      the tensor-core GEMM (q4_gemm.h) */
     int part_row[4];               /* a stack's parts: the first row of each (cuda_weights.cu) */
     splash_q4_matrix q4;
     splash_cuda_dense_matrix dense;
@@ -133,6 +136,11 @@ typedef struct qc_desc_plan {
 typedef struct qc_chunk {
     int r0, r1, n_lanes, max_lane_rows, max_ctx;
 } qc_chunk;
+
+/* Batch rows [r0, r1). */
+typedef struct qc_rows {
+    int r0, r1;
+} qc_rows;
 
 typedef struct qc_pending {
     int slot, first, n_rows;       /* first: its first row in the verify save */
@@ -206,6 +214,9 @@ typedef struct qc_model {
     float *vstate;                 /* [max_lanes][Hv][dk][dv] a verify lane's state after its rows */
     void *xprep_mem;
     splash_q4_xprep xp;            /* prepared activation of the q4 products */
+    void *gx_mem;
+    splash_q4_gemm_x gx;           /* x prepared for the GEMM: [max_rows][max_q4_cols] fp16 (none when
+                                      max_rows < QWEN35_CHUNKED_MIN_ROWS) */
     const float *xp_src;           /* what xp holds (its first 16 rows, stride xp_ld) when a fused producer
                                       made it (norm, SwiGLU: qc_products then skips the prep); else NULL */
     size_t xp_ld;
@@ -214,9 +225,11 @@ typedef struct qc_model {
     /* commit: one lane per GDN layer, pinned + device */
     splash_cuda_gdn_lane *commit_host, *commit_dev;
     qc_pending *pending;           /* [max_lanes] */
+    qc_rows *bulk;                 /* [max_lanes] this forward's bulk-prefill row ranges (qc_fwd.n_bulk) */
     int n_pending;
     /* graphs of forward / commit shapes (cuda_graphs.cu) */
     int use_graphs;                /* SPLASH_CUDA_GRAPHS != 0 */
+    int use_gemm;                  /* SPLASH_CUDA_GEMM != 0: bulk prefill rows on the GEMM (gx_mem carved) */
     qc_graph graphs[QC_MAX_GRAPHS];
     uint64_t graph_clock;
 } qc_model;
@@ -231,6 +244,8 @@ typedef struct qc_fwd {
     int n_chunked;                 /* and by the chunked kernel: glanes[gi][n_rec, n_rec + n_chunked) */
     int n_chunks;                  /* attention calls: m->chunks[0, n_chunks) */
     int n_vrows;                   /* verify rows (saved for commit) */
+    int n_bulk;                    /* m->bulk[0, n_bulk): rows of PREFILL lanes of >= QWEN35_CHUNKED_MIN_ROWS rows,
+                                      adjacent lanes merged: their q4 products run on the GEMM */
     int n_head, n_tap;             /* rows with LOGITS, with TAPS */
     const char *what;              /* the op that failed */
 } qc_fwd;
@@ -253,10 +268,16 @@ typedef struct qc_prod {
     int add;                       /* q4 only: y += W x (splash_q4_matmul_add) */
 } qc_prod;
 
-/* x [R][cols] (stride ldx) through every matrix of p (all with cols inputs):
- * q4 ones 16 rows at a time (one prepared activation per 16 rows serves them
- * all), the others in one call each.  0 or a SPLASH_E_* code. */
-int qc_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n);
+/* The forward's rows x [f->R][cols] (stride ldx) through every matrix of p
+ * (all with cols inputs): the rows of bulk-prefill lanes (f->n_bulk ranges)
+ * on the GEMM for the matrices that allow it (qc_matrix.gemm: one prepared
+ * x per range), every other q4 row 16 at a time (one prepared activation per
+ * 16 rows serves all matrices), non-q4 matrices in one call each.  A row's
+ * numbers depend on its lane (bulk prefill or not), never on other lanes.
+ * 0 or a SPLASH_E_* code. */
+int qc_products(qc_fwd *f, const float *x, size_t ldx, const qc_prod *p, int n);
+/* R rows that belong to no lane (the LOGITS rows of the head): 16 at a time. */
+int qc_products_rows(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n);
 
 /* 1 when rows of `cols` floats can be made by a fused producer into m->xp
  * (splash_q4_prep_rmsnorm / _silu_mul), which then records m->xp_src. */

@@ -70,8 +70,9 @@ int stage(Walk *w, size_t n) {
     return 0;
 }
 
-/* One q4 matrix (rows x cols canonical at src) tiled onto the device. */
-int put_q4(Walk *w, const uint8_t *src, int rows, int cols, const char *name, splash_q4_matrix *out) {
+/* One q4 matrix (rows x cols canonical at src) tiled onto the device;
+ * *gemm (when not NULL): whether the prefill GEMM may read it. */
+int put_q4(Walk *w, const uint8_t *src, int rows, int cols, const char *name, splash_q4_matrix *out, int *gemm) {
     if (cols > SPLASH_Q4_MAX_COLS)
         return splash_fail(w->err, SPLASH_E_UNSUPPORTED, "tensor %s: %d inputs; the CUDA q4 kernels take at most %d",
                            name, cols, SPLASH_Q4_MAX_COLS);
@@ -83,6 +84,7 @@ int put_q4(Walk *w, const uint8_t *src, int rows, int cols, const char *name, sp
     if (rc) return rc;
     if (splash_q4_repack_host(src, rows, cols, w->stage, tb))
         return splash_fail(w->err, SPLASH_E_FORMAT, "tensor %s: cannot be tiled for the q4 kernel", name);
+    if (gemm) *gemm = splash_q4_tiled_fp16_ok(w->stage, rows, cols);
     if ((rc = copy_up(w, d, w->stage, tb, name))) return rc;
     splash_q4_matrix_init(out, d, rows, cols);
     return 0;
@@ -95,7 +97,7 @@ int put_matrix(Walk *w, const splash_tensor *t, qc_matrix *out) {
     out->rows = (int)rows, out->cols = (int)cols;
     if (t->dtype == SPLASH_Q4) {
         out->is_q4 = 1;
-        return put_q4(w, t->data, (int)rows, (int)cols, t->name, &out->q4);
+        return put_q4(w, t->data, (int)rows, (int)cols, t->name, &out->q4, &out->gemm);
     }
     uint8_t *d = reserve(w, t->bytes);
     if (!w->dev) return 0;
@@ -140,6 +142,7 @@ int put_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, i
     if (rc) return rc;
     if (splash_q4_repack_stacked_host(src, rows, n, (int)cols, w->stage, tb))
         return splash_fail(w->err, SPLASH_E_FORMAT, "tensors from %s on: cannot be stacked for the q4 kernel", t[0]->name);
+    out->gemm = splash_q4_tiled_fp16_ok(w->stage, total, (int)cols);
     if ((rc = copy_up(w, d, w->stage, tb, t[0]->name))) return rc;
     splash_q4_matrix_init(&out->q4, d, total, (int)cols);
     return 0;
@@ -155,7 +158,7 @@ int put_experts(Walk *w, const splash_tensor *t, splash_q4_matrix *out) {
     splash_tensor_matrix_dims(t, &rows, &cols, &count);
     for (int64_t e = 0; e < count; e++) {
         splash_tensor s = splash_tensor_slice(t, e);
-        int rc = put_q4(w, s.data, (int)rows, (int)cols, t->name, &out[e]);
+        int rc = put_q4(w, s.data, (int)rows, (int)cols, t->name, &out[e], nullptr);
         if (rc) return rc;
     }
     return 0;

@@ -1,0 +1,68 @@
+/* q4_gemm.h - q4 matrix products for prefill (many rows of x) on tensor
+ * cores, reading the same tiled matrices as q4_matmul.h, C-callable.
+ *
+ *   y[n][r] = sum_c w[r][c] * x[n][c],   w[r][c] = scale * q + bias   (n < R)
+ *
+ * Where q4_matmul.h's kernel streams the weights once per 16 rows of x
+ * (decode and verify: bound by the weight bytes), this one is bound by the
+ * arithmetic: a block holds 256 weight rows x 128 rows of x, the weights are
+ * made fp16 (scale * q + bias, one f16x2 fma per two weights) and multiplied
+ * on the tensor cores against fp16 x, fp32 accumulation.
+ *
+ * Accuracy: fp16-grade, not q4_matmul's fp32 grade: w rounded to fp16
+ * (2^-11 relative), x to fp16 after scaling each row by a power of two (its
+ * largest |x| just under 2^14); measured relative L2 ~1e-4..1e-3 against
+ * fp64 (test_q4_matmul).  Only for matrices whose scales and biases suit
+ * fp16 (splash_q4_tiled_fp16_ok: |scale| >= 2^-14 or 0, every weight
+ * < 2^15 in magnitude); the caller keeps q4_matmul for the others.
+ * Determinism: a row's result depends on that row of x and the matrix only
+ * (no split of the column range; the same order for every R).
+ *
+ * Errors: SPLASH_E_INVALID for bad shapes or arguments, SPLASH_E_IO when the
+ * CUDA runtime refuses (message on stderr, see cuda_check.h).
+ */
+#ifndef SPLASH_CUDA_Q4_GEMM_H
+#define SPLASH_CUDA_Q4_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/q4_matmul.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+/* 1 when the GEMM may use the tiled matrix whose host copy is `tiled` (the
+ * blob splash_q4_repack_host or _stacked_host wrote): every scale is 0 or
+ * at least 2^-14 in magnitude (an fp16 normal, so its conversion is exact)
+ * and |15 * scale| + |bias| < 2^15 (no weight overflows fp16). */
+int splash_q4_tiled_fp16_ok(const uint8_t *tiled, int rows, int cols);
+
+/* x prepared for the GEMM: rows of fp16 x * 2^k[n], and 2^-k[n]. */
+typedef struct splash_q4_gemm_x {
+    uint16_t *hi;     /* fp16 [rows_cap][cols_cap], row stride cols */
+    float *inv_scale; /* [rows_cap] */
+    int R, cols;      /* set by splash_q4_gemm_prep */
+    int rows_cap, cols_cap;
+} splash_q4_gemm_x;
+
+size_t splash_q4_gemm_x_bytes(int rows_cap, int cols_cap);
+/* Carves the arrays out of dev_mem (splash_q4_gemm_x_bytes, 256-aligned). */
+int splash_q4_gemm_x_init(splash_q4_gemm_x *xg, void *dev_mem, int rows_cap, int cols_cap);
+/* x: device fp32 [R][cols], row stride ldx floats.  Sets xg->R, xg->cols. */
+int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx, struct CUstream_st *stream);
+
+/* y: device fp32 [R][w->rows] (row stride w->rows), R = xg->R, xg->cols ==
+ * w->cols.  add = 0: y = W x (written, never read); add = 1: y += W x (the
+ * product rounded to fp32 before the add). */
+int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x *xg, float *y, int add,
+                   struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

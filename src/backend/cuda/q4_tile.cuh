@@ -1,0 +1,68 @@
+/* q4_tile.cuh - the tensor-core view of one (row tile, group) of a tiled q4
+ * matrix (q4_matmul.h's layout), shared by the small-M products
+ * (q4_matmul.cu) and the prefill GEMM (q4_gemm.cu): a lane's 16 bytes of
+ * codes become the A fragments of mma.sync m16n8k16 (exact q as fp16), and
+ * tile_products runs the group's four k-steps against a lane's 8 words of x.
+ *
+ * Device-only C++; every function is inline.
+ */
+#ifndef SPLASH_CUDA_Q4_TILE_CUH
+#define SPLASH_CUDA_Q4_TILE_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace splash_cuda {
+
+/* One 32-bit word of codes (nibbles at bits 4s and 16+4s, s = 0..3) -> four
+ * f16x2 registers of exact q: a[s] = (q at bit 4s, q at bit 16+4s). */
+__device__ __forceinline__ void dequant_word(uint32_t w, uint32_t (&a)[4]) {
+    const uint32_t w8 = w >> 8;
+    uint32_t t0, t1, t2, t3;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t0) : "r"(w), "n"(0x000F000F), "n"(0x64006400));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t1) : "r"(w), "n"(0x00F000F0), "n"(0x64006400));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t2) : "r"(w8), "n"(0x000F000F), "n"(0x64006400));
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(t3) : "r"(w8), "n"(0x00F000F0), "n"(0x64006400));
+    /* 1024 + q  -> q;   1024 + 16q -> (1024 + 16q) / 16 - 64 = q */
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(a[0]) : "r"(t0), "r"(0x64006400));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(a[1]) : "r"(t1), "r"(0x2C002C00), "r"(0xD400D400));
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(a[2]) : "r"(t2), "r"(0x64006400));
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(a[3]) : "r"(t3), "r"(0x2C002C00), "r"(0xD400D400));
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xFFFF0000u); }
+
+/* The A operand of one (row tile, group): lane (g, t) holds in c.x/c.y row
+ * g's columns 16t..16t+15 of the group and in c.z/c.w row g+8's, in the nibble
+ * order the repack chose: step j (columns 16t+4j..+3) takes a[j>>1][2(j&1)]
+ * and [2(j&1)+1] from row g's word and the same from row g+8's. */
+struct ATile {
+    uint32_t a[4][4]; /* [word x, y, z, w][s] */
+};
+__device__ __forceinline__ void dequant_tile(ATile &A, uint4 c) {
+    dequant_word(c.x, A.a[0]);
+    dequant_word(c.y, A.a[1]);
+    dequant_word(c.z, A.a[2]);
+    dequant_word(c.w, A.a[3]);
+}
+/* d += A * B over the group's 4 k-steps; b[2j], b[2j+1] = x columns 16t+4j.. */
+__device__ __forceinline__ void tile_products(float (&d)[4], const ATile &A, const uint32_t (&b)[8]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int w = j >> 1, s = 2 * (j & 1);
+        mma16816(d, A.a[w][s], A.a[2 + w][s], A.a[w][s + 1], A.a[2 + w][s + 1], b[2 * j], b[2 * j + 1]);
+    }
+}
+
+} /* namespace splash_cuda */
+
+#endif
