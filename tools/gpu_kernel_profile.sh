@@ -2,23 +2,25 @@
 # gpu_kernel_profile.sh - where a production-shape decode step's time goes, kernel by kernel.
 #
 #   tools/gpu_model_check.sh --prepare       (here: .carry/splash-bin.txz)
-#   tools/gpu_kernel_profile.sh [--shape 27b|35b-a3b] [--layers 4] [--decode 3]
+#   tools/gpu_kernel_profile.sh [--shape 27b|35b-a3b] [--layers 4] [--decode 3] [--prompt 1]
 #       (the GPU machine, carrying .carry)
 # Makes the random package of tools/gpu_synthetic_bench.sh (first L layers), then runs bench_cpu
 # under Nsight Compute (ncu: every kernel replayed alone with the caches flushed, so weights come
-# from HBM as in a real decode step) for a 1-token prompt, --decode one-token steps (PREFILL 1),
+# from HBM as in a real decode step) for a --prompt-token prompt (1: decode only; 512: where a
+# prefill's time goes), --decode one-token steps (PREFILL 1),
 # one VERIFY of 8 and of 16 rows; graphs off (ncu times kernels, not graphs).  Prints per kernel
 # (name, grid, block): launches, mean duration, DRAM bytes read + written per launch and that
 # as GB/s; then the total.  Raw CSV in $OUT/ncu.csv.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
-SHAPE=27b LAYERS=4 DECODE=3
+SHAPE=27b LAYERS=4 DECODE=3 PROMPT=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --shape) SHAPE=$2; shift 2 ;;
     --layers) LAYERS=$2; shift 2 ;;
     --decode) DECODE=$2; shift 2 ;;
-    *) sed -n '2,12p' "$0"; exit 2 ;;
+    --prompt) PROMPT=$2; shift 2 ;;
+    *) sed -n '2,13p' "$0"; exit 2 ;;
     esac
 done
 OUT=${OUT:-build-profile}
@@ -31,7 +33,7 @@ P=$W/prof-$SHAPE-$LAYERS
 [ -d "$P" ] || "$W/bin/bench_cpu" --make-random "$P" --shape "$SHAPE" --layers "$LAYERS" > "$OUT/make.log" 2>&1 ||
     { tail -5 "$OUT/make.log"; exit 1; }
 SPLASH_CUDA_GRAPHS=0 "$NCU" --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    "$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --no-bandwidth --prompt 1 --decode "$DECODE" \
+    "$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --no-bandwidth --prompt "$PROMPT" --decode "$DECODE" \
     --decode-prefill --verify-reps 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err" || { tail -20 "$OUT/ncu.err"; exit 1; }
 python3 - "$OUT/ncu.csv" <<'PY'
 import csv, sys, collections

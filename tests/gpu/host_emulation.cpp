@@ -261,17 +261,16 @@ extern "C" int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, 
     xg->R = R, xg->cols = cols;
     return 0;
 }
-extern "C" int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x *xg, float *y, int add,
-                              struct CUstream_st *) {
-    if (xg->cols != w->cols) return SPLASH_E_MISMATCH;
+/* y [R][w->rows] (= or +=) W x for x rows of stride ldx, with the GPU GEMM's roundings. */
+static int emu_gemm_rows(const splash_q4_matrix *w, const float *xin, int R, size_t ldx, float *y, int add) {
     const splash_qlayout L = splash_matrix_layout(SPLASH_Q4, w->rows, w->cols);
     const int cols = w->cols, groups = cols / 64;
     const uint8_t *codes = w->codes + L.q_offset;
     const uint16_t *sc = (const uint16_t *)(w->codes + L.scales_offset), *bi = (const uint16_t *)(w->codes + L.biases_offset);
     float *xr = (float *)malloc((size_t)cols * sizeof(float));
     if (!xr) return SPLASH_E_NOMEM;
-    for (int n = 0; n < xg->R; n++) {
-        const float *x = (const float *)xg->hi + (size_t)n * cols;
+    for (int n = 0; n < R; n++) {
+        const float *x = xin + (size_t)n * ldx;
         float mx = 0.f;
         for (int c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(x[c]));
         int e = 0;
@@ -293,6 +292,12 @@ extern "C" int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x 
     }
     free(xr);
     return 0;
+}
+
+extern "C" int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x *xg, float *y, int add,
+                              struct CUstream_st *) {
+    if (xg->cols != w->cols) return SPLASH_E_MISMATCH;
+    return emu_gemm_rows(w, (const float *)xg->hi, xg->R, (size_t)w->cols, y, add);
 }
 
 /* ---- plain products and rows ---------------------------------------------------------- */
@@ -609,6 +614,36 @@ extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splas
 }
 
 /* Grouped: the same arithmetic per row (the emulated prep keeps x's fp32 rows in hi). */
+/* The GEMM step: each (row, expert) through the GPU GEMM's roundings, summed
+ * over the row's experts in ascending id (the device's combine). */
+extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                            const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
+                                            int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
+                                            splash_cuda_moe_scratch *s, struct CUstream_st *) {
+    const int H = s->hidden, I = s->inter, k = s->top_k;
+    float *g = (float *)malloc(sizeof(float) * I), *u = (float *)malloc(sizeof(float) * I);
+    float *dd = (float *)malloc(sizeof(float) * H);
+    int rc = g && u && dd ? 0 : SPLASH_E_NOMEM;
+    for (int r = 0; r < rows && !rc; r++) {
+        float *f = fo + (size_t)r * ldf;
+        for (int c = 0; c < H; c++) f[c] = 0.f;
+        for (int kk = 0; kk < k && !rc; kk++) {
+            const int e = idx[r * k + kk];
+            if (e < 0 || e >= E) continue;
+            rc = emu_gemm_rows(&gate[e], xn + (size_t)r * ldx, 1, ldx, g, 0);
+            if (!rc) rc = emu_gemm_rows(&up[e], xn + (size_t)r * ldx, 1, ldx, u, 0);
+            cpu_silu_mul(g, u, I, g);
+            if (!rc) rc = emu_gemm_rows(&down[e], g, 1, (size_t)I, dd, 0);
+            for (int c = 0; c < H; c++) {
+                const float t = dd[c] * w[r * k + kk];
+                f[c] = f[c] + t;
+            }
+        }
+    }
+    free(g), free(u), free(dd);
+    return rc;
+}
+
 extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
                                                const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
                                                int rows, const splash_q4_xprep *xp, float *fo, size_t ldf,

@@ -18,7 +18,8 @@
  * alternates two layers of 68 MB to read from HBM.
  *
  * Prints one line per check as it goes, then the table; exits 1 if any check
- * failed.  Usage: test_cuda_ops [--quick] [--no-timing]  (--quick: the test
+ * failed.  Usage: test_cuda_ops [--quick] [--no-timing] [--moe]  (--moe: the MoE
+ * experts steps only; --quick: the test
  * fixtures' shapes only; --no-timing: checks only, e.g. under
  * compute-sanitizer).
  */
@@ -924,6 +925,18 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
     b.lanes = dtl, b.n_lanes = 1, b.mixed = t.dmixed, b.a = t.da, b.b = t.db, b.z = t.dz, b.o = tO, b.y = tY;
     const double bytes = timing_rows * ((double)t.conv_dim + 2.0 * hv + 3.0 * t.vd) * 4 + 2.0 * hs_all * 4;
     snprintf(sh, sizeof sh, "%s 1 lane x %d rows (prefill)", s->name, timing_rows);
+    { /* one lane: the chunked kernel splits each head's columns over 2-4 blocks (a cluster) */
+        float *c1 = hfloats(TV), *c2 = hfloats(TV);
+        int rc1 = splash_cuda_gdn_chunked(&b, NULL);
+        down(c1, tY, TV * 4);
+        SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
+        int rc2 = splash_cuda_gdn_recurrent(&b, NULL);
+        down(c2, tY, TV * 4);
+        SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
+        report("gdn_chunked 1 lane (split heads) vs recurrent, y", sh, rc1 || rc2 ? INFINITY : rel_err(c1, c2, TV), 1e-4,
+               -1, 0);
+        free(c1), free(c2);
+    }
     double us = time_us([&](int) { return splash_cuda_gdn_chunked(&b, NULL); });
     report("gdn_chunked (timing)", sh, 0, 0, us, bytes);
     us = time_us([&](int) { return splash_cuda_gdn_recurrent(&b, NULL); });
@@ -1101,7 +1114,7 @@ static void test_moe(const Shape *s, int rows) {
     snprintf(sh2, sizeof sh2, "%s %d rows, %d experts x 3 x %dx%d", s->name, rows, n_used, I, H);
     report("moe_experts (host-driven)", sh2, err, 1e-5, us, 3.0 * n_used * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
 
-    if (rows <= SPLASH_Q4_MAX_M) { /* the device-driven step: experts laid out as the loader does */
+    { /* the device-driven steps: experts laid out as the loader does */
         uint8_t *pool[3];
         splash_q4_matrix *gm[3];
         const Q4 *src[3] = {gate, upm, dn};
@@ -1122,6 +1135,7 @@ static void test_moe(const Shape *s, int rows) {
         splash_q4_xprep_init(&xp, xpm, H);
         float *gfo = hfloats(NH);
         poison(dfo, NH * 4);
+        if (rows <= SPLASH_Q4_MAX_M) {
         rc = splash_q4_prep_x(&xp, dxn, rows, H, H, NULL);
         if (!rc) rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, &xp, dfo, H, &sc, NULL);
         down(gfo, dfo, NH * 4);
@@ -1132,6 +1146,25 @@ static void test_moe(const Shape *s, int rows) {
         });
         report("moe_experts (grouped, = host-driven bits)", sh2, err, 1e-5, us,
                3.0 * rows * k * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
+        }
+        /* the GEMM step (bulk prefill): fp16-grade against the fp32 reference, and a
+         * row's result independent of the other rows (the first rows alone: same bits) */
+        poison(dfo, NH * 4);
+        rc = splash_cuda_moe_experts_gemm(gm[0], gm[1], gm[2], E, didx, dw, rows, dxn, H, dfo, H, &sc, NULL);
+        down(gfo, dfo, NH * 4);
+        err = rc ? INFINITY : rel_err(gfo, ref, NH);
+        const int part = rows < 37 ? rows : 37;
+        float *pfo = hfloats((size_t)part * H);
+        poison(dfo, NH * 4);
+        rc = splash_cuda_moe_experts_gemm(gm[0], gm[1], gm[2], E, didx, dw, part, dxn, H, dfo, H, &sc, NULL);
+        down(pfo, dfo, (size_t)part * H * 4);
+        if (rc || memcmp(pfo, gfo, (size_t)part * H * 4)) err = INFINITY;
+        us = time_us([&](int) {
+            return splash_cuda_moe_experts_gemm(gm[0], gm[1], gm[2], E, didx, dw, rows, dxn, H, dfo, H, &sc, NULL);
+        });
+        report("moe_experts (GEMM, fp16; first rows alone = bits)", sh2, err, 3e-3, us,
+               3.0 * n_used * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
+        free(pfo);
         for (int t = 0; t < 3; t++) cudaFree(pool[t]), free(gm[t]);
         cudaFree(xpm), free(gfo);
     }
@@ -1296,11 +1329,13 @@ static void test_errors(void) {
 }
 
 int main(int argc, char **argv) {
+    int moe_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--no-timing")) g_notime = 1;
+        else if (!strcmp(argv[i], "--moe")) moe_only = 1;
         else {
-            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing]\n");
+            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing] [--moe]\n");
             return 2;
         }
     }
@@ -1313,6 +1348,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("CPU reference: %d threads, SIMD %d\n", g_cpu.n_threads, cpu_simd());
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (moe_only) { /* the MoE experts steps alone (--quick: the fixture's shape only) */
+        test_moe(&kTinyMoe, 40);
+        test_moe(&kTinyMoe, 100);
+        print_table();
+        return g_fail ? 1 : 0;
+    }
 
     test_errors();
 
@@ -1382,6 +1424,7 @@ int main(int argc, char **argv) {
     /* 5. MoE and the FFN's elementwise ops */
     test_moe(&kTinyMoe, 16);
     test_moe(&kTinyMoe, 40); /* every row on expert 3: groups of 16, 16, 8 */
+    test_moe(&kTinyMoe, 100); /* expert 3 in two tiles of the GEMM step */
     test_elementwise(&kTiny, 16, 192);
     if (!g_quick) {
         test_moe(&k35B, 1);

@@ -35,7 +35,7 @@
  * s_in = s_out = the slot and no outputs: the same kernel on the same inputs,
  * so the committed state is bit-identical to running those rows directly.
  *
- * Supported: dk in {32, 64, 128}, dv <= 128, K <= 8.  The recurrence
+ * Supported: dk in {32, 64, 128}, dv <= 128 (chunked: a multiple of 4), K <= 8.  The recurrence
  * runs rows one after another; long prefills use splash_cuda_gdn_chunked.
  * Numbers agree with the CPU to fp32 rounding (sums over dk run in 4
  * interleaved slices, then across them).

@@ -14,7 +14,10 @@
  * float so that a thread per (i, j) pair reads 32 banks), U [64][dv], A
  * [64][64].  Each phase is a loop over output elements with the column index
  * fastest across threads (so row operands are broadcasts and column operands
- * consecutive), separated by barriers.  Sums run in the CPU's order (over r
+ * consecutive), separated by barriers; the three products of dv columns
+ * (W S, Q S + A U, K^T U: 3/4 of the arithmetic) give each thread a 4 x 4
+ * tile of outputs, so a float4 of S or U and four broadcasts feed 16 FMAs
+ * (they were bound by shared-memory loads, two per FMA).  Sums run in the CPU's order (over r
  * or j ascending, fmaf), products are rounded as the CPU rounds them, so
  * the result is close to cpu_gdn_chunked; the q/k norms and the gates are the
  * recurrence kernel's.  The chunk's outputs go through shared memory (the W
@@ -25,6 +28,7 @@
  *
  * C++ used: a template over dk; no STL.
  */
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -32,6 +36,7 @@
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gdn.h"
 
+namespace cg = cooperative_groups;
 using namespace splash_cuda;
 
 namespace {
@@ -42,6 +47,7 @@ constexpr int kThreads = 256;
 struct ChunkArgs {
     splash_cuda_gdn_args p;
     float qscale;
+    int ns; /* blocks (one cluster) per value head, each on dv / ns of its columns: 1, 2, 4 */
 };
 
 /* Shared-memory plan in floats (dv runtime). */
@@ -51,17 +57,24 @@ struct Plan {
     __host__ __device__ static size_t w_floats(int dv) {
         return (size_t)kC * (KS > dv ? KS : dv); /* W, later the chunk's outputs [L][dv] */
     }
-    __host__ __device__ static size_t floats(int dv) {
-        return (size_t)DK * dv + 2 * (size_t)kC * KS + w_floats(dv) + (size_t)kC * dv + (size_t)kC * kC + 6 * kC;
+    __host__ __device__ static size_t floats(int dv) { /* dv: the block's slice */
+        return (size_t)DK * dv + 2 * (size_t)kC * KS + w_floats(dv) + (size_t)kC * dv + (size_t)kC * kC + 10 * kC;
     }
 };
+
+/* acc[k] += a * b.k, k = 0..3 (fmaf: the CPU's order per output) */
+__device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
+    acc[0] = fmaf(a, b.x, acc[0]), acc[1] = fmaf(a, b.y, acc[1]);
+    acc[2] = fmaf(a, b.z, acc[2]), acc[3] = fmaf(a, b.w, acc[3]);
+}
 
 template <int DK>
 __global__ void __launch_bounds__(kThreads, 1) gdn_chunked_kernel(const ChunkArgs ca) {
     constexpr int KS = Plan<DK>::KS;
     const splash_cuda_gdn_args &a = ca.p;
     extern __shared__ __align__(16) float sm[];
-    const int dv = a.dv, h = blockIdx.x;
+    const int ns = ca.ns, h = blockIdx.x / ns, rank = blockIdx.x % ns; /* rank in the head's cluster */
+    const int dvf = a.dv, dv = dvf / ns, cs = rank * dv; /* the head's columns; this block's: [cs, cs + dv) */
     float *S = sm;                                   /* [DK][dv] */
     float *Kc = S + (size_t)DK * dv;                 /* [kC][KS] */
     float *Qc = Kc + (size_t)kC * KS;                /* [kC][KS] */
@@ -70,13 +83,14 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunked_kernel(const ChunkArg
     float *A = U + (size_t)kC * dv;                  /* [kC][kC] */
     float *cum = A + (size_t)kC * kC, *ecum = cum + kC, *kd = ecum + kC, *bet = kd + kC, *gg = bet + kC;
     float *el = gg + kC;                             /* [1] exp(cum_L) */
+    float *rss = el + kC;                            /* [4][kC] sums of o^2 over each quarter of dvf */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kThreads / 32;
     const splash_cuda_gdn_lane ln = a.lanes[blockIdx.y];
     const int kh = h / (a.hv / a.hk);
-    const size_t key_dim = (size_t)a.hk * DK, hs = (size_t)DK * dv;
+    const size_t key_dim = (size_t)a.hk * DK, hs = (size_t)DK * dvf;
 
-    const float *Sin = ln.s_in + (size_t)h * hs;
-    for (int e = tid; e < DK * dv; e += kThreads) S[e] = Sin[e];
+    const float *Sin = ln.s_in + (size_t)h * hs + cs;
+    for (int e = tid; e < DK * dv; e += kThreads) S[e] = Sin[(size_t)(e / dv) * dvf + e % dv];
 
     for (int t0 = 0; t0 < ln.n_rows; t0 += kC) {
         const int L = min(kC, ln.n_rows - t0);
@@ -118,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunked_kernel(const ChunkArg
         if (tid == 0) el[0] = expf(last);
         for (int e = tid; e < L * dv; e += kThreads) {
             const int i = e / dv, c = e % dv;
-            U[(size_t)i * dv + c] = __fmul_rn(a.mixed[(row0 + i) * a.ldm + 2 * key_dim + (size_t)h * dv + c], bet[i]);
+            U[(size_t)i * dv + c] = __fmul_rn(a.mixed[(row0 + i) * a.ldm + 2 * key_dim + (size_t)h * dvf + cs + c], bet[i]);
         }
         for (int e = tid; e < L * DK; e += kThreads) {
             const int i = e / DK, r = e % DK;
@@ -151,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunked_kernel(const ChunkArg
             const int st = col < DK ? KS : dv;
             for (int i = 1; i < L; i++) {
                 float x = X[(size_t)i * st];
+#pragma unroll 8 /* the loads of 8 steps ahead of their chain of fmas */
                 for (int j = 0; j < i; j++) x = fmaf(-A[i * kC + j], X[(size_t)j * st], x);
                 X[(size_t)i * st] = x;
             }
@@ -158,12 +173,23 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunked_kernel(const ChunkArg
         __syncthreads();
 
         /* 6. vnew = U - W S (into U);  A <- (q_i . k_j) exp(cum_i - cum_j), j <= i */
-        for (int e = tid; e < L * dv; e += kThreads) {
-            const int i = e / dv, c = e % dv;
-            const float *wi = W + (size_t)i * KS;
-            float t = 0.f;
-            for (int r = 0; r < DK; r++) t = fmaf(wi[r], S[(size_t)r * dv + c], t);
-            U[(size_t)i * dv + c] = __fsub_rn(U[(size_t)i * dv + c], t);
+        const int nti = (L + 3) / 4, ntc = dv / 4; /* 4 x 4 output tiles, columns fastest across threads */
+        for (int t = tid; t < nti * ntc; t += kThreads) {
+            const int i0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
+            float acc[4][4] = {};
+            for (int r = 0; r < DK; r++) {
+                const float4 s4 = *reinterpret_cast<const float4 *>(S + (size_t)r * dv + c0);
+#pragma unroll
+                for (int ii = 0; ii < 4; ii++) fma4(acc[ii], W[(size_t)(i0 + ii) * KS + r], s4);
+            }
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++)
+                if (i0 + ii < L)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        float *u = U + (size_t)(i0 + ii) * dv + c0 + k;
+                        *u = __fsub_rn(*u, acc[ii][k]);
+                    }
         }
         for (int p = tid; p < L * L; p += kThreads) {
             const int i = p / L, j = p % L;
@@ -177,46 +203,90 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunked_kernel(const ChunkArg
 
         /* 7. o_i = (q_i exp(cum_i)) S + sum_{j<=i} A[i][j] vnew_j  (into the W buffer) */
         float *O = W;
-        for (int e = tid; e < L * dv; e += kThreads) {
-            const int i = e / dv, c = e % dv;
-            const float *qi = Qc + (size_t)i * KS;
-            const float ei = ecum[i];
-            float t1 = 0.f, t2 = 0.f;
-            for (int r = 0; r < DK; r++) t1 = fmaf(__fmul_rn(qi[r], ei), S[(size_t)r * dv + c], t1);
-            for (int j = 0; j <= i; j++) t2 = fmaf(A[i * kC + j], U[(size_t)j * dv + c], t2);
-            O[(size_t)i * dv + c] = __fadd_rn(t1, t2);
+        for (int t = tid; t < nti * ntc; t += kThreads) {
+            const int i0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
+            float t1[4][4] = {}, t2[4][4] = {}, ei[4];
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++) ei[ii] = ecum[min(i0 + ii, L - 1)];
+            for (int r = 0; r < DK; r++) {
+                const float4 s4 = *reinterpret_cast<const float4 *>(S + (size_t)r * dv + c0);
+#pragma unroll
+                for (int ii = 0; ii < 4; ii++) fma4(t1[ii], __fmul_rn(Qc[(size_t)(i0 + ii) * KS + r], ei[ii]), s4);
+            }
+            for (int j = 0; j <= min(i0 + 3, L - 1); j++) {
+                const float4 u4 = *reinterpret_cast<const float4 *>(U + (size_t)j * dv + c0);
+#pragma unroll
+                for (int ii = 0; ii < 4; ii++)
+                    if (j <= i0 + ii) fma4(t2[ii], A[(i0 + ii) * kC + j], u4);
+            }
+#pragma unroll
+            for (int ii = 0; ii < 4; ii++)
+                if (i0 + ii < L)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) O[(size_t)(i0 + ii) * dv + c0 + k] = __fadd_rn(t1[ii][k], t2[ii][k]);
         }
         __syncthreads();
 
         /* 8a. S = S exp(cum_L) + sum_i (k_i kd_i) (x) vnew_i */
         const float e_l = el[0];
-        for (int e = tid; e < DK * dv; e += kThreads) {
-            const int r = e / dv, c = e % dv;
-            float t = 0.f;
-            for (int i = 0; i < L; i++) t = fmaf(__fmul_rn(Kc[(size_t)i * KS + r], kd[i]), U[(size_t)i * dv + c], t);
-            S[e] = __fadd_rn(__fmul_rn(S[e], e_l), t);
-        }
-        /* 8b. outputs: o, and the gated norm (a warp per row) */
-        for (int i = warp; i < L; i += nwarps) {
-            const size_t row = row0 + i, oc = (size_t)h * dv;
-            const float *oi = O + (size_t)i * dv;
-            float ss = 0.f;
-            for (int c = lane; c < dv; c += 32) {
-                ss = fmaf(oi[c], oi[c], ss);
-                if (a.o) a.o[row * a.ldo + oc + c] = oi[c];
+        for (int t = tid; t < (DK / 4) * ntc; t += kThreads) {
+            const int r0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
+            float acc[4][4] = {};
+            for (int i = 0; i < L; i++) {
+                const float4 u4 = *reinterpret_cast<const float4 *>(U + (size_t)i * dv + c0);
+                const float kdi = kd[i];
+#pragma unroll
+                for (int rr = 0; rr < 4; rr++) fma4(acc[rr], __fmul_rn(Kc[(size_t)i * KS + r0 + rr], kdi), u4);
             }
-            if (a.y) {
-                ss = warp_sum(ss);
-                const float rs = 1.0f / sqrtf(ss / (float)dv + a.eps);
+#pragma unroll
+            for (int rr = 0; rr < 4; rr++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    float *sp = S + (size_t)(r0 + rr) * dv + c0 + k;
+                    *sp = __fadd_rn(__fmul_rn(*sp, e_l), acc[rr][k]);
+                }
+        }
+        /* 8b. outputs: o, and the gated norm over the head's dvf columns (a
+         * warp per row): sums of o^2 per quarter of dvf, added in quarter
+         * order whatever ns is, so a lane's numbers do not depend on how
+         * many blocks its head had (that depends on the batch) */
+        const size_t oc = (size_t)h * dvf + cs;
+        const int dq = dvf / 4, q0 = rank * 4 / ns, q1 = (rank + 1) * 4 / ns;
+        for (int i = warp; i < L; i += nwarps) {
+            const size_t row = row0 + i;
+            const float *oi = O + (size_t)i * dv;
+            if (a.o)
+                for (int c = lane; c < dv; c += 32) a.o[row * a.ldo + oc + c] = oi[c];
+            if (a.y)
+                for (int q = q0; q < q1; q++) {
+                    float ss = 0.f;
+                    for (int c = q * dq - cs + lane; c < (q + 1) * dq - cs; c += 32) ss = fmaf(oi[c], oi[c], ss);
+                    ss = warp_sum(ss);
+                    if (lane == 0) rss[q * kC + i] = ss;
+                }
+        }
+        if (a.y) {
+            if (ns > 1) cg::this_cluster().sync(); else __syncthreads();
+            for (int i = warp; i < L; i += nwarps) {
+                const size_t row = row0 + i;
+                const float *oi = O + (size_t)i * dv;
+                float ss = 0.f;
+                for (int q = 0; q < 4; q++) {
+                    const int owner = q * ns / 4; /* the rank that summed quarter q */
+                    const float *r = owner == rank ? rss : cg::this_cluster().map_shared_rank(rss, owner);
+                    ss = __fadd_rn(ss, r[q * kC + i]);
+                }
+                const float rs = 1.0f / sqrtf(ss / (float)dvf + a.eps);
                 for (int c = lane; c < dv; c += 32)
                     a.y[row * a.ldy + oc + c] =
-                        __fmul_rn(__fmul_rn(a.norm_w[c], __fmul_rn(oi[c], rs)), siluf_(a.z[row * a.ldz + oc + c]));
+                        __fmul_rn(__fmul_rn(a.norm_w[cs + c], __fmul_rn(oi[c], rs)), siluf_(a.z[row * a.ldz + oc + c]));
             }
+            if (ns > 1) cg::this_cluster().sync(); /* the peers are done reading rss */
         }
     }
     __syncthreads();
-    float *So = ln.s_out + (size_t)h * hs;
-    for (int e = tid; e < DK * dv; e += kThreads) So[e] = S[e];
+    float *So = ln.s_out + (size_t)h * hs + cs;
+    for (int e = tid; e < DK * dv; e += kThreads) So[(size_t)(e / dv) * dvf + e % dv] = S[e];
 }
 
 template <int DK>
@@ -227,9 +297,19 @@ int launch_chunked(const ChunkArgs &ca, cudaStream_t s) {
                                              (int)(Plan<DK>::floats(SPLASH_CUDA_GDN_MAX_DV) * sizeof(float))));
         attr_set = true;
     }
-    const size_t smem = Plan<DK>::floats(ca.p.dv) * sizeof(float);
-    gdn_chunked_kernel<DK><<<dim3((unsigned)ca.p.hv, (unsigned)ca.p.n_lanes), kThreads, smem, s>>>(ca);
-    SPLASH_CUDA_LAUNCHED();
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1);
+    lc.blockDim = dim3(kThreads, 1, 1);
+    lc.dynamicSmemBytes = Plan<DK>::floats(ca.p.dv / ca.ns) * sizeof(float);
+    lc.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)ca.ns;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    lc.attrs = attr;
+    lc.numAttrs = ca.ns > 1 ? 1 : 0;
+    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&lc, gdn_chunked_kernel<DK>, ca));
     return SPLASH_OK;
 }
 
@@ -238,8 +318,23 @@ int launch_chunked(const ChunkArgs &ca, cudaStream_t s) {
 extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *stream) {
     const int rc = splash_cuda_gdn_args_check(a);
     if (rc || a->n_lanes == 0) return rc;
+    if (a->dv % 4) return SPLASH_E_UNSUPPORTED; /* the 4 x 4 output tiles */
     ChunkArgs ca;
     ca.p = *a;
+    /* Split each head's columns over 2 blocks while the heads alone leave
+     * SMs idle (one 27B lane: 48 heads on 132 SMs).  The k-side work of a
+     * chunk (A, the substitution of W, q k^T) is repeated per block; the
+     * dv-side (3/4 of it) is divided.  4 blocks measured slower: 35B-A3B,
+     * one lane of 1,024 rows, 2.94 ms at 4 against 2.53 ms for the
+     * recurrence (NOTES.md). */
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms = 1, (void)cudaGetLastError();
+    }
+    ca.ns = 1;
+    if ((a->dv / 2) % 4 == 0 && a->dv % 2 == 0 && (long)a->hv * a->n_lanes * 2 <= sms) ca.ns = 2;
     ca.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */
     const cudaStream_t s = (cudaStream_t)stream;
     switch (a->dk) {

@@ -126,6 +126,62 @@ __global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const flo
     }
 }
 
+/* The slots (rows x K ids) sorted by expert, for the grouped GEMM: counts,
+ * offsets and the tile list by one thread (E is small), then a thread per
+ * expert walks the slots in order (within an expert, ascending slot: the
+ * same positions whatever the timing).  One block of kSortThreads. */
+constexpr int kSortThreads = 1024;
+constexpr int kSortSmemIds = 8192; /* ids staged in shared memory up to this many slots (32 KB + 8 KB static) */
+
+__global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const int32_t *idx, int S, int E, int bn, int32_t *off,
+                                                                int32_t *perm, int32_t *inv, int32_t *tile_e,
+                                                                int32_t *tile_n0, int32_t *n_tiles) {
+    __shared__ int cnt[SPLASH_CUDA_MOE_MAX_EXPERTS], soff[SPLASH_CUDA_MOE_MAX_EXPERTS];
+    extern __shared__ int sid[]; /* [S] when S <= kSortSmemIds */
+    const bool staged = S <= kSortSmemIds;
+    for (int e = threadIdx.x; e < E; e += kSortThreads) cnt[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < S; i += kSortThreads) {
+        const int e = idx[i];
+        if (staged) sid[i] = e;
+        if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+        else inv[i] = -1;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int run = 0, t = 0;
+        for (int e = 0; e < E; e++) {
+            soff[e] = off[e] = run;
+            for (int n0 = 0; n0 < cnt[e]; n0 += bn) tile_e[t] = e, tile_n0[t] = n0, t++;
+            run += cnt[e];
+        }
+        off[E] = run;
+        *n_tiles = t;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += kSortThreads) {
+        if (!cnt[e]) continue;
+        int p = soff[e];
+        for (int i = 0; i < S; i++)
+            if ((staged ? sid[i] : idx[i]) == e) perm[p] = i, inv[i] = p++;
+    }
+}
+
+/* fo[r] = sum over r's slots k (ascending: ascending expert id) of
+ * w[r][k] * gd[inv[r K + k]] (the combine_kernel's arithmetic). */
+__global__ void combine_sorted_kernel(float *fo, size_t ldf, const float *gd, const int32_t *inv, const float *w, int H,
+                                      int K) {
+    const int r = blockIdx.y;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
+        float f = 0.f;
+        for (int k = 0; k < K; k++) {
+            const int p = __ldg(inv + (size_t)r * K + k);
+            if (p >= 0) f = __fadd_rn(f, __fmul_rn(gd[(size_t)p * H + c], __ldg(w + (size_t)r * K + k)));
+        }
+        fo[(size_t)r * ldf + c] = f;
+    }
+}
+
 /* The byte distance between consecutive experts of a host array of n device
  * matrices, when it is one constant (the loader's layout); 0 otherwise. */
 size_t expert_stride(const splash_q4_matrix *m, int n) {
@@ -204,6 +260,32 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
     s->su = (float *)(g + bxs + bsI);
     s->smo = (float *)(g + bxs + 2 * bsI);
     const size_t n = (size_t)max_rows * top_k;
+    { /* the GEMM step */
+        const size_t bo = align256((SPLASH_CUDA_MOE_MAX_EXPERTS + 1) * 4), bp = align256(n * 4);
+        s->tiles_cap = (int)(n / SPLASH_Q4_GEMM_GROUP_ROWS + (n < SPLASH_CUDA_MOE_MAX_EXPERTS ? n : SPLASH_CUDA_MOE_MAX_EXPERTS) + 1);
+        const size_t bt = align256((size_t)s->tiles_cap * 4);
+        const size_t bgx = align256(splash_q4_gemm_x_bytes(max_rows, hidden)), bgs = align256(splash_q4_gemm_x_bytes((int)n, inter));
+        const size_t bgI = align256(n * inter * sizeof(float)), bgH = align256(n * hidden * sizeof(float));
+        uint8_t *q;
+        const cudaError_t e2 = cudaMalloc((void **)&q, bo + 2 * bp + 2 * bt + 256 + bgx + bgs + 2 * bgI + bgH);
+        if (e2 != cudaSuccess) {
+            SPLASH_CUDA_REPORT_("cudaMalloc", e2);
+            splash_cuda_moe_scratch_free(s);
+            return SPLASH_E_IO;
+        }
+        s->dev2 = q;
+        s->off = (int32_t *)q, q += bo;
+        s->perm = (int32_t *)q, q += bp;
+        s->inv = (int32_t *)q, q += bp;
+        s->tile_e = (int32_t *)q, q += bt;
+        s->tile_n0 = (int32_t *)q, q += bt;
+        s->n_tiles = (int32_t *)q, q += 256;
+        splash_q4_gemm_x_init(&s->gx, q, max_rows, hidden), q += bgx;
+        splash_q4_gemm_x_init(&s->gxs, q, (int)n, inter), q += bgs;
+        s->gg = (float *)q, q += bgI;
+        s->gu = (float *)q, q += bgI;
+        s->gd = (float *)q;
+    }
     cudaError_t e = cudaMallocHost((void **)&s->idx_host, n * sizeof(int32_t));
     if (e == cudaSuccess) e = cudaMallocHost((void **)&s->w_host, n * sizeof(float));
     if (e != cudaSuccess) {
@@ -217,6 +299,7 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
 extern "C" void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s) {
     if (!s) return;
     if (s->dev) cudaFree(s->dev);
+    if (s->dev2) cudaFree(s->dev2);
     if (s->idx_host) cudaFreeHost(s->idx_host);
     if (s->w_host) cudaFreeHost(s->w_host);
     memset(s, 0, sizeof *s);
@@ -285,6 +368,38 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
     if (!rc) rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, S, 1, &s->xs, s->smo, nullptr, (size_t)H, stream);
     if (rc) return rc;
     combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->smo, w, H, K);
+    SPLASH_CUDA_LAUNCHED();
+    return SPLASH_OK;
+}
+
+extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                            const splash_q4_matrix *down, int n_experts, const int32_t *idx,
+                                            const float *w, int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
+                                            splash_cuda_moe_scratch *s, struct CUstream_st *stream) {
+    if (!gate || !up || !down || !idx || !w || !xn || !fo || !s || !s->dev2 || rows < 0 || rows > s->max_rows ||
+        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || ldx < (size_t)s->hidden || ldf < (size_t)s->hidden)
+        return SPLASH_E_INVALID;
+    if (!rows) return SPLASH_OK;
+    const int H = s->hidden, I = s->inter, K = s->top_k, S = rows * K;
+    if (gate[0].rows != I || gate[0].cols != H || down[0].rows != H || down[0].cols != I) return SPLASH_E_MISMATCH;
+    const size_t sg = expert_stride(gate, n_experts), su = expert_stride(up, n_experts), sd = expert_stride(down, n_experts);
+    if (!sg || sg != su || !sd) return SPLASH_E_UNSUPPORTED;
+    const cudaStream_t st = (cudaStream_t)stream;
+    const size_t sort_smem = S <= kSortSmemIds ? (size_t)S * 4 : 0;
+    moe_sort_kernel<<<1, kSortThreads, sort_smem, st>>>(idx, S, n_experts, SPLASH_Q4_GEMM_GROUP_ROWS, s->off, s->perm,
+                                                       s->inv, s->tile_e, s->tile_n0, s->n_tiles);
+    SPLASH_CUDA_LAUNCHED();
+    const int active = S < n_experts ? S : n_experts; /* experts with slots, at most */
+    splash_q4_gemm_groups g = {s->off, s->perm, s->tile_e, s->tile_n0, s->n_tiles,
+                               S / SPLASH_Q4_GEMM_GROUP_ROWS + active + 1, K};
+    int rc = splash_q4_gemm_prep(&s->gx, xn, rows, H, ldx, stream);
+    if (!rc) rc = splash_q4_gemm_grouped(gate, up, sg, &g, &s->gx, s->gg, s->gu, stream);
+    if (!rc) rc = splash_cuda_silu_mul(s->gg, I, s->gu, I, s->gg, I, S, I, stream);
+    if (!rc) rc = splash_q4_gemm_prep(&s->gxs, s->gg, S, I, I, stream);
+    g.xdiv = 0; /* down reads the slots' hidden states in sorted order */
+    if (!rc) rc = splash_q4_gemm_grouped(down, nullptr, sd, &g, &s->gxs, s->gd, nullptr, stream);
+    if (rc) return rc;
+    combine_sorted_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->gd, s->inv, w, H, K);
     SPLASH_CUDA_LAUNCHED();
     return SPLASH_OK;
 }

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 
 #ifdef __cplusplus
@@ -59,10 +60,21 @@ typedef struct splash_cuda_moe_scratch {
     splash_q4_xprep xs;       /* each slot's hidden state prepared alone (rows_cap 16 * top_k) */
     float *sg, *su;           /* [slots][inter] gate (then silu(gate) * up) and up outputs */
     float *smo;               /* [slots][hidden] down outputs */
+    /* the GEMM step (splash_cuda_moe_experts_gemm): max_rows * top_k slots sorted by expert */
+    void *dev2;
+    int32_t *off;             /* [SPLASH_CUDA_MOE_MAX_EXPERTS + 1] first sorted position of each expert */
+    int32_t *perm, *inv;      /* [slots] the slot at each position; each slot's position (-1: bad id) */
+    int32_t *tile_e, *tile_n0, *n_tiles; /* the GEMM's tiles (q4_gemm.h) */
+    int tiles_cap;
+    splash_q4_gemm_x gx, gxs; /* the rows (cap hidden), the slots' hidden states (cap inter), prepared */
+    float *gg, *gu;           /* [slots][inter] gate (then silu(gate) * up), up */
+    float *gd;                /* [slots][hidden] down outputs */
 } splash_cuda_moe_scratch;
 
 /* Allocates (cudaMalloc, cudaMallocHost): 0, SPLASH_E_INVALID, or
- * SPLASH_E_IO when the runtime refuses.  hidden, inter: multiples of 64. */
+ * SPLASH_E_IO when the runtime refuses.  hidden, inter: multiples of 64.
+ * The GEMM step's part is (2 inter + hidden) floats + (hidden + inter) fp16
+ * per slot (the 35B-A3B at 512 rows: ~58 MB). */
 int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_rows, int hidden, int inter, int top_k);
 void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s);
 
@@ -88,6 +100,21 @@ int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q
                                     const splash_q4_matrix *down, int n_experts, const int32_t *idx, const float *w,
                                     int rows, const splash_q4_xprep *xp, float *fo, size_t ldf,
                                     splash_cuda_moe_scratch *s, struct CUstream_st *stream);
+
+/* The same step for the rows of bulk prefill lanes, on the tensor-core
+ * GEMM (q4_gemm.h: fp16-grade, not the bits of the steps above), device-
+ * driven: the (row, k) slots sorted by expert on the device (one block;
+ * within an expert in slot order), x prepared once, gate and up of every
+ * slot in one grouped GEMM (each expert's weights read once per 64 of its
+ * slots), silu * up, the grouped down GEMM, the weighted sum over each row's
+ * experts in ascending id.  A row's result depends on its own x and routing
+ * only.  Ids outside [0, n_experts) add nothing.  Experts laid out as the
+ * loader does (else SPLASH_E_UNSUPPORTED); every matrix fp16-safe
+ * (splash_q4_tiled_fp16_ok: the caller's to know). */
+int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                 const splash_q4_matrix *down, int n_experts, const int32_t *idx, const float *w,
+                                 int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
+                                 splash_cuda_moe_scratch *s, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

@@ -63,7 +63,49 @@ struct GemmParams {
     const float *inv_scale;    /* [R] */
     float *y;                  /* [R][rows] */
     int rows, tiles, groups, cols, R, add;
+    /* grouped (MoE experts): block x = tile (tile_e, tile_n0) of the sorted
+     * slots, block z = matrix array (codes / codes2 -> y / y2); expert e's
+     * matrix at codes + e * estride (sb sboff further); its rows are sorted
+     * positions off[e] + n0 + n, x row perm[pos] / xdiv (xdiv 0: pos) */
+    const int32_t *off, *perm, *tile_e, *tile_n0, *n_tiles;
+    const uint8_t *codes2;
+    float *y2;
+    size_t estride, sboff;
+    int xdiv;
 };
+
+/* What a block reads and writes (built field by field, as q4_matmul.cu's
+ * View: never a modified copy of the kernel argument). */
+struct Block {
+    const uint8_t *codes, *sb;
+    float *y;
+    int n; /* rows of x in this block */
+};
+
+template <int BN, bool GROUPED>
+__device__ __forceinline__ bool make_block(const GemmParams &p, Block &b, int *xrow, int *yrow) {
+    int n0, n, ybase;
+    if (!GROUPED) {
+        b.codes = p.codes, b.sb = p.sb, b.y = p.y;
+        n0 = blockIdx.x * BN, n = min(BN, p.R - n0), ybase = n0;
+    } else {
+        const int t = blockIdx.x;
+        if (t >= __ldg(p.n_tiles)) return false;
+        const int e = __ldg(p.tile_e + t), base = __ldg(p.off + e);
+        n0 = __ldg(p.tile_n0 + t), n = min(BN, __ldg(p.off + e + 1) - base - n0), ybase = base + n0;
+        b.codes = (blockIdx.z ? p.codes2 : p.codes) + (size_t)e * p.estride;
+        b.sb = b.codes + p.sboff;
+        b.y = blockIdx.z ? p.y2 : p.y;
+    }
+    b.n = n;
+    for (int i = threadIdx.x; i < BN; i += kThreads) {
+        const int pos = ybase + i;
+        yrow[i] = pos;
+        xrow[i] = i >= n ? -1 : !GROUPED ? pos : p.xdiv ? __ldg(p.perm + pos) / p.xdiv : pos;
+    }
+    __syncthreads();
+    return true;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -88,24 +130,26 @@ __device__ __forceinline__ uint2 lds64(uint32_t a) {
 
 /* Group G of the block's tiles and x rows into the stage at `st`. */
 template <int BN>
-__device__ __forceinline__ void load_stage(const GemmParams &p, uint32_t st, int tile0, int n0, int G) {
+__device__ __forceinline__ void load_stage(const GemmParams &p, const Block &b, const int *xrow, uint32_t st, int tile0,
+                                           int G) {
     const int tid = threadIdx.x;
     for (int i = tid; i < kTiles * 32; i += kThreads) { /* codes: 32 chunks a tile */
         const int T = tile0 + (i >> 5);
         const bool ok = T < p.tiles;
-        const uint8_t *src = p.codes + (ok ? ((size_t)T * p.groups + G) * 512 + (size_t)(i & 31) * 16 : 0);
+        const uint8_t *src = b.codes + (ok ? ((size_t)T * p.groups + G) * 512 + (size_t)(i & 31) * 16 : 0);
         cp_async16(st + i * 16, src, ok ? 16 : 0);
     }
     if (tid < kTiles * 4) { /* scales and biases: 4 chunks a tile */
         const int T = tile0 + (tid >> 2);
         const bool ok = T < p.tiles;
-        const uint8_t *src = p.sb + (ok ? ((size_t)T * p.groups + G) * 64 + (size_t)(tid & 3) * 16 : 0);
+        const uint8_t *src = b.sb + (ok ? ((size_t)T * p.groups + G) * 64 + (size_t)(tid & 3) * 16 : 0);
         cp_async16(st + kCodeBytes + tid * 16, src, ok ? 16 : 0);
     }
     for (int i = tid; i < BN * 8; i += kThreads) { /* x: 8 chunks a row, swizzled */
         const int n = i >> 3, k = i & 7;
-        const bool ok = n0 + n < p.R;
-        const uint16_t *src = p.xhi + (ok ? (size_t)(n0 + n) * p.cols + (size_t)G * 64 + k * 8 : 0);
+        const int xr = xrow[n];
+        const uint16_t *src = p.xhi + (xr >= 0 ? (size_t)xr * p.cols + (size_t)G * 64 + k * 8 : 0);
+        const bool ok = xr >= 0;
         cp_async16(st + kCodeBytes + kSbBytes + n * 128 + ((k ^ (n & 7)) << 4), src, ok ? 16 : 0);
     }
 }
@@ -135,14 +179,17 @@ __device__ __forceinline__ void weights_tile(ATile &A, uint4 c, uint2 sb) {
     }
 }
 
-template <int BN>
+template <int BN, bool GROUPED>
 __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p) {
     extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ int xrow[BN], yrow[BN]; /* x row and y row of each of the block's rows (-1: none) */
+    Block blk;
+    if (!make_block<BN, GROUPED>(p, blk, xrow, yrow)) return;
     constexpr int NT = Tile<BN>::NT;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp & 3, wn = warp >> 2;
-    const int n0 = blockIdx.x * BN, tile0 = blockIdx.y * kTiles;
+    const int tile0 = blockIdx.y * kTiles;
     const uint32_t base = smem_addr(smem);
 
     float acc[kWarpTiles][NT][4];
@@ -155,14 +202,14 @@ __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) {
-        if (s < p.groups) load_stage<BN>(p, base + s * Tile<BN>::stage, tile0, n0, s);
+        if (s < p.groups) load_stage<BN>(p, blk, xrow, base + s * Tile<BN>::stage, tile0, s);
         cp_async_commit();
     }
     for (int G = 0; G < p.groups; G++) {
         cp_async_wait<kStages - 2>();
         __syncthreads(); /* stage G is in; every warp is done with stage G - 1 */
         const int Gn = G + kStages - 1;
-        if (Gn < p.groups) load_stage<BN>(p, base + (Gn % kStages) * Tile<BN>::stage, tile0, n0, Gn);
+        if (Gn < p.groups) load_stage<BN>(p, blk, xrow, base + (Gn % kStages) * Tile<BN>::stage, tile0, Gn);
         cp_async_commit();
 
         const uint32_t st = base + (G % kStages) * Tile<BN>::stage;
@@ -191,10 +238,10 @@ __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p
     for (int nt = 0; nt < NT; nt++) {
 #pragma unroll
         for (int c01 = 0; c01 < 2; c01++) {
-            const int n = n0 + wn * (BN / 2) + nt * 8 + 2 * t + c01;
-            if (n >= p.R) continue;
-            const float inv = __ldg(p.inv_scale + n);
-            float *yr = p.y + (size_t)n * p.rows;
+            const int n = wn * (BN / 2) + nt * 8 + 2 * t + c01;
+            if (n >= blk.n) continue;
+            const float inv = __ldg(p.inv_scale + xrow[n]);
+            float *yr = blk.y + (size_t)yrow[n] * p.rows;
 #pragma unroll
             for (int r = 0; r < kWarpTiles; r++) {
 #pragma unroll
@@ -209,15 +256,16 @@ __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p
     }
 }
 
-template <int BN>
-int launch_gemm(const GemmParams &p, cudaStream_t stream) {
+/* grid.x: blocks of BN rows of x, or (grouped) the tile bound; grid.z: matrix arrays */
+template <int BN, bool GROUPED>
+int launch_gemm(const GemmParams &p, int grid_x, int grid_z, cudaStream_t stream) {
     static bool attr_set = false; /* benign race: every thread sets the same value */
-    auto fn = q4_gemm_kernel<BN>;
+    auto fn = q4_gemm_kernel<BN, GROUPED>;
     if (!attr_set) {
         SPLASH_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile<BN>::smem));
         attr_set = true;
     }
-    const dim3 grid((unsigned)((p.R + BN - 1) / BN), (unsigned)((p.tiles + kTiles - 1) / kTiles));
+    const dim3 grid((unsigned)grid_x, (unsigned)((p.tiles + kTiles - 1) / kTiles), (unsigned)grid_z);
     fn<<<grid, kThreads, Tile<BN>::smem, stream>>>(p);
     SPLASH_CUDA_TRY(cudaGetLastError());
     return SPLASH_OK;
@@ -318,8 +366,29 @@ extern "C" int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x 
     if (!w || !xg || !y || xg->R <= 0 || xg->cols != w->cols || !w->codes || !w->sb) return SPLASH_E_INVALID;
     if ((unsigned)w->tiles > 65535u * kTiles) return SPLASH_E_INVALID;
     GemmParams p;
+    memset(&p, 0, sizeof p);
     p.codes = w->codes, p.sb = w->sb, p.xhi = xg->hi, p.inv_scale = xg->inv_scale, p.y = y;
     p.rows = w->rows, p.tiles = w->tiles, p.groups = w->groups, p.cols = w->cols, p.R = xg->R, p.add = add ? 1 : 0;
     const cudaStream_t s = (cudaStream_t)stream;
-    return xg->R <= 64 ? launch_gemm<64>(p, s) : launch_gemm<128>(p, s);
+    return xg->R <= 64 ? launch_gemm<64, false>(p, (xg->R + 63) / 64, 1, s)
+                       : launch_gemm<128, false>(p, (xg->R + 127) / 128, 1, s);
+}
+
+extern "C" int splash_q4_gemm_grouped(const splash_q4_matrix *first, const splash_q4_matrix *first2, size_t stride,
+                                      const splash_q4_gemm_groups *gr, const splash_q4_gemm_x *xg, float *y, float *y2,
+                                      struct CUstream_st *stream) {
+    if (!first || !gr || !xg || !y || (first2 && !y2) || !gr->off || !gr->tile_e || !gr->tile_n0 || !gr->n_tiles ||
+        (gr->xdiv && !gr->perm) || gr->xdiv < 0 || gr->tiles_cap < 1 || gr->tiles_cap > 2147483647 / 2 ||
+        xg->R <= 0 || xg->cols != first->cols || !stride)
+        return SPLASH_E_INVALID;
+    if (first2 && (first2->rows != first->rows || first2->cols != first->cols || first2->sb - first2->codes != first->sb - first->codes))
+        return SPLASH_E_MISMATCH;
+    GemmParams p;
+    memset(&p, 0, sizeof p);
+    p.codes = first->codes, p.sb = first->sb, p.codes2 = first2 ? first2->codes : nullptr;
+    p.xhi = xg->hi, p.inv_scale = xg->inv_scale, p.y = y, p.y2 = y2;
+    p.rows = first->rows, p.tiles = first->tiles, p.groups = first->groups, p.cols = first->cols, p.R = xg->R;
+    p.off = gr->off, p.perm = gr->perm, p.tile_e = gr->tile_e, p.tile_n0 = gr->tile_n0, p.n_tiles = gr->n_tiles;
+    p.estride = stride, p.sboff = (size_t)(first->sb - first->codes), p.xdiv = gr->xdiv;
+    return launch_gemm<SPLASH_Q4_GEMM_GROUP_ROWS, true>(p, gr->tiles_cap, first2 ? 2 : 1, (cudaStream_t)stream);
 }

@@ -61,6 +61,30 @@ int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, s
 int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x *xg, float *y, int add,
                    struct CUstream_st *stream);
 
+/* Grouped (MoE experts in prefill: no host synchronisation).  The (row,
+ * expert) slots are sorted by expert (splash_cuda_moe_experts_gemm makes
+ * this on the device): expert e's slots take the sorted positions
+ * [off[e], off[e + 1]), in tiles of SPLASH_Q4_GEMM_GROUP_ROWS positions
+ * (tile t: expert tile_e[t], first position off[e] + tile_n0[t]; *n_tiles
+ * tiles, at most tiles_cap).  Position p multiplies expert e's matrix by x
+ * row perm[p] / xdiv of xg (xdiv 0: row p) into y row p (stride rows);
+ * first2 / y2 (NULL: none): a second matrix array read with the same x rows
+ * (gate and up).  The experts' matrices lie every `stride` bytes from first
+ * (first2), as the loader places a stacked expert tensor. */
+#define SPLASH_Q4_GEMM_GROUP_ROWS 64
+typedef struct splash_q4_gemm_groups {
+    const int32_t *off;              /* device [n_experts + 1] */
+    const int32_t *perm;             /* device [positions] */
+    const int32_t *tile_e, *tile_n0; /* device [tiles_cap] */
+    const int32_t *n_tiles;          /* device [1] */
+    int tiles_cap;                   /* the launch's bound on the tiles */
+    int xdiv;
+} splash_q4_gemm_groups;
+
+int splash_q4_gemm_grouped(const splash_q4_matrix *first, const splash_q4_matrix *first2, size_t stride,
+                           const splash_q4_gemm_groups *g, const splash_q4_gemm_x *xg, float *y, float *y2,
+                           struct CUstream_st *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,8 +12,9 @@
  *              fused; x += out_proj(y)
  *   FFN        x += down(silu(gate xn) * up xn)
  *   MoE        router and shared-expert gate logits; softmax + top-k; the
- *              routed experts (moe.h: device-driven grouped q4 products for
- *              <= 16 rows, host-driven above); the shared expert;
+ *              routed experts (moe.h: bulk prefill rows on the grouped GEMM,
+ *              other runs of <= 16 rows device-driven grouped q4 products,
+ *              longer runs host-driven); the shared expert;
  *              fo += sigmoid(s) * shared; x += fo
  *
  * A residual add is a q4 product adding into x in its epilogue, or a product
@@ -189,6 +190,35 @@ int qc_ffn_layer(qc_fwd *f, const qc_layer *L) {
     return residual(f, &L->down, h, ldh);
 }
 
+/* The routed experts of rows [r0, r1) into fo: bulk prefill rows on the
+ * GEMM; up to 16 rows device-driven (no host sync: graphs), on xn's prepared
+ * form from the norm when it holds these rows; more host-driven.  The last
+ * two give the same bits, so a row's numbers depend on its lane only. */
+static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk) {
+    qc_model *m = f->m;
+    const qwen35_dims *d = &m->d;
+    const size_t H = (size_t)d->hidden, K = (size_t)d->top_k;
+    const int n = r1 - r0;
+    if (n <= 0) return 0;
+    const int32_t *idx = m->topi + (size_t)r0 * K;
+    const float *w = m->topw + (size_t)r0 * K, *xn = m->xn + (size_t)r0 * H;
+    float *fo = m->fo + (size_t)r0 * H;
+    if (bulk)
+        return splash_cuda_moe_experts_gemm(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n, xn, H,
+                                            fo, H, &m->moe, m->stream);
+    if (n <= SPLASH_Q4_MAX_M) {
+        if (r0 || m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != n) {
+            int rc = splash_q4_prep_x(&m->xp, xn, n, (int)H, (int)H, m->stream);
+            if (rc) return rc;
+            m->xp_src = r0 ? nullptr : m->xn, m->xp_ld = H;
+        }
+        return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n,
+                                               &m->xp, fo, H, &m->moe, m->stream);
+    }
+    return splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n, xn, H, fo, H,
+                                   &m->moe, m->stream);
+}
+
 int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
     qc_model *m = f->m;
     const qwen35_dims *d = &m->d;
@@ -197,17 +227,13 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
     const qc_prod gates[2] = {{&L->router, m->rlog, 0}, {&L->shared_expert_gate, m->sgate, 0}};
     QC_TRY(f, qc_products(f, m->xn, H, gates, 2));
     QC_TRY(f, splash_cuda_moe_route(m->rlog, E, R, d->experts, d->top_k, d->norm_topk, m->topi, m->topw, m->stream));
-    if (R <= SPLASH_Q4_MAX_M) { /* device-driven: no host sync (graphs), xn's prepared form from the norm */
-        if (m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != R) {
-            QC_TRY(f, splash_q4_prep_x(&m->xp, m->xn, R, (int)H, (int)H, m->stream));
-            m->xp_src = m->xn, m->xp_ld = H;
-        }
-        QC_TRY(f, splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts, m->topi,
-                                                  m->topw, R, &m->xp, m->fo, H, &m->moe, m->stream));
-    } else {
-        QC_TRY(f, splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, m->topi, m->topw,
-                                          R, m->xn, H, m->fo, H, &m->moe, m->stream));
+    int r = 0; /* rows before r are done: bulk prefill ranges on the GEMM, the rest between them */
+    for (int i = 0; i < f->n_bulk && L->experts_gemm; i++) {
+        QC_TRY(f, moe_experts(f, L, r, m->bulk[i].r0, 0));
+        QC_TRY(f, moe_experts(f, L, m->bulk[i].r0, m->bulk[i].r1, 1));
+        r = m->bulk[i].r1;
     }
+    QC_TRY(f, moe_experts(f, L, r, R, 0));
     float *h;
     size_t ldh;
     int rc = swiglu(f, &L->ffn_in, &L->shared_gate, &L->shared_up, d->shared_inter, &h, &ldh);

@@ -154,9 +154,9 @@ static int check_dims(const qwen35_dims *d, splash_error *err) {
         return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: attention head_dim %d (64, 128 or 256)", d->head_dim);
     if (d->n_gdn && d->dk != 32 && d->dk != 64 && d->dk != 128)
         return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: GDN key_dim %d (32, 64 or 128)", d->dk);
-    if (d->n_gdn && d->dv > SPLASH_CUDA_GDN_MAX_DV)
-        return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: GDN value_dim %d (at most %d)", d->dv,
-                           SPLASH_CUDA_GDN_MAX_DV);
+    if (d->n_gdn && (d->dv > SPLASH_CUDA_GDN_MAX_DV || d->dv % 4))
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: GDN value_dim %d (a multiple of 4, at most %d)",
+                           d->dv, SPLASH_CUDA_GDN_MAX_DV);
     if (d->n_gdn && d->conv_kernel > SPLASH_CUDA_GDN_MAX_K)
         return splash_fail(err, SPLASH_E_UNSUPPORTED, "CUDA backend: GDN conv_kernel %d (at most %d)", d->conv_kernel,
                            SPLASH_CUDA_GDN_MAX_K);

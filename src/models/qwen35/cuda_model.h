@@ -95,6 +95,7 @@ typedef struct qc_layer {
     qc_matrix router;              /* [E, H] */
     qc_matrix shared_gate, shared_up, shared_down, shared_expert_gate;
     const splash_q4_matrix *experts_gate, *experts_up, *experts_down; /* host arrays [E] */
+    int experts_gemm;              /* every expert fp16-safe: bulk prefill rows take splash_cuda_moe_experts_gemm */
     /* The matrices that read one input stacked into one q4 matrix (one
      * launch) when all are q4 (splash_q4_repack_stacked_host); is_q4 = 0
      * when not, and then the parts above are used.  When stacked, the parts

@@ -149,7 +149,7 @@ int put_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, i
 }
 
 /* Stacked experts [E, rows, cols], q4 only. */
-int put_experts(Walk *w, const splash_tensor *t, splash_q4_matrix *out) {
+int put_experts(Walk *w, const splash_tensor *t, splash_q4_matrix *out, int *gemm) {
     if (t->dtype != SPLASH_Q4)
         return splash_fail(w->err, SPLASH_E_UNSUPPORTED,
                            "tensor %s: experts stored as %s; the CUDA backend runs q4 experts only (pack with --weights q4)",
@@ -158,7 +158,9 @@ int put_experts(Walk *w, const splash_tensor *t, splash_q4_matrix *out) {
     splash_tensor_matrix_dims(t, &rows, &cols, &count);
     for (int64_t e = 0; e < count; e++) {
         splash_tensor s = splash_tensor_slice(t, e);
-        int rc = put_q4(w, s.data, (int)rows, (int)cols, t->name, &out[e], nullptr);
+        int ok = 0;
+        int rc = put_q4(w, s.data, (int)rows, (int)cols, t->name, &out[e], &ok);
+        if (!ok) *gemm = 0;
         if (rc) return rc;
     }
     return 0;
@@ -222,9 +224,10 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
         if (d->moe) {
             splash_q4_matrix *ex = out->experts + (size_t)i * 3 * E;
             TRY(put_matrix(w, L->router, &o->router));
-            TRY(put_experts(w, L->experts_gate, ex));
-            TRY(put_experts(w, L->experts_up, ex + E));
-            TRY(put_experts(w, L->experts_down, ex + 2 * E));
+            o->experts_gemm = 1;
+            TRY(put_experts(w, L->experts_gate, ex, &o->experts_gemm));
+            TRY(put_experts(w, L->experts_up, ex + E, &o->experts_gemm));
+            TRY(put_experts(w, L->experts_down, ex + 2 * E, &o->experts_gemm));
             o->experts_gate = ex, o->experts_up = ex + E, o->experts_down = ex + 2 * E;
             const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
             qc_matrix *const apart[2] = {&o->shared_gate, &o->shared_up};
