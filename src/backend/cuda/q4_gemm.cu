@@ -192,13 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p
     const int tile0 = blockIdx.y * kTiles;
     const uint32_t base = smem_addr(smem);
 
-    float acc[kWarpTiles][NT][4];
-#pragma unroll
-    for (int r = 0; r < kWarpTiles; r++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[r][nt][c] = 0.f;
+    float acc[kWarpTiles][NT][4] = {};
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; s++) {
