@@ -334,7 +334,7 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
             sms = 1, (void)cudaGetLastError();
     }
     ca.ns = 1;
-    if ((a->dv / 2) % 4 == 0 && a->dv % 2 == 0 && (long)a->hv * a->n_lanes * 2 <= sms) ca.ns = 2;
+    if (a->dv % 8 == 0 && (long)a->hv * a->n_lanes * 2 <= sms) ca.ns = 2; /* halves of 4 x 4 tiles */
     ca.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */
     const cudaStream_t s = (cudaStream_t)stream;
     switch (a->dk) {

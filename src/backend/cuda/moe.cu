@@ -115,13 +115,20 @@ __global__ void scatter_add_kernel(float *fo, size_t ldf, const float *mo, int H
         dst[c] = __fadd_rn(dst[c], __fmul_rn(mo[(size_t)i * H + c], w));
 }
 
-/* fo[r] = sum over k of mo[r * K + k] * w[r * K + k], k ascending (the
- * route sorts a row's experts by id: ffn.c's order), from 0 as ffn.c. */
-__global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const float *w, int H, int K) {
+/* fo[r] = sum over k of mo[slot r * K + k] * w[r * K + k], k ascending (the
+ * route sorts a row's experts by id: ffn.c's order), from 0 as ffn.c.  A
+ * slot's output row is the slot itself (inv NULL) or inv[slot] (the GEMM
+ * step's sorted order; -1: a bad id, left out). */
+__global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const int32_t *inv, const float *w, int H,
+                               int K) {
     const int r = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
         float f = 0.f;
-        for (int k = 0; k < K; k++) f = __fadd_rn(f, __fmul_rn(mo[((size_t)r * K + k) * H + c], __ldg(w + (size_t)r * K + k)));
+        for (int k = 0; k < K; k++) {
+            const size_t slot = (size_t)r * K + k;
+            const int p = inv ? __ldg(inv + slot) : (int)slot;
+            if (p >= 0) f = __fadd_rn(f, __fmul_rn(mo[(size_t)p * H + c], __ldg(w + slot)));
+        }
         fo[(size_t)r * ldf + c] = f;
     }
 }
@@ -167,21 +174,6 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const int32_t *i
     }
 }
 
-/* fo[r] = sum over r's slots k (ascending: ascending expert id) of
- * w[r][k] * gd[inv[r K + k]] (the combine_kernel's arithmetic). */
-__global__ void combine_sorted_kernel(float *fo, size_t ldf, const float *gd, const int32_t *inv, const float *w, int H,
-                                      int K) {
-    const int r = blockIdx.y;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
-        float f = 0.f;
-        for (int k = 0; k < K; k++) {
-            const int p = __ldg(inv + (size_t)r * K + k);
-            if (p >= 0) f = __fadd_rn(f, __fmul_rn(gd[(size_t)p * H + c], __ldg(w + (size_t)r * K + k)));
-        }
-        fo[(size_t)r * ldf + c] = f;
-    }
-}
-
 /* The byte distance between consecutive experts of a host array of n device
  * matrices, when it is one constant (the loader's layout); 0 otherwise. */
 size_t expert_stride(const splash_q4_matrix *m, int n) {
@@ -191,6 +183,15 @@ size_t expert_stride(const splash_q4_matrix *m, int n) {
     for (int e = 2; e < n; e++)
         if (m[e].codes != m[0].codes + (size_t)e * st || m[e].sb - m[e].codes != m[0].sb - m[0].codes) return 0;
     return st;
+}
+
+/* The device-driven steps' checks: the experts' shapes, and their strides
+ * (the loader's layout: one constant each, gate's equal to up's). */
+int expert_strides(const splash_q4_matrix *gate, const splash_q4_matrix *up, const splash_q4_matrix *down, int n,
+                   int H, int I, size_t *sg, size_t *sd) {
+    if (gate[0].rows != I || gate[0].cols != H || down[0].rows != H || down[0].cols != I) return SPLASH_E_MISMATCH;
+    *sg = expert_stride(gate, n), *sd = expert_stride(down, n);
+    return !*sg || *sg != expert_stride(up, n) || !*sd ? SPLASH_E_UNSUPPORTED : SPLASH_OK;
 }
 
 size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -356,18 +357,17 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
         return SPLASH_E_INVALID;
     if (!rows) return SPLASH_OK;
     const int H = s->hidden, I = s->inter, K = s->top_k, S = rows * K;
-    if (xp->M != rows || xp->cols != H || gate[0].rows != I || gate[0].cols != H || down[0].rows != H ||
-        down[0].cols != I)
-        return SPLASH_E_MISMATCH;
-    const size_t sg = expert_stride(gate, n_experts), su = expert_stride(up, n_experts), sd = expert_stride(down, n_experts);
-    if (!sg || sg != su || !sd) return SPLASH_E_UNSUPPORTED; /* the grouped product needs the loader's layout */
+    if (xp->M != rows || xp->cols != H) return SPLASH_E_MISMATCH;
+    size_t sg, sd;
+    int rc = expert_strides(gate, up, down, n_experts, H, I, &sg, &sd);
+    if (rc) return rc;
     const cudaStream_t st = (cudaStream_t)stream;
     /* gate and up of every (row, k) slot in one launch, x row = slot / K */
-    int rc = splash_q4_matmul_grouped(gate, up, n_experts, sg, idx, S, K, xp, s->sg, s->su, (size_t)I, stream);
+    rc = splash_q4_matmul_grouped(gate, up, n_experts, sg, idx, S, K, xp, s->sg, s->su, (size_t)I, stream);
     if (!rc) rc = splash_q4_prep_silu_mul_rows(&s->xs, s->sg, I, s->su, I, s->sg, I, S, I, stream);
     if (!rc) rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, S, 1, &s->xs, s->smo, nullptr, (size_t)H, stream);
     if (rc) return rc;
-    combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->smo, w, H, K);
+    combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->smo, nullptr, w, H, K);
     SPLASH_CUDA_LAUNCHED();
     return SPLASH_OK;
 }
@@ -381,9 +381,9 @@ extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const 
         return SPLASH_E_INVALID;
     if (!rows) return SPLASH_OK;
     const int H = s->hidden, I = s->inter, K = s->top_k, S = rows * K;
-    if (gate[0].rows != I || gate[0].cols != H || down[0].rows != H || down[0].cols != I) return SPLASH_E_MISMATCH;
-    const size_t sg = expert_stride(gate, n_experts), su = expert_stride(up, n_experts), sd = expert_stride(down, n_experts);
-    if (!sg || sg != su || !sd) return SPLASH_E_UNSUPPORTED;
+    size_t sg, sd;
+    int rc = expert_strides(gate, up, down, n_experts, H, I, &sg, &sd);
+    if (rc) return rc;
     const cudaStream_t st = (cudaStream_t)stream;
     const size_t sort_smem = S <= kSortSmemIds ? (size_t)S * 4 : 0;
     moe_sort_kernel<<<1, kSortThreads, sort_smem, st>>>(idx, S, n_experts, SPLASH_Q4_GEMM_GROUP_ROWS, s->off, s->perm,
@@ -392,14 +392,14 @@ extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const 
     const int active = S < n_experts ? S : n_experts; /* experts with slots, at most */
     splash_q4_gemm_groups g = {s->off, s->perm, s->tile_e, s->tile_n0, s->n_tiles,
                                S / SPLASH_Q4_GEMM_GROUP_ROWS + active + 1, K};
-    int rc = splash_q4_gemm_prep(&s->gx, xn, rows, H, ldx, stream);
+    rc = splash_q4_gemm_prep(&s->gx, xn, rows, H, ldx, stream);
     if (!rc) rc = splash_q4_gemm_grouped(gate, up, sg, &g, &s->gx, s->gg, s->gu, stream);
     if (!rc) rc = splash_cuda_silu_mul(s->gg, I, s->gu, I, s->gg, I, S, I, stream);
     if (!rc) rc = splash_q4_gemm_prep(&s->gxs, s->gg, S, I, I, stream);
     g.xdiv = 0; /* down reads the slots' hidden states in sorted order */
     if (!rc) rc = splash_q4_gemm_grouped(down, nullptr, sd, &g, &s->gxs, s->gd, nullptr, stream);
     if (rc) return rc;
-    combine_sorted_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->gd, s->inv, w, H, K);
+    combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->gd, s->inv, w, H, K);
     SPLASH_CUDA_LAUNCHED();
     return SPLASH_OK;
 }

@@ -79,11 +79,12 @@ struct GemmParams {
 struct Block {
     const uint8_t *codes, *sb;
     float *y;
-    int n; /* rows of x in this block */
+    int n;     /* rows of x in this block */
+    int ybase; /* y row of its first */
 };
 
 template <int BN, bool GROUPED>
-__device__ __forceinline__ bool make_block(const GemmParams &p, Block &b, int *xrow, int *yrow) {
+__device__ __forceinline__ bool make_block(const GemmParams &p, Block &b, int *xrow) {
     int n0, n, ybase;
     if (!GROUPED) {
         b.codes = p.codes, b.sb = p.sb, b.y = p.y;
@@ -97,10 +98,9 @@ __device__ __forceinline__ bool make_block(const GemmParams &p, Block &b, int *x
         b.sb = b.codes + p.sboff;
         b.y = blockIdx.z ? p.y2 : p.y;
     }
-    b.n = n;
+    b.n = n, b.ybase = ybase;
     for (int i = threadIdx.x; i < BN; i += kThreads) {
         const int pos = ybase + i;
-        yrow[i] = pos;
         xrow[i] = i >= n ? -1 : !GROUPED ? pos : p.xdiv ? __ldg(p.perm + pos) / p.xdiv : pos;
     }
     __syncthreads();
@@ -182,9 +182,9 @@ __device__ __forceinline__ void weights_tile(ATile &A, uint4 c, uint2 sb) {
 template <int BN, bool GROUPED>
 __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p) {
     extern __shared__ __align__(128) uint8_t smem[];
-    __shared__ int xrow[BN], yrow[BN]; /* x row and y row of each of the block's rows (-1: none) */
+    __shared__ int xrow[BN]; /* the x row of each of the block's rows (-1: none) */
     Block blk;
-    if (!make_block<BN, GROUPED>(p, blk, xrow, yrow)) return;
+    if (!make_block<BN, GROUPED>(p, blk, xrow)) return;
     constexpr int NT = Tile<BN>::NT;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p
             const int n = wn * (BN / 2) + nt * 8 + 2 * t + c01;
             if (n >= blk.n) continue;
             const float inv = __ldg(p.inv_scale + xrow[n]);
-            float *yr = blk.y + (size_t)yrow[n] * p.rows;
+            float *yr = blk.y + (size_t)(blk.ybase + n) * p.rows;
 #pragma unroll
             for (int r = 0; r < kWarpTiles; r++) {
 #pragma unroll
@@ -284,13 +284,8 @@ __global__ void __launch_bounds__(kPrepThreads) q4_gemm_prep_kernel(const float 
     __syncthreads();
     mx = 0.f;
     for (int i = 0; i < kPrepThreads / 32; i++) mx = fmaxf(mx, red[i]);
-    float scale = 1.f, inv = 1.f;
-    if (mx > 0.f && mx < 3.0e38f) { /* as q4_matmul's prep: max |x| * 2^k in [2^13, 2^14) */
-        int e;
-        frexpf(mx, &e);
-        const int kk = max(-100, min(100, 14 - e));
-        scale = ldexpf(1.f, kk), inv = ldexpf(1.f, -kk);
-    }
+    float scale, inv;
+    row_pow2_scale(mx, scale, inv);
     uint2 *hr = reinterpret_cast<uint2 *>(hi + (size_t)n * cols);
     for (int i = threadIdx.x; i < n4; i += kPrepThreads) {
         const float4 v = xr[i];

@@ -478,12 +478,7 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
         __syncthreads();
         mx = 0.f;
         for (int i = 0; i < kPrepThreads / 32; i++) mx = fmaxf(mx, red[i]);
-        if (mx > 0.f && mx < 3.0e38f) {
-            int e;
-            frexpf(mx, &e); /* mx = f * 2^e, f in [0.5, 1): mx * 2^(14-e) in [2^13, 2^14) */
-            const int kk = max(-100, min(100, 14 - e));
-            scale = ldexpf(1.f, kk), inv = ldexpf(1.f, -kk);
-        }
+        row_pow2_scale(mx, scale, inv);
     }
     if (m < a.Mp) {
 #pragma unroll

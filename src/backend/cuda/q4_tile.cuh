@@ -2,7 +2,8 @@
  * matrix (q4_matmul.h's layout), shared by the small-M products
  * (q4_matmul.cu) and the prefill GEMM (q4_gemm.cu): a lane's 16 bytes of
  * codes become the A fragments of mma.sync m16n8k16 (exact q as fp16), and
- * tile_products runs the group's four k-steps against a lane's 8 words of x.
+ * tile_products runs the group's four k-steps against a lane's 8 words of x;
+ * row_pow2_scale is the scaling of an x row both prepare before fp16.
  *
  * Device-only C++; every function is inline.
  */
@@ -10,6 +11,7 @@
 #define SPLASH_CUDA_Q4_TILE_CUH
 
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 
 namespace splash_cuda {
@@ -60,6 +62,19 @@ __device__ __forceinline__ void tile_products(float (&d)[4], const ATile &A, con
     for (int j = 0; j < 4; j++) {
         const int w = j >> 1, s = 2 * (j & 1);
         mma16816(d, A.a[w][s], A.a[2 + w][s], A.a[w][s + 1], A.a[2 + w][s + 1], b[2 * j], b[2 * j + 1]);
+    }
+}
+
+/* The power of two 2^k that puts a row's largest |x| (mx) in [2^13, 2^14)
+ * before x is rounded to fp16, and 2^-k; 1 and 1 for a zero or non-finite
+ * row. */
+__device__ __forceinline__ void row_pow2_scale(float mx, float &scale, float &inv) {
+    scale = 1.f, inv = 1.f;
+    if (mx > 0.f && mx < 3.0e38f) {
+        int e;
+        frexpf(mx, &e); /* mx = f * 2^e, f in [0.5, 1): mx * 2^(14-e) in [2^13, 2^14) */
+        const int kk = max(-100, min(100, 14 - e));
+        scale = ldexpf(1.f, kk), inv = ldexpf(1.f, -kk);
     }
 }
 
