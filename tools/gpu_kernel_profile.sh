@@ -2,7 +2,7 @@
 # gpu_kernel_profile.sh - where a production-shape decode step's time goes, kernel by kernel.
 #
 #   tools/gpu_model_check.sh --prepare       (here: .carry/splash-bin.txz)
-#   tools/gpu_kernel_profile.sh [--shape 27b|35b-a3b] [--layers 4] [--decode 3] [--prompt 1]
+#   tools/gpu_kernel_profile.sh [--shape 27b|35b-a3b] [--layers 4] [--decode 3] [--prompt 1] [--trace]
 #       (the GPU machine, carrying .carry)
 # Makes the random package of tools/gpu_synthetic_bench.sh (first L layers), then runs bench_cpu
 # under Nsight Compute (ncu: every kernel replayed alone with the caches flushed, so weights come
@@ -11,16 +11,21 @@
 # one VERIFY of 8 and of 16 rows; graphs off (ncu times kernels, not graphs).  Prints per kernel
 # (name, grid, block): launches, mean duration, DRAM bytes read + written per launch and that
 # as GB/s; then the total.  Raw CSV in $OUT/ncu.csv.
+# --trace: instead of ncu, the kernel timeline as the program runs, CUDA graphs on (CUPTI through
+# tools/cupti_trace.cpp, built here): per graph (the decode step's, the verify blocks') the span of
+# a replay, its kernels' times and the gaps between them (tools/trace_summary.py; raw CSV in
+# $OUT/trace.csv).  Use --decode 32 or more so the decode graph replays often.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
-SHAPE=27b LAYERS=4 DECODE=3 PROMPT=1
+SHAPE=27b LAYERS=4 DECODE=3 PROMPT=1 TRACE=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --shape) SHAPE=$2; shift 2 ;;
     --layers) LAYERS=$2; shift 2 ;;
     --decode) DECODE=$2; shift 2 ;;
     --prompt) PROMPT=$2; shift 2 ;;
-    *) sed -n '2,13p' "$0"; exit 2 ;;
+    --trace) TRACE=1; shift ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
     esac
 done
 OUT=${OUT:-build-profile}
@@ -32,8 +37,20 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 P=$W/prof-$SHAPE-$LAYERS
 [ -d "$P" ] || "$W/bin/bench_cpu" --make-random "$P" --shape "$SHAPE" --layers "$LAYERS" > "$OUT/make.log" 2>&1 ||
     { tail -5 "$OUT/make.log"; exit 1; }
+if [ "$TRACE" = 1 ]; then
+    CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
+    CUPTI=$(dirname "$(find "$CUDA_HOME"/ /usr/local/cuda/ -name 'libcupti.so' 2>/dev/null | head -1)")
+    g++ -shared -fPIC -O2 -I"$CUDA_HOME/include" tools/cupti_trace.cpp -o "$W/libtrace.so" -L"$CUPTI" -lcupti \
+        -Wl,-rpath,"$CUPTI" || exit 1
+    CUDA_INJECTION64_PATH=$W/libtrace.so SPLASH_TRACE_OUT=$OUT/trace.csv "$W/bin/bench_cpu" --model "$P" \
+        --device cuda --act int8 --kv-format int8 --no-bandwidth --prompt "$PROMPT" --decode "$DECODE" --decode-prefill \
+        --verify-reps 9 > "$OUT/trace.log" 2>&1 || { tail -20 "$OUT/trace.log"; exit 1; }
+    grep -E "^(cuda|int8|decode|prefill)" "$OUT/trace.log"
+    python3 tools/trace_summary.py "$OUT/trace.csv"
+    exit $?
+fi
 SPLASH_CUDA_GRAPHS=0 "$NCU" --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    "$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --no-bandwidth --prompt "$PROMPT" --decode "$DECODE" \
+    "$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --kv-format int8 --no-bandwidth --prompt "$PROMPT" --decode "$DECODE" \
     --decode-prefill --verify-reps 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err" || { tail -20 "$OUT/ncu.err"; exit 1; }
 python3 - "$OUT/ncu.csv" <<'PY'
 import csv, sys, collections

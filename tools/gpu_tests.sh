@@ -27,7 +27,9 @@
 #                 fixtures test_cuda_model reads into $PREP/test-packages;
 #                 carry $PREP (default build-gpu-prep, ~8 MB) to a GPU
 #                 machine that lacks those libraries' headers
-# Exit status: non-zero if a build step or any test failed.
+# Exit status: non-zero if a build step or any test failed.  Each run step is
+# limited to $STEP_TIMEOUT seconds (default 150) and logs line-buffered, so a
+# hang costs one step and leaves its log up to the hang.
 #
 # The CPU reference library, first that works: the full libsplash.a built
 # here when the machine has the dependencies' headers (pkg-config finds
@@ -48,6 +50,16 @@ JOBS=${JOBS:-$(nproc 2>/dev/null || echo 4)}
 FLAGS="-std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -Xcompiler -Wall,-Wextra"
 CFLAGS="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -g -pthread -Isrc -O2"
 PREP=${PREP:-build-gpu-prep}
+STEP_TIMEOUT=${STEP_TIMEOUT:-150}
+# step LOG PROGRAM ARGS...: one run step, time-limited, its output line-buffered into LOG
+step() {
+    local log=$1
+    shift
+    timeout -k 5 "$STEP_TIMEOUT" stdbuf -oL -eL "$@" >"$log" 2>&1
+    local r=$?
+    [ $r = 124 ] || [ $r = 137 ] && echo "    TIMEOUT after $STEP_TIMEOUT s: $* (end of $log:)" && tail -n 5 "$log"
+    return $r
+}
 QUICK=0 SAN=0 BENCH=0 PREPARE=0 EMULATE=0
 for a in "$@"; do
     case "$a" in
@@ -201,21 +213,21 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 rc=0
 if [ $QUICK = 0 ]; then
     stamp "run: test_q4_matmul"
-    "$B/test_q4_matmul" >"$OUT/test_q4_matmul.log" 2>&1 || rc=1
+    step "$OUT/test_q4_matmul.log" "$B/test_q4_matmul" || rc=1
     grep -E '^FAIL' "$OUT/test_q4_matmul.log" | head -n 20
     tail -n 1 "$OUT/test_q4_matmul.log"
 fi
 if [ $SAN = 1 ]; then
     stamp "run: compute-sanitizer test_cuda_ops --quick --no-timing"
     if command -v compute-sanitizer >/dev/null 2>&1; then
-        compute-sanitizer --tool memcheck --error-exitcode 9 "$B/test_cuda_ops" --quick --no-timing \
-            >"$OUT/sanitize.log" 2>&1 || rc=1
+        step "$OUT/sanitize.log" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/test_cuda_ops" --quick \
+            --no-timing || rc=1
         grep -E '^(FAIL|=========)' "$OUT/sanitize.log" | head -n 30
         tail -n 1 "$OUT/sanitize.log"
         if [ -n "$PACKAGES" ]; then
             stamp "run: compute-sanitizer test_cuda_model --quick"
-            SPLASH_ROOT="$PWD" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/test_cuda_model" --quick "$PACKAGES" \
-                >"$OUT/sanitize_model.log" 2>&1 || rc=1
+            SPLASH_ROOT="$PWD" step "$OUT/sanitize_model.log" compute-sanitizer --tool memcheck --error-exitcode 9 \
+                "$B/test_cuda_model" --quick "$PACKAGES" || rc=1
             grep -E '^(FAIL|=========)' "$OUT/sanitize_model.log" | head -n 30
             tail -n 1 "$OUT/sanitize_model.log"
         fi
@@ -232,7 +244,7 @@ fi
 ARGS=""
 [ $QUICK = 1 ] && ARGS="--quick"
 stamp "run: test_cuda_ops $ARGS"
-"$B/test_cuda_ops" $ARGS >"$OUT/test_cuda_ops.log" 2>&1 || rc=1
+step "$OUT/test_cuda_ops.log" "$B/test_cuda_ops" $ARGS || rc=1
 grep -E '^(device|CPU reference)' "$OUT/test_cuda_ops.log"
 grep -E '^FAIL' "$OUT/test_cuda_ops.log" | head -n 30
 sed -n '/^| op /,$p' "$OUT/test_cuda_ops.log"
@@ -240,7 +252,7 @@ sed -n '/^| op /,$p' "$OUT/test_cuda_ops.log"
 grep -q '^| op ' "$OUT/test_cuda_ops.log" || tail -n 20 "$OUT/test_cuda_ops.log"
 if [ -n "$PACKAGES" ]; then
     stamp "run: test_cuda_model $PACKAGES"
-    SPLASH_ROOT="$PWD" "$B/test_cuda_model" "$PACKAGES" >"$OUT/test_cuda_model.log" 2>&1 || rc=1
+    SPLASH_ROOT="$PWD" step "$OUT/test_cuda_model.log" "$B/test_cuda_model" "$PACKAGES" || rc=1
     grep -E '^(device|FAIL|SKIP|FATAL)' "$OUT/test_cuda_model.log" | head -n 30
     sed -n '/^| fixture /,$p' "$OUT/test_cuda_model.log"
     grep -q '^| fixture ' "$OUT/test_cuda_model.log" || tail -n 20 "$OUT/test_cuda_model.log"
