@@ -16,6 +16,7 @@
  *       depth (tools/gpu_synthetic_bench.sh).
  *   bench_cpu --model PKG [--device cpu|cuda] [--threads T] [--prompt 256] [--decode 64]
  *             [--verify-reps 5] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]
+ *             [--kv-format f32|bf16|int8]
  *       measures, for each activation path of the q4/q8 products asked for
  *       (fp32 is the exact reference; int8 the fast path; the default runs
  *       fp32 and int8): prefill of --prompt rows in one PREFILL lane,
@@ -23,7 +24,8 @@
  *       with --decode-prefill PREFILL 1 row, no commit), VERIFY blocks of
  *       8 and 16 rows (commit 0); the logits of the decode steps against the
  *       fp32 path's (relative L2, top-1 agreement); then peak RSS and the
- *       memory bandwidth (read, copy, triad over 1 GiB).
+ *       memory bandwidth (read, copy, triad over 1 GiB).  KV pages are f32
+ *       unless --kv-format says otherwise (serve's default is int8).
  *
  * Times are medians over the steps with the 10th-90th percentile spread, and
  * CPU seconds per step (user + system of the whole process) as a figure that
@@ -467,7 +469,7 @@ static int forward(splash_model *m, splash_batch *b, splash_lane *lane, splash_r
 
 /* One load of the model with activation path `act` (fp32, int8, int16). */
 static int bench_model(const char *dir, const char *device, int threads, int prompt, int decode, int vreps,
-                       const char *act, int decode_prefill, bench_result *res) {
+                       const char *act, int decode_prefill, int kv_format, bench_result *res) {
     splash_error err = {0};
     memset(res, 0, sizeof *res);
     splash_package *pkg;
@@ -477,7 +479,7 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     }
     int max_rows = prompt > 16 ? prompt : 16;
     splash_model_options o = {.device = device, .threads = threads, .max_rows = max_rows, .max_lanes = 1,
-                              .kv_format = SPLASH_KV_F32, .cpu_activations = (splash_cpu_act)splash_cpu_act_parse(act)};
+                              .kv_format = kv_format, .cpu_activations = (splash_cpu_act)splash_cpu_act_parse(act)};
     splash_model *m;
     if (splash_model_load(pkg, &o, &m, &err)) {
         fprintf(stderr, "%s\n", err.msg);
@@ -619,6 +621,7 @@ static double load_average(void) {
 int main(int argc, char **argv) {
     const char *model = NULL, *make = NULL, *weights = "q4", *act_list = "fp32,int8", *device = "cpu", *shape_name = NULL;
     int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 0, V = 0, I = 3584, bw = 1, dprefill = 0;
+    int kv_format = SPLASH_KV_F32;
     double gpu_gbs = 4300;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -639,13 +642,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--gpu-gbs")) gpu_gbs = atof(v), i++;
         else if (!strcmp(a, "--no-bandwidth")) bw = 0;
         else if (!strcmp(a, "--decode-prefill")) dprefill = 1;
+        else if (!strcmp(a, "--kv-format") && (!strcmp(v, "f32") || !strcmp(v, "bf16") || !strcmp(v, "int8")))
+            kv_format = !strcmp(v, "int8") ? SPLASH_KV_INT8 : !strcmp(v, "bf16") ? SPLASH_KV_BF16 : SPLASH_KV_F32, i++;
         else {
             fprintf(stderr, "usage: bench_cpu --make-random PKG [--weights q4|q8|bf16] [--hidden N] [--layers N]\n"
                             "                 [--vocab N] [--intermediate N]\n"
                             "       bench_cpu --make-random PKG --shape 27b|35b-a3b [--layers N] [--vocab N]\n"
                             "       bench_cpu --model PKG [--device cpu|cuda] [--threads T] [--prompt N] [--decode N]\n"
                             "                 [--verify-reps N] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]\n"
-                            "                 [--gpu-gbs 4300]\n");
+                            "                 [--gpu-gbs 4300] [--kv-format f32|bf16|int8]\n");
             return 2;
         }
     }
@@ -709,7 +714,7 @@ int main(int argc, char **argv) {
     bench_result r[3];
     printf("model %s, device %s, %d threads, load average %.2f\n", model, device, threads, load_average());
     for (int i = 0; i < n_acts; i++)
-        if (bench_model(model, device, threads, prompt, decode, vreps, cuda ? "auto" : acts[i], dprefill, &r[i]))
+        if (bench_model(model, device, threads, prompt, decode, vreps, cuda ? "auto" : acts[i], dprefill, kv_format, &r[i]))
             return 1;
     for (int i = 1; i < n_acts; i++) {
         double rel, top1;

@@ -52,7 +52,7 @@ for L in ${DEPTHS//,/ }; do
     t1=$(date +%s)
     for G in ${GRAPHS//,/ }; do
     for E in ${GEMMS//,/ }; do
-        SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E "$BENCH" --model "$P" --device "$DEVICE" --act int8 --no-bandwidth \
+        SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E "$BENCH" --model "$P" --device "$DEVICE" --act int8 --kv-format int8 --no-bandwidth \
             --prompt "$PROMPT" --decode "$DECODE" --decode-prefill --verify-reps 9 > "$OUT/bench-$SHAPE-$L-g$G-e$E.log" 2>&1 ||
             { tail -5 "$OUT/bench-$SHAPE-$L-g$G-e$E.log"; exit 1; }
         echo "depth $L, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
