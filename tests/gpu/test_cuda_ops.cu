@@ -23,6 +23,7 @@
  * fixtures' shapes only; --no-timing: checks only, e.g. under
  * compute-sanitizer).
  */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +39,7 @@ extern "C" {
 #include "backend/cuda/argmax.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dense_matmul.h"
 #include "backend/cuda/gdn.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/norm.h"
@@ -214,6 +216,8 @@ static const Shape kTiny = {"tiny", 128, 4, 2, 64, 16, 2, 6, 32, 48, 0, 0, 0};
 static const Shape kTinyMoe = {"moe-tiny", 128, 4, 1, 64, 16, 2, 4, 32, 48, 8, 2, 64};
 static const Shape k27B = {"27B", 5120, 24, 4, 256, 64, 16, 48, 128, 128, 0, 0, 0};
 static const Shape k35B = {"35B-A3B", 2048, 16, 2, 256, 64, 16, 32, 128, 128, 256, 8, 512};
+/* attention only: the third head_dim the kernels compile */
+static const Shape kHd128 = {"hd128", 1024, 8, 2, 128, 32, 0, 0, 0, 0, 0, 0, 0};
 static const double kTheta = 1e7;
 
 static int n_shapes(void) { return g_quick ? 2 : 4; }
@@ -1032,6 +1036,69 @@ static void q4_free(Q4 *m) {
     cudaFree(m->dev);
 }
 
+/* dense_matmul (weights as stored: f32 / f16 / bf16 / canonical q8) against
+ * a double-precision product of the same element values (tensor.h's
+ * formulas).  ldx > cols with ldx % 4 != 0 takes the element-at-a-time path;
+ * otherwise 8-column chunks. */
+static void test_dense(const char *name, int dtype, int rows, int cols, int M, int ldx) {
+    const size_t n = (size_t)rows * cols;
+    const size_t sc_off = (n + 63) & ~(size_t)63, ng = (size_t)rows * (cols / 64);
+    const size_t bi_off = sc_off + ((ng * 2 + 63) & ~(size_t)63);
+    const size_t bytes = dtype == SPLASH_F32 ? 4 * n : dtype == SPLASH_Q8 ? bi_off + 2 * ng : 2 * n;
+    uint8_t *w = (uint8_t *)hmalloc(bytes);
+    float *wv = hfloats(n); /* element values */
+    for (size_t i = 0; i < n; i++) {
+        const float v = rnd_normal() * 0.05f;
+        if (dtype == SPLASH_F32) {
+            memcpy(w + 4 * i, &v, 4), wv[i] = v;
+        } else if (dtype == SPLASH_BF16) {
+            const uint16_t h = splash_f32_to_bf16(v);
+            memcpy(w + 2 * i, &h, 2), wv[i] = splash_bf16_to_f32(h);
+        } else if (dtype == SPLASH_F16) {
+            const uint16_t h = __half_as_ushort(__float2half(v));
+            memcpy(w + 2 * i, &h, 2), wv[i] = splash_f16_to_f32(h);
+        } else {
+            w[i] = (uint8_t)(rng_u64() & 255);
+        }
+    }
+    if (dtype == SPLASH_Q8) {
+        uint16_t *scl = (uint16_t *)(w + sc_off), *bia = (uint16_t *)(w + bi_off);
+        for (size_t g = 0; g < ng; g++) {
+            scl[g] = splash_f32_to_bf16(rnd(0.001f, 0.01f));
+            bia[g] = splash_f32_to_bf16(rnd(-0.5f, 0.5f));
+        }
+        for (size_t i = 0; i < n; i++) {
+            const size_t g = (i / cols) * (cols / 64) + (i % cols) / 64;
+            wv[i] = splash_bf16_to_f32(scl[g]) * (float)w[i] + splash_bf16_to_f32(bia[g]); /* two roundings */
+        }
+    }
+    float *x = hfloats((size_t)M * ldx), *ref = hfloats((size_t)M * rows), *got = hfloats((size_t)M * rows);
+    fill(x, (size_t)M * ldx, -2, 2);
+    for (int m = 0; m < M; m++)
+        for (int r = 0; r < rows; r++) {
+            double acc = 0;
+            for (int c = 0; c < cols; c++) acc += (double)wv[(size_t)r * cols + c] * x[(size_t)m * ldx + c];
+            ref[(size_t)m * rows + r] = (float)acc;
+        }
+    uint8_t *dw = (uint8_t *)dmalloc(bytes);
+    up(dw, w, bytes);
+    float *dx = dcopy(x, (size_t)M * ldx), *dy = dfloats((size_t)M * rows);
+    poison(dy, (size_t)M * rows * 4);
+    splash_cuda_dense_matrix dm;
+    int rc = splash_cuda_dense_matrix_init(&dm, dtype, dw, rows, cols);
+    if (!rc) rc = splash_cuda_dense_matmul(&dm, dx, ldx, M, dy, rows, NULL);
+    down(got, dy, (size_t)M * rows * 4);
+    const double err = rc ? INFINITY : rel_err(got, ref, (size_t)M * rows);
+    const double us = time_us([&](int) { return splash_cuda_dense_matmul(&dm, dx, ldx, M, dy, rows, NULL); });
+    static const char *dn[] = {"f32", "f16", "bf16", "q8"};
+    const int di = dtype == SPLASH_F32 ? 0 : dtype == SPLASH_F16 ? 1 : dtype == SPLASH_BF16 ? 2 : 3;
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %s %dx%d M %d%s", name, dn[di], rows, cols, M, ldx % 4 ? " (scalar)" : "");
+    report("dense_matmul", sh, err, 1e-5, us, (double)bytes + 4.0 * M * (cols + rows));
+    free(w), free(wv), free(x), free(ref), free(got);
+    cudaFree(dw), cudaFree(dx), cudaFree(dy);
+}
+
 static void test_moe(const Shape *s, int rows) {
     const int E = s->experts, k = s->top_k, H = s->hidden, I = s->expert_inter;
     char sh[64];
@@ -1401,6 +1468,8 @@ int main(int argc, char **argv) {
             test_attention(&k27B, fmt, ver, 2, 1, 1e-5, 0);
             test_attention(&k35B, fmt, mix, 2, 1, 1e-5, 0);
         }
+        test_attention(&kHd128, SPLASH_KV_INT8, ver, 2, 1, 1e-5, 0);
+        test_attention(&kHd128, SPLASH_KV_INT8, mix, 2, 0, 1e-5, 0);
         test_attention(&k27B, SPLASH_KV_INT8, dec32k, 1, 0, 1e-5, 1);
         test_attention(&k27B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
         test_attention(&k35B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
@@ -1426,7 +1495,16 @@ int main(int argc, char **argv) {
     test_moe(&kTinyMoe, 40); /* every row on expert 3: groups of 16, 16, 8 */
     test_moe(&kTinyMoe, 100); /* expert 3 in two tiles of the GEMM step */
     test_elementwise(&kTiny, 16, 192);
+    test_dense("tiny", SPLASH_BF16, 8, 128, 16, 128); /* the moe-tiny router */
+    test_dense("odd", SPLASH_BF16, 37, 100, 3, 101);
+    test_dense("tiny", SPLASH_F32, 48, 288, 9, 288);
+    test_dense("tiny", SPLASH_F16, 40, 512, 2, 513);
+    test_dense("tiny", SPLASH_Q8, 96, 256, 11, 256);
+    test_dense("tiny", SPLASH_Q8, 33, 192, 5, 193);
     if (!g_quick) {
+        test_dense("35B router", SPLASH_BF16, 256, 2048, 1, 2048);
+        test_dense("35B router", SPLASH_BF16, 256, 2048, 8, 2048);
+        test_dense("35B shared gate", SPLASH_BF16, 1, 2048, 1, 2048);
         test_moe(&k35B, 1);
         test_moe(&k35B, 8);
         test_elementwise(&k27B, 16, 17408);

@@ -1,10 +1,16 @@
 /* dense_matmul.cu - products with plain or q8 weights (dense_matmul.h).
  *
  * Grid (ceil(rows / 4), ceil(M / 8)), 4 warps a block, a warp per output
- * row: lane t reads w[r][t], w[r][t + 32], ... (coalesced), widens each
- * weight once and multiplies it into up to 8 rows of x, then the 8 sums go
- * through a warp tree.  x rows are read through L1/L2 (every warp of the
- * grid reads the same few rows).
+ * row, up to 8 rows of x, the 8 sums through a warp tree at the end.  x rows
+ * are read through L1/L2 (every warp of the grid reads the same few rows).
+ * When cols % 8 == 0 and x's rows are 16-byte aligned (every model matrix),
+ * lane t takes chunks of 8 columns t, t + 32, ... and a warp has kChunks
+ * chunk loads (16 B of bf16 codes each) in flight before it multiplies any:
+ * these matrices are small (the MoE router: 1 MB, the shared-expert gate:
+ * 4 KB), so their time is load latency, and one element per lane and step
+ * made the 35B-A3B's shared-expert gate a chain of 64 dependent loads
+ * (17 us in a decode step's graph; tools/trace_summary.py).  Otherwise lane
+ * t reads w[r][t], w[r][t + 32], ... one element at a time.
  *
  * C++ used: a template over the stored type; no STL.
  */
@@ -23,7 +29,8 @@ using namespace splash_cuda;
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kRowsX = 8; /* x rows per warp */
+constexpr int kRowsX = 8;  /* x rows per warp */
+constexpr int kChunks = 8; /* 8-column chunks a lane loads before using them */
 
 struct Args {
     const uint8_t *w;
@@ -71,7 +78,95 @@ __global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a)
     }
 }
 
+/* Eight consecutive weights of a row as stored (bf16 / f16: one 16-byte
+ * load; f32: two; q8: 8 codes and the group's scale and bias). */
+template <int DT>
+struct Chunk {
+    uint4 v[DT == SPLASH_F32 ? 2 : 1];
+    float s, b;
+};
+
+template <int DT>
+__device__ __forceinline__ void load_chunk(const Args &a, int r, int ch, Chunk<DT> &c) {
+    const size_t i = (size_t)r * a.cols + (size_t)ch * 8; /* element index, a multiple of 8 */
+    if constexpr (DT == SPLASH_F32) {
+        c.v[0] = __ldg(reinterpret_cast<const uint4 *>(a.w + 4 * i));
+        c.v[1] = __ldg(reinterpret_cast<const uint4 *>(a.w + 4 * i) + 1);
+    } else if constexpr (DT == SPLASH_Q8) {
+        const uint2 q = __ldg(reinterpret_cast<const uint2 *>(a.w + i));
+        c.v[0] = make_uint4(q.x, q.y, 0, 0);
+        const size_t g = (size_t)r * (a.cols / SPLASH_QGROUP) + (size_t)ch * 8 / SPLASH_QGROUP;
+        c.s = bf16_to_f32(__ldg(a.scales + g)), c.b = bf16_to_f32(__ldg(a.biases + g));
+    } else {
+        c.v[0] = __ldg(reinterpret_cast<const uint4 *>(a.w + 2 * i));
+    }
+}
+
+/* Weight k (0..7) of a chunk, the value weight_at gives. */
+template <int DT>
+__device__ __forceinline__ float chunk_at(const Chunk<DT> &c, int k) {
+    if constexpr (DT == SPLASH_F32) {
+        const uint4 v = c.v[k >> 2];
+        const uint32_t u = (k & 3) == 0 ? v.x : (k & 3) == 1 ? v.y : (k & 3) == 2 ? v.z : v.w;
+        return __uint_as_float(u);
+    }
+    if constexpr (DT == SPLASH_Q8) {
+        const uint32_t u = (k >> 2) ? c.v[0].y : c.v[0].x;
+        return __fadd_rn(__fmul_rn(c.s, (float)(uint8_t)(u >> (8 * (k & 3)))), c.b);
+    }
+    const uint4 v = c.v[0];
+    const uint32_t u = (k >> 1) == 0 ? v.x : (k >> 1) == 1 ? v.y : (k >> 1) == 2 ? v.z : v.w;
+    const uint16_t h = (k & 1) ? (uint16_t)(u >> 16) : (uint16_t)(u & 0xFFFF);
+    return DT == SPLASH_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+template <int DT>
+__global__ void __launch_bounds__(kWarps * 32) dense_matmul_vec_kernel(const Args a) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r = blockIdx.x * kWarps + warp;
+    if (r >= a.rows) return; /* whole warps */
+    const int m0 = blockIdx.y * kRowsX, nm = min(kRowsX, a.M - m0);
+    const float *x = a.x + (size_t)m0 * a.ldx;
+    const int nch = a.cols / 8;
+    float acc[kRowsX];
+#pragma unroll
+    for (int j = 0; j < kRowsX; j++) acc[j] = 0.f;
+    for (int base = lane; base < nch; base += 32 * kChunks) {
+        Chunk<DT> c[kChunks];
+#pragma unroll
+        for (int u = 0; u < kChunks; u++)
+            if (base + 32 * u < nch) load_chunk<DT>(a, r, base + 32 * u, c[u]);
+#pragma unroll
+        for (int u = 0; u < kChunks; u++) {
+            const int ch = base + 32 * u;
+            if (ch >= nch) break;
+#pragma unroll
+            for (int j = 0; j < kRowsX; j++) {
+                if (j >= nm) break;
+                const float4 x0 = __ldg(reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch));
+                const float4 x1 = __ldg(reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch) + 1);
+                const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+                for (int k = 0; k < 8; k++) acc[j] = fmaf(chunk_at<DT>(c[u], k), xv[k], acc[j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsX; j++) {
+        const float s = warp_sum(acc[j]);
+        if (lane == 0 && j < nm) a.y[(size_t)(m0 + j) * a.ldy + r] = s;
+    }
+}
+
 size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+template <int DT>
+void launch(const Args &a, dim3 grid, bool vec, cudaStream_t s) {
+    if (vec)
+        dense_matmul_vec_kernel<DT><<<grid, kWarps * 32, 0, s>>>(a);
+    else
+        dense_matmul_kernel<DT><<<grid, kWarps * 32, 0, s>>>(a);
+}
 
 } /* namespace */
 
@@ -104,11 +199,14 @@ extern "C" int splash_cuda_dense_matmul(const splash_cuda_dense_matrix *w, const
     a.rows = w->rows, a.cols = w->cols, a.M = M;
     const dim3 grid((unsigned)((w->rows + kWarps - 1) / kWarps), (unsigned)((M + kRowsX - 1) / kRowsX));
     const cudaStream_t s = (cudaStream_t)stream;
+    /* 8-column chunks: whole chunks per row, 16-byte aligned weight rows
+     * (the package aligns a tensor's data to 64 bytes) and x rows */
+    const bool vec = w->cols % 8 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
     switch (w->dtype) {
-    case SPLASH_F32: dense_matmul_kernel<SPLASH_F32><<<grid, kWarps * 32, 0, s>>>(a); break;
-    case SPLASH_BF16: dense_matmul_kernel<SPLASH_BF16><<<grid, kWarps * 32, 0, s>>>(a); break;
-    case SPLASH_F16: dense_matmul_kernel<SPLASH_F16><<<grid, kWarps * 32, 0, s>>>(a); break;
-    case SPLASH_Q8: dense_matmul_kernel<SPLASH_Q8><<<grid, kWarps * 32, 0, s>>>(a); break;
+    case SPLASH_F32: launch<SPLASH_F32>(a, grid, vec, s); break;
+    case SPLASH_BF16: launch<SPLASH_BF16>(a, grid, vec, s); break;
+    case SPLASH_F16: launch<SPLASH_F16>(a, grid, vec, s); break;
+    case SPLASH_Q8: launch<SPLASH_Q8>(a, grid, vec, s); break;
     default: return SPLASH_E_UNSUPPORTED;
     }
     SPLASH_CUDA_LAUNCHED();
