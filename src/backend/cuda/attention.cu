@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 
@@ -103,19 +104,6 @@ __global__ void kv_write_kernel(const KvArgs a) {
 
 /* ---- split kernel ---------------------------------------------------------------- */
 
-struct AttnArgs {
-    const uint8_t *pool;
-    const splash_cuda_attn_lane *lanes;
-    const float *q;
-    float *part_o;  /* [splits][rows][n_heads][HD] */
-    float *part_ml; /* [splits][rows][n_heads][2] */
-    size_t ldq;
-    size_t k_off, ks_off, v_off, vs_off, layer_off, page_bytes;
-    int format, page_tokens;
-    int n_heads, group, rows;
-    int qchunk, n_qchunks; /* query vectors per block, blocks per (lane, kv head) */
-    float scale;
-};
 
 template <int HD>
 __host__ __device__ constexpr size_t split_smem_bytes(int qchunk) {
@@ -461,12 +449,15 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     const int nq = G * a->max_lane_rows;
 
     /* Query vectors per block: all of them when the (lane, kv head, split)
-     * blocks already fill the chip twice, else spread over more blocks. */
+     * blocks already fill the chip twice, else spread over more blocks.  The
+     * int8 kernel takes them in n-tiles of 8, at most kInt8MaxQ a block. */
+    const bool int8 = l->format == kFmtInt8;
     const long long base = (long long)a->n_lanes * l->kv_heads * splits, want = 2LL * sm_count();
     int qchunks = 1;
     if (base < want) qchunks = (int)((want + base - 1) / base);
     if (qchunks > nq) qchunks = nq;
     int qchunk = (nq + qchunks - 1) / qchunks;
+    if (int8) qchunk = qchunk > kInt8MaxQ ? kInt8MaxQ : (qchunk + 7) / 8 * 8;
     if (qchunk > kMaxWarps * kMaxQpw) qchunk = kMaxWarps * kMaxQpw;
     qchunks = (nq + qchunk - 1) / qchunk;
     const int qpw = qchunk <= kMaxWarps ? 1 : qchunk <= 2 * kMaxWarps ? 2 : 4;
@@ -487,7 +478,8 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     k.scale = a->scale;
     const dim3 grid((unsigned)(l->kv_heads * qchunks), (unsigned)a->n_lanes, (unsigned)splits);
     int rc;
-    switch (hd) {
+    if (int8) rc = attn_int8_split_launch(k, hd, grid, s);
+    else switch (hd) {
     case 64: rc = launch_split_hd<64>(k, grid, qpw, nwarps, s); break;
     case 128: rc = launch_split_hd<128>(k, grid, qpw, nwarps, s); break;
     default: rc = launch_split_hd<256>(k, grid, qpw, nwarps, s); break;

@@ -52,7 +52,7 @@ extern "C" {
 
 struct CUstream_st;
 
-#define SPLASH_CUDA_ATTN_SPLIT 256 /* positions per split block: fixes the arithmetic */
+#define SPLASH_CUDA_ATTN_SPLIT 128 /* positions per split block: fixes the arithmetic */
 
 /* The CPU's cpu_kv_layout, field for field (format is SPLASH_KV_* of
  * runtime/model.h: F32 0, BF16 1, INT8 2). */

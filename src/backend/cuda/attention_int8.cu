@@ -1,0 +1,360 @@
+/* attention_int8.cu - the split kernel of paged attention for int8 pages, on
+ * the tensor cores (attention_split.cuh; attention.cu dispatches and merges).
+ *
+ * Why.  The CUDA-core split kernel gave every warp one query vector and
+ * walked the K/V tile (widened to fp32 in shared memory) once per warp: six
+ * times for a 27B decode row, 96 times for a 16-row verify.  At 32K context
+ * that was 222 us per attention layer for one row (68 MB of K/V: 16 us of
+ * bandwidth) and 1.07 ms for 16 rows (tests/gpu/test_cuda_ops).  Here a
+ * block stages its split's K and V bytes once (cp.async, int8 as stored)
+ * and the tensor cores do both products for up to 32 query vectors.
+ *
+ * A block: one (lane, kv head, split of SPLASH_CUDA_ATTN_SPLIT positions,
+ * chunk of <= 32 query vectors), 4 warps; warp w takes n-tile w of 8 query
+ * vectors.  The split's positions pass through shared memory 64 at a time
+ * (two stages: the smaller footprint lets ~4 blocks share an SM, whose
+ * loads then overlap each other's arithmetic), 16 at a time through the
+ * tensor cores:
+ *
+ *   scores   C[pos][q] = K (16 pos x 16 dims, A) . Q^T (16 dims x 8 q, B)
+ *   softmax  online per query vector (column), max/sum over the 16
+ *            positions by shuffles across the 8 lane groups
+ *   output   O^T[dim][q] += V^T (16 dims x 16 pos, A) . P^T (16 pos x 8 q, B)
+ *
+ * Exactness: int8 K and V values are exact in fp16 (the A operands, made by
+ * the magic-number trick); q and P are split into fp16 hi + lo parts after a
+ * power-of-two scaling (q per query vector, P per block by the split's
+ * largest V scale), so both products are fp32-grade like the CUDA-core
+ * kernel's (attention bound 1e-5 in test_cuda_ops).
+ *
+ * Freedom used for contiguous loads: the sum over head dims does not care
+ * which k slot holds which dim, so lane (g, t)'s k slots of k-step j are
+ * dims 16 (t + 4 (j / 4)) + 4 (j % 4) + 0..3, i.e. one 16-byte piece of a K
+ * row covers four k-steps (and q uses the same map); the output dims of
+ * the V^T product are free too, so lane g's A fragments of dim m-tile
+ * 4 i + e are dims 64 i + 4 g + e and 64 i + 32 + 4 g + e, whole words of
+ * V rows.  Shared-memory rows are padded so that these loads hit 32 banks.
+ *
+ * The result for a query vector depends on its own inputs and the split
+ * length, never on other lanes.  P's power of two comes from the V scales of
+ * the split's positions up to the block's last row, so a lane's row count
+ * could only change bits where a P value's lo part falls below fp16's normal
+ * range (P under 2^-17 of the split's largest).
+ *
+ * C++ used: templates over head_dim; no STL.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "backend/cuda/attention_split.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/q4_tile.cuh"
+
+using namespace splash_cuda;
+
+namespace {
+
+constexpr int kSplit = SPLASH_CUDA_ATTN_SPLIT;
+constexpr int kStage = 64; /* positions in shared memory at a time: two stages per split */
+constexpr int kWarps = 4;
+constexpr int kPw = 9; /* floats per row of a warp's 16 x 8 P tile */
+
+template <int HD>
+struct Geo {
+    static constexpr int KW = HD / 4 + ((16 - HD / 4) & 31); /* words per staged K row: = 16 (mod 32) */
+    static constexpr int VW = HD / 4 + ((4 - HD / 4) & 31);  /* words per staged V row: = 4 (mod 32) */
+    static constexpr int QW = HD / 2 + 2;                    /* words per fp16 q row: = 2 (mod 32) */
+    static constexpr int RP = HD / 16;                       /* 16-byte pieces per row; dim m-tiles */
+};
+
+template <int HD>
+constexpr size_t smem_words(int qchunk) {
+    return (size_t)kStage * (Geo<HD>::KW + Geo<HD>::VW + 2) + 2 * kSplit + 2 * (size_t)qchunk * Geo<HD>::QW + qchunk +
+           kWarps * 16 * kPw + kWarps;
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
+/* fp16x2 of two biased bytes (x ^ 0x80) placed at bytes 0 and 2: 1024 + u - 1152 = x. */
+__device__ __forceinline__ uint32_t biased_to_f16x2(uint32_t w) {
+    uint32_t r;
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(0x64806480u));
+    return r;
+}
+
+/* One word of 4 int8 (already ^ 0x80808080) -> f16x2 (bytes 0, 1) and (bytes 2, 3). */
+__device__ __forceinline__ void word_pairs(uint32_t u, uint32_t &p01, uint32_t &p23) {
+    p01 = biased_to_f16x2(prmt(u, 0x64646464u, 0x4140));
+    p23 = biased_to_f16x2(prmt(u, 0x64646464u, 0x4342));
+}
+
+/* Byte e of u and byte e of v as f16x2 (u's in the low half), e = 0..3. */
+__device__ __forceinline__ void cross_pairs(uint32_t u, uint32_t v, uint32_t (&p)[4]) {
+    const uint32_t lo = prmt(u, v, 0x5140), hi = prmt(u, v, 0x7362); /* u0 v0 u1 v1 | u2 v2 u3 v3 */
+    p[0] = biased_to_f16x2(prmt(lo, 0x64646464u, 0x4140));
+    p[1] = biased_to_f16x2(prmt(lo, 0x64646464u, 0x4342));
+    p[2] = biased_to_f16x2(prmt(hi, 0x64646464u, 0x4140));
+    p[3] = biased_to_f16x2(prmt(hi, 0x64646464u, 0x4342));
+}
+
+/* x -> fp16 hi and lo (x - hi) packed with y's as f16x2 (x low). */
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    const __half2 l = __floats2half2_rn(x - __low2float(h), y - __high2float(h));
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&l);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a) {
+    using GG = Geo<HD>;
+    extern __shared__ __align__(16) uint32_t sm[];
+    uint32_t *Ks = sm;                                            /* [kStage][KW] int8 K rows */
+    uint32_t *Vs = Ks + kStage * GG::KW;                          /* [kStage][VW] int8 V rows */
+    const uint8_t **rowp = reinterpret_cast<const uint8_t **>(Vs + kStage * GG::VW); /* [kStage] K row, NULL past p1 */
+    float *ksc = reinterpret_cast<float *>(rowp + kStage);        /* [kSplit] */
+    float *vsc = ksc + kSplit;                                    /* [kSplit] */
+    uint32_t *Qh = reinterpret_cast<uint32_t *>(vsc + kSplit);    /* [qchunk][QW] fp16 hi of q * 2^k */
+    uint32_t *Ql = Qh + (size_t)a.qchunk * GG::QW;                /* lo */
+    float *qinv = reinterpret_cast<float *>(Ql + (size_t)a.qchunk * GG::QW); /* [qchunk] 2^-k */
+    float *Pw = qinv + a.qchunk;                                  /* [kWarps][16][kPw] */
+    float *red = Pw + kWarps * 16 * kPw;                          /* [kWarps] */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int kvh = blockIdx.x / a.n_qchunks, qc = blockIdx.x % a.n_qchunks;
+    const splash_cuda_attn_lane ln = a.lanes[blockIdx.y];
+    const int G = a.group, qv0 = qc * a.qchunk;
+    const int nq = G * ln.n_rows - qv0;
+    if (nq <= 0) return;
+    const int nqb = min(nq, a.qchunk), nqt = (nqb + 7) / 8;
+    const int p0 = blockIdx.z * kSplit;
+    const int last_lim = ln.n_past + (qv0 + nqb - 1) / G + 1; /* the block's longest context */
+    if (p0 >= last_lim) return;
+    const int p1 = min(p0 + kSplit, last_lim);
+    const size_t vdelta = a.v_off - a.k_off;
+
+    /* 1. the split's scales (and the largest V scale), the query vectors as
+     * fp16 hi + lo of q * 2^k (a warp per vector; zero rows past nqb) */
+    float vmax = 0.f;
+    for (int r = tid; r < kSplit; r += blockDim.x) {
+        const int pos = p0 + r;
+        float sk = 0.f, sv = 0.f;
+        if (pos < p1) {
+            const size_t lb = (size_t)__ldg(ln.pages + pos / a.page_tokens) * a.page_bytes + a.layer_off;
+            const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
+            sk = __ldg(reinterpret_cast<const float *>(a.pool + lb + a.ks_off) + ri);
+            sv = __ldg(reinterpret_cast<const float *>(a.pool + lb + a.vs_off) + ri);
+        }
+        ksc[r] = sk, vsc[r] = sv;
+        vmax = fmaxf(vmax, sv);
+    }
+    vmax = warp_max(vmax);
+    if (lane == 0) red[warp] = vmax;
+    for (int qi = warp; qi < nqt * 8; qi += kWarps) {
+        float v[HD / 32];
+        float mx = 0.f;
+        const float *src = nullptr;
+        if (qi < nqb) {
+            const int qv = qv0 + qi, r = qv / G, h = kvh * G + qv % G;
+            src = a.q + (size_t)(ln.first_row + r) * a.ldq + (size_t)h * HD;
+        }
+#pragma unroll
+        for (int j = 0; j < HD / 32; j++) {
+            v[j] = src ? src[lane + 32 * j] : 0.f;
+            mx = fmaxf(mx, fabsf(v[j]));
+        }
+        mx = warp_max(mx);
+        float sc, inv;
+        row_pow2_scale(mx, sc, inv);
+        __half *qh = reinterpret_cast<__half *>(Qh + (size_t)qi * GG::QW);
+        __half *ql = reinterpret_cast<__half *>(Ql + (size_t)qi * GG::QW);
+#pragma unroll
+        for (int j = 0; j < HD / 32; j++) {
+            const float x = v[j] * sc;
+            const __half h = __float2half_rn(x);
+            qh[lane + 32 * j] = h;
+            ql[lane + 32 * j] = __float2half_rn(x - __half2float(h));
+        }
+        if (lane == 0) qinv[qi] = inv;
+    }
+
+    /* 2. per stage of kStage positions: their K and V rows into shared memory
+     * (cp.async, as stored, zeros past p1), then warp qt's n-tile of 8 query
+     * vectors against them */
+    const bool active = warp < nqt; /* warp = its n-tile (kInt8MaxQ = 8 * kWarps) */
+    float O[GG::RP][4];
+#pragma unroll
+    for (int d = 0; d < GG::RP; d++) O[d][0] = O[d][1] = O[d][2] = O[d][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f; /* query vectors qa, qa + 1 */
+    const int qa = 8 * warp + 2 * t;
+    const int lim0 = active && qa < nqb ? ln.n_past + (qv0 + qa) / G + 1 : 0;
+    const int lim1 = active && qa + 1 < nqb ? ln.n_past + (qv0 + qa + 1) / G + 1 : 0;
+    float psc = 1.f, pinv = 1.f;
+    float *P = Pw + warp * 16 * kPw;
+    for (int s0 = p0; s0 < p1; s0 += kStage) { /* uniform */
+        if (s0 > p0) __syncthreads(); /* the previous stage is consumed */
+        if (tid < kStage) {
+            const int pos = s0 + tid;
+            rowp[tid] = pos < p1 ? a.pool + (size_t)__ldg(ln.pages + pos / a.page_tokens) * a.page_bytes +
+                                       a.layer_off + a.k_off +
+                                       ((size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens)) * HD
+                                 : nullptr;
+        }
+        __syncthreads();
+        for (int i = tid; i < 2 * kStage * GG::RP; i += blockDim.x) {
+            const int isv = i >= kStage * GG::RP, ii = isv ? i - kStage * GG::RP : i;
+            const int r = ii / GG::RP, c = ii % GG::RP;
+            const uint8_t *row = rowp[r];
+            cp_async16((isv ? Vs + r * GG::VW : Ks + r * GG::KW) + 4 * c,
+                       row ? row + (isv ? vdelta : 0) + (size_t)c * 16 : a.pool, row ? 16 : 0);
+        }
+        asm volatile("cp.async.commit_group;");
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        __syncthreads();
+        if (s0 == p0) { /* red[] and the q rows are written (the barrier above) */
+            float vm = 0.f;
+#pragma unroll
+            for (int w = 0; w < kWarps; w++) vm = fmaxf(vm, red[w]);
+            row_pow2_scale(vm, psc, pinv); /* P' = p * vsc * psc <= 2^14 (p <= 1) */
+        }
+        if (!active) continue;
+        const float qi0 = qinv[qa], qi1 = qinv[qa + 1];
+        const uint32_t *qh = Qh + (size_t)(8 * warp + g) * GG::QW, *ql = Ql + (size_t)(8 * warp + g) * GG::QW;
+        const int mts = (min(p1 - s0, kStage) + 15) / 16;
+        for (int mt = 0; mt < mts; mt++) {
+            /* scores of positions s0 + 16 mt + g (S[0], S[1]) and + 8 (S[2], S[3]) for qa, qa + 1;
+             * the hi and lo products in two chains */
+            float S[4] = {0.f, 0.f, 0.f, 0.f}, S2[4] = {0.f, 0.f, 0.f, 0.f};
+            const uint32_t *k0 = Ks + (16 * mt + g) * GG::KW, *k1 = k0 + 8 * GG::KW;
+#pragma unroll
+            for (int i = 0; i < HD / 64; i++) {
+                const uint4 wa = *reinterpret_cast<const uint4 *>(k0 + 4 * (t + 4 * i));
+                const uint4 wb = *reinterpret_cast<const uint4 *>(k1 + 4 * (t + 4 * i));
+                const uint32_t ra[4] = {wa.x, wa.y, wa.z, wa.w}, rb[4] = {wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+                for (int sub = 0; sub < 4; sub++) {
+                    uint32_t a0, a1, a2, a3;
+                    word_pairs(ra[sub] ^ 0x80808080u, a0, a2);
+                    word_pairs(rb[sub] ^ 0x80808080u, a1, a3);
+                    const int qw = 8 * (t + 4 * i) + 2 * sub; /* dims 16 (t + 4 i) + 4 sub .. + 3 */
+                    const uint2 bh = *reinterpret_cast<const uint2 *>(qh + qw);
+                    const uint2 bl = *reinterpret_cast<const uint2 *>(ql + qw);
+                    mma16816(S, a0, a1, a2, a3, bh.x, bh.y);
+                    mma16816(S2, a0, a1, a2, a3, bl.x, bl.y);
+                }
+            }
+            const int ra_ = s0 - p0 + 16 * mt + g, rb_ = ra_ + 8, pa = p0 + ra_, pb = p0 + rb_;
+            const float kA = ksc[ra_], kB = ksc[rb_];
+            const float s00 = pa < lim0 ? __fmul_rn(__fmul_rn(__fmul_rn(S[0] + S2[0], qi0), kA), a.scale) : -INFINITY;
+            const float s01 = pa < lim1 ? __fmul_rn(__fmul_rn(__fmul_rn(S[1] + S2[1], qi1), kA), a.scale) : -INFINITY;
+            const float s10 = pb < lim0 ? __fmul_rn(__fmul_rn(__fmul_rn(S[2] + S2[2], qi0), kB), a.scale) : -INFINITY;
+            const float s11 = pb < lim1 ? __fmul_rn(__fmul_rn(__fmul_rn(S[3] + S2[3], qi1), kB), a.scale) : -INFINITY;
+            float c0 = fmaxf(s00, s10), c1 = fmaxf(s01, s11);
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+                c0 = fmaxf(c0, __shfl_xor_sync(kFull, c0, o));
+                c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, o));
+            }
+            const float mn0 = fmaxf(m0, c0), mn1 = fmaxf(m1, c1);
+            const float al0 = mn0 == -INFINITY ? 1.f : expf(m0 - mn0), al1 = mn1 == -INFINITY ? 1.f : expf(m1 - mn1);
+            const float e00 = mn0 == -INFINITY ? 0.f : expf(s00 - mn0), e10 = mn0 == -INFINITY ? 0.f : expf(s10 - mn0);
+            const float e01 = mn1 == -INFINITY ? 0.f : expf(s01 - mn1), e11 = mn1 == -INFINITY ? 0.f : expf(s11 - mn1);
+            float r0 = e00 + e10, r1 = e01 + e11;
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+                r0 += __shfl_xor_sync(kFull, r0, o);
+                r1 += __shfl_xor_sync(kFull, r1, o);
+            }
+            l0 = fmaf(l0, al0, r0), l1 = fmaf(l1, al1, r1);
+            m0 = mn0, m1 = mn1;
+#pragma unroll
+            for (int d = 0; d < GG::RP; d++) O[d][0] *= al0, O[d][1] *= al1, O[d][2] *= al0, O[d][3] *= al1;
+
+            /* P^T as the B operand: through the warp's tile, P[pos][q] */
+            const float vA = __fmul_rn(vsc[ra_], psc), vB = __fmul_rn(vsc[rb_], psc);
+            P[g * kPw + 2 * t] = e00 * vA, P[g * kPw + 2 * t + 1] = e01 * vA;
+            P[(g + 8) * kPw + 2 * t] = e10 * vB, P[(g + 8) * kPw + 2 * t + 1] = e11 * vB;
+            __syncwarp();
+            uint32_t bh0, bh1, bl0, bl1;
+            split_pair(P[(2 * t) * kPw + g], P[(2 * t + 1) * kPw + g], bh0, bl0);
+            split_pair(P[(2 * t + 8) * kPw + g], P[(2 * t + 9) * kPw + g], bh1, bl1);
+            __syncwarp();
+
+            /* O^T += V^T P^T: dim m-tile 4 i + e holds dims 64 i + 4 g + e and 64 i + 32 + 4 g + e */
+            const uint32_t *vr = Vs + 16 * mt * GG::VW;
+#pragma unroll
+            for (int i = 0; i < HD / 64; i++) {
+                const int wA = 16 * i + g, wB = wA + 8;
+                uint32_t pa0[4], pa1[4], pa2[4], pa3[4];
+                cross_pairs(vr[(2 * t) * GG::VW + wA] ^ 0x80808080u, vr[(2 * t + 1) * GG::VW + wA] ^ 0x80808080u, pa0);
+                cross_pairs(vr[(2 * t) * GG::VW + wB] ^ 0x80808080u, vr[(2 * t + 1) * GG::VW + wB] ^ 0x80808080u, pa1);
+                cross_pairs(vr[(2 * t + 8) * GG::VW + wA] ^ 0x80808080u, vr[(2 * t + 9) * GG::VW + wA] ^ 0x80808080u,
+                            pa2);
+                cross_pairs(vr[(2 * t + 8) * GG::VW + wB] ^ 0x80808080u, vr[(2 * t + 9) * GG::VW + wB] ^ 0x80808080u,
+                            pa3);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    mma16816(O[4 * i + e], pa0[e], pa1[e], pa2[e], pa3[e], bh0, bh1);
+                    mma16816(O[4 * i + e], pa0[e], pa1[e], pa2[e], pa3[e], bl0, bl1);
+                }
+            }
+        }
+    }
+    if (!active) return;
+
+    /* 3. the partials of qa, qa + 1: O (times 2^-k of P), max, sum */
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int q = qa + c;
+        if (q >= nqb) continue;
+        const int qv = qv0 + q, r = qv / G, h = kvh * G + qv % G;
+        const size_t idx = ((size_t)blockIdx.z * a.rows + (size_t)(ln.first_row + r)) * a.n_heads + h;
+        float *o = a.part_o + idx * HD;
+#pragma unroll
+        for (int d = 0; d < GG::RP; d++) {
+            const int dim = 64 * (d >> 2) + 4 * g + (d & 3);
+            o[dim] = __fmul_rn(O[d][c], pinv);
+            o[dim + 32] = __fmul_rn(O[d][2 + c], pinv);
+        }
+        if (g == 0) {
+            a.part_ml[2 * idx] = c ? m1 : m0;
+            a.part_ml[2 * idx + 1] = c ? l1 : l0;
+        }
+    }
+}
+
+template <int HD>
+int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
+    static bool attr_set = false; /* once per instantiation; setting it again is harmless */
+    if (!attr_set) {
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(smem_words<HD>(kInt8MaxQ) * 4)));
+        attr_set = true;
+    }
+    attn_int8_kernel<HD><<<grid, kWarps * 32, smem_words<HD>(a.qchunk) * 4, s>>>(a);
+    SPLASH_CUDA_LAUNCHED();
+    return SPLASH_OK;
+}
+
+} /* namespace */
+
+int splash_cuda::attn_int8_split_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
+    if (a.qchunk < 8 || a.qchunk > kInt8MaxQ || a.qchunk % 8) return SPLASH_E_INVALID;
+    switch (head_dim) {
+    case 64: return launch<64>(a, grid, s);
+    case 128: return launch<128>(a, grid, s);
+    case 256: return launch<256>(a, grid, s);
+    default: return SPLASH_E_UNSUPPORTED;
+    }
+}

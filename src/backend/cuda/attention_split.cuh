@@ -1,0 +1,44 @@
+/* attention_split.cuh - what attention.cu's dispatch shares with the split
+ * kernels: the split kernels' arguments and the tensor-core split kernel for
+ * int8 pages (attention_int8.cu).  Both kernels write the same partials
+ * (unnormalised output, max, sum per query vector and split), which
+ * attention.cu's combine merges.
+ *
+ * Device/host C++ for nvcc only.
+ */
+#ifndef SPLASH_CUDA_ATTENTION_SPLIT_CUH
+#define SPLASH_CUDA_ATTENTION_SPLIT_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/attention.h"
+
+namespace splash_cuda {
+
+struct AttnArgs {
+    const uint8_t *pool;
+    const splash_cuda_attn_lane *lanes;
+    const float *q;
+    float *part_o;  /* [splits][rows][n_heads][HD] */
+    float *part_ml; /* [splits][rows][n_heads][2] */
+    size_t ldq;
+    size_t k_off, ks_off, v_off, vs_off, layer_off, page_bytes;
+    int format, page_tokens;
+    int n_heads, group, rows;
+    int qchunk, n_qchunks; /* query vectors per block, blocks per (lane, kv head) */
+    float scale;
+};
+
+/* Query vectors one block of the int8 kernel takes at most: an n-tile of 8
+ * per warp, 4 warps. */
+constexpr int kInt8MaxQ = 32;
+
+/* The int8 kernel over grid (kv_heads * n_qchunks, lanes, splits);
+ * a.qchunk a multiple of 8, <= kInt8MaxQ; head_dim 64, 128 or 256. */
+int attn_int8_split_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
+
+} /* namespace splash_cuda */
+
+#endif
