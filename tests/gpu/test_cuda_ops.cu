@@ -216,6 +216,9 @@ static const Shape kTiny = {"tiny", 128, 4, 2, 64, 16, 2, 6, 32, 48, 0, 0, 0};
 static const Shape kTinyMoe = {"moe-tiny", 128, 4, 1, 64, 16, 2, 4, 32, 48, 8, 2, 64};
 static const Shape k27B = {"27B", 5120, 24, 4, 256, 64, 16, 48, 128, 128, 0, 0, 0};
 static const Shape k35B = {"35B-A3B", 2048, 16, 2, 256, 64, 16, 32, 128, 128, 256, 8, 512};
+/* MoE only: top-8 of 64 small experts, so that 2,100 rows make 16,800 slots (two chunks of
+ * the GEMM step, the sort past its shared-memory staging) at a CPU reference's cost */
+static const Shape kMoeK8 = {"moe-k8", 128, 4, 1, 64, 16, 2, 4, 32, 48, 64, 8, 64};
 /* attention only: the third head_dim the kernels compile */
 static const Shape kHd128 = {"hd128", 1024, 8, 2, 128, 32, 0, 0, 0, 0, 0, 0, 0};
 static const double kTheta = 1e7;
@@ -1494,6 +1497,7 @@ int main(int argc, char **argv) {
     test_moe(&kTinyMoe, 16);
     test_moe(&kTinyMoe, 40); /* every row on expert 3: groups of 16, 16, 8 */
     test_moe(&kTinyMoe, 100); /* expert 3 in two tiles of the GEMM step */
+    test_moe(&kMoeK8, 2100);  /* the GEMM step in chunks of 2,048 rows */
     test_elementwise(&kTiny, 16, 192);
     test_dense("tiny", SPLASH_BF16, 8, 128, 16, 128); /* the moe-tiny router */
     test_dense("odd", SPLASH_BF16, 37, 100, 3, 101);

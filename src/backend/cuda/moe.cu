@@ -138,6 +138,7 @@ __global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const int
  * expert walks the slots in order (within an expert, ascending slot: the
  * same positions whatever the timing).  One block of kSortThreads. */
 constexpr int kSortThreads = 1024;
+constexpr int kGemmChunkRows = 2048; /* rows per GEMM-step chunk at most: 16,384 slots of the 35B-A3B, ~285 MB */
 constexpr int kSortSmemIds = 8192; /* ids staged in shared memory up to this many slots (32 KB + 8 KB static) */
 
 __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const int32_t *idx, int S, int E, int bn, int32_t *off,
@@ -260,12 +261,16 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
     s->sg = (float *)(g + bxs);
     s->su = (float *)(g + bxs + bsI);
     s->smo = (float *)(g + bxs + 2 * bsI);
-    const size_t n = (size_t)max_rows * top_k;
-    { /* the GEMM step */
+    /* the GEMM step works in chunks of gemm_rows rows (splash_cuda_moe_experts_gemm) */
+    s->gemm_rows = max_rows < kGemmChunkRows ? max_rows : kGemmChunkRows;
+    if (s->gemm_rows > 65535 / top_k) s->gemm_rows = 65535 / top_k;
+    const size_t n = (size_t)s->gemm_rows * top_k;
+    {
         const size_t bo = align256((SPLASH_CUDA_MOE_MAX_EXPERTS + 1) * 4), bp = align256(n * 4);
         s->tiles_cap = (int)(n / SPLASH_Q4_GEMM_GROUP_ROWS + (n < SPLASH_CUDA_MOE_MAX_EXPERTS ? n : SPLASH_CUDA_MOE_MAX_EXPERTS) + 1);
         const size_t bt = align256((size_t)s->tiles_cap * 4);
-        const size_t bgx = align256(splash_q4_gemm_x_bytes(max_rows, hidden)), bgs = align256(splash_q4_gemm_x_bytes((int)n, inter));
+        const size_t bgx = align256(splash_q4_gemm_x_bytes(s->gemm_rows, hidden));
+        const size_t bgs = align256(splash_q4_gemm_x_bytes((int)n, inter));
         const size_t bgI = align256(n * inter * sizeof(float)), bgH = align256(n * hidden * sizeof(float));
         uint8_t *q;
         const cudaError_t e2 = cudaMalloc((void **)&q, bo + 2 * bp + 2 * bt + 256 + bgx + bgs + 2 * bgI + bgH);
@@ -281,14 +286,15 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
         s->tile_e = (int32_t *)q, q += bt;
         s->tile_n0 = (int32_t *)q, q += bt;
         s->n_tiles = (int32_t *)q, q += 256;
-        splash_q4_gemm_x_init(&s->gx, q, max_rows, hidden), q += bgx;
+        splash_q4_gemm_x_init(&s->gx, q, s->gemm_rows, hidden), q += bgx;
         splash_q4_gemm_x_init(&s->gxs, q, (int)n, inter), q += bgs;
         s->gg = (float *)q, q += bgI;
         s->gu = (float *)q, q += bgI;
         s->gd = (float *)q;
     }
-    cudaError_t e = cudaMallocHost((void **)&s->idx_host, n * sizeof(int32_t));
-    if (e == cudaSuccess) e = cudaMallocHost((void **)&s->w_host, n * sizeof(float));
+    const size_t nh = (size_t)max_rows * top_k; /* the host-driven step's ids and weights */
+    cudaError_t e = cudaMallocHost((void **)&s->idx_host, nh * sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&s->w_host, nh * sizeof(float));
     if (e != cudaSuccess) {
         SPLASH_CUDA_REPORT_("cudaMallocHost", e);
         splash_cuda_moe_scratch_free(s);
@@ -372,14 +378,11 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
     return SPLASH_OK;
 }
 
-extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const splash_q4_matrix *up,
-                                            const splash_q4_matrix *down, int n_experts, const int32_t *idx,
-                                            const float *w, int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
-                                            splash_cuda_moe_scratch *s, struct CUstream_st *stream) {
-    if (!gate || !up || !down || !idx || !w || !xn || !fo || !s || !s->dev2 || rows < 0 || rows > s->max_rows ||
-        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || ldx < (size_t)s->hidden || ldf < (size_t)s->hidden)
-        return SPLASH_E_INVALID;
-    if (!rows) return SPLASH_OK;
+/* One chunk of splash_cuda_moe_experts_gemm: rows * top_k <= 65535 slots
+ * (the elementwise kernels' grid.y). */
+static int experts_gemm_chunk(const splash_q4_matrix *gate, const splash_q4_matrix *up, const splash_q4_matrix *down,
+                              int n_experts, const int32_t *idx, const float *w, int rows, const float *xn, size_t ldx,
+                              float *fo, size_t ldf, splash_cuda_moe_scratch *s, struct CUstream_st *stream) {
     const int H = s->hidden, I = s->inter, K = s->top_k, S = rows * K;
     size_t sg, sd;
     int rc = expert_strides(gate, up, down, n_experts, H, I, &sg, &sd);
@@ -401,5 +404,26 @@ extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const 
     if (rc) return rc;
     combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->gd, s->inv, w, H, K);
     SPLASH_CUDA_LAUNCHED();
+    return SPLASH_OK;
+}
+
+extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                            const splash_q4_matrix *down, int n_experts, const int32_t *idx,
+                                            const float *w, int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
+                                            splash_cuda_moe_scratch *s, struct CUstream_st *stream) {
+    if (!gate || !up || !down || !idx || !w || !xn || !fo || !s || !s->dev2 || rows < 0 || rows > s->max_rows ||
+        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || ldx < (size_t)s->hidden || ldf < (size_t)s->hidden)
+        return SPLASH_E_INVALID;
+    /* Chunks of rows: every step is row-independent, so a row's result is
+     * the same bits in any chunk (a 16K-row 35B-A3B prefill forward was
+     * refused: 131,072 slots past the elementwise kernels' 65,535 rows), and
+     * the scratch is sized for a chunk, not for max_rows. */
+    const int K = s->top_k, chunk = s->gemm_rows;
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+        const int n = rows - r0 < chunk ? rows - r0 : chunk;
+        const int rc = experts_gemm_chunk(gate, up, down, n_experts, idx + (size_t)r0 * K, w + (size_t)r0 * K, n,
+                                          xn + (size_t)r0 * ldx, ldx, fo + (size_t)r0 * ldf, ldf, s, stream);
+        if (rc) return rc;
+    }
     return SPLASH_OK;
 }

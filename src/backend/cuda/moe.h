@@ -60,7 +60,8 @@ typedef struct splash_cuda_moe_scratch {
     splash_q4_xprep xs;       /* each slot's hidden state prepared alone (rows_cap 16 * top_k) */
     float *sg, *su;           /* [slots][inter] gate (then silu(gate) * up) and up outputs */
     float *smo;               /* [slots][hidden] down outputs */
-    /* the GEMM step (splash_cuda_moe_experts_gemm): max_rows * top_k slots sorted by expert */
+    /* the GEMM step (splash_cuda_moe_experts_gemm): gemm_rows * top_k slots sorted by expert */
+    int gemm_rows;            /* rows per chunk of the GEMM step: min(max_rows, 2048, 65535 / top_k) */
     void *dev2;
     int32_t *off;             /* [SPLASH_CUDA_MOE_MAX_EXPERTS + 1] first sorted position of each expert */
     int32_t *perm, *inv;      /* [slots] the slot at each position; each slot's position (-1: bad id) */
@@ -74,7 +75,7 @@ typedef struct splash_cuda_moe_scratch {
 /* Allocates (cudaMalloc, cudaMallocHost): 0, SPLASH_E_INVALID, or
  * SPLASH_E_IO when the runtime refuses.  hidden, inter: multiples of 64.
  * The GEMM step's part is (2 inter + hidden) floats + (hidden + inter) fp16
- * per slot (the 35B-A3B at 512 rows: ~58 MB). */
+ * per slot of a chunk (the 35B-A3B at 512 rows: ~58 MB; at most ~285 MB). */
 int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_rows, int hidden, int inter, int top_k);
 void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s);
 
