@@ -3,8 +3,8 @@
 #
 #   tools/gpu_model_check.sh --prepare      (here: the CUDA build of splash and bench_cpu, packed
 #                                            into .carry/splash-bin.txz)
-#   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256] [--decode 32] [--graphs 0,1]
-#                                [--gemm 0,1]
+#   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256[,32768]] [--decode 32]
+#                                [--graphs 0,1] [--gemm 0,1]
 #       (the GPU machine, carrying .carry)
 # For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
 # of the exact dimensions, first L layers of the 3:1 pattern (the full 27B is 54 GB of bf16, more
@@ -16,7 +16,8 @@
 # tools/gpu_kernel_profile.sh (ncu; the GPU machine has no nsys).  Every time and
 # the bytes read per token are a + b L (the layers are the same work each period of 4), so two
 # depths give the full depth's (64 for the 27B, 40 for the 35B-A3B): printed with the roofline
-# fraction at 4.3 TB/s.  Logs and the fitted table in $OUT.
+# fraction at 4.3 TB/s.  Several --prompt lengths (a list) time decode at those contexts on the same
+# packages (KV pages int8, as served).  Logs and the fitted table in $OUT.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32 GRAPHS="1" GEMMS="1"
@@ -50,37 +51,41 @@ for L in ${DEPTHS//,/ }; do
     "$BENCH" --make-random "$P" --shape "$SHAPE" --layers "$L" $MAKE_ARGS > "$OUT/make-$SHAPE-$L.log" 2>&1 ||
         { tail -5 "$OUT/make-$SHAPE-$L.log"; exit 1; }
     t1=$(date +%s)
+    for N in ${PROMPT//,/ }; do
     for G in ${GRAPHS//,/ }; do
     for E in ${GEMMS//,/ }; do
+        LOG=$OUT/bench-$SHAPE-$L-p$N-g$G-e$E.log
         SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E "$BENCH" --model "$P" --device "$DEVICE" --act int8 --kv-format int8 --no-bandwidth \
-            --prompt "$PROMPT" --decode "$DECODE" --decode-prefill --verify-reps 9 > "$OUT/bench-$SHAPE-$L-g$G-e$E.log" 2>&1 ||
-            { tail -5 "$OUT/bench-$SHAPE-$L-g$G-e$E.log"; exit 1; }
-        echo "depth $L, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
-        grep -E "^(cuda|int8|read per|decode|prefill)" "$OUT/bench-$SHAPE-$L-g$G-e$E.log"
+            --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps 9 > "$LOG" 2>&1 || { tail -5 "$LOG"; exit 1; }
+        echo "depth $L, prompt $N, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
+        grep -E "^(cuda|int8|read per|decode|prefill)" "$LOG"
+    done
     done
     done
     rm -rf "$P"
 done
+for N in ${PROMPT//,/ }; do
 for G in ${GRAPHS//,/ }; do
 for E in ${GEMMS//,/ }; do
-python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" "$E" <<'PY'
+python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" "$E" "$N" <<'PY'
 import re, sys
-out, shape, full, depths, g, e = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()], sys.argv[5], sys.argv[6]
+out, shape, full, depths, g, e, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()], sys.argv[5], sys.argv[6], sys.argv[7]
 rows = {}
 for L in depths:
-    t = open(f"{out}/bench-{shape}-{L}-g{g}-e{e}.log").read()
+    t = open(f"{out}/bench-{shape}-{L}-p{n}-g{g}-e{e}.log").read()
     g_ = lambda pat: float(re.search(pat, t).group(1))
     rows[L] = dict(prefill=1.0 / g_(r"prefill \d+ tokens: ([0-9.]+) tokens/s"), step=g_(r"decode: median ([0-9.]+) ms"),
                    v8=g_(r"verify 8 rows: ([0-9.]+) ms"), v16=g_(r"16 rows: ([0-9.]+) ms"),
                    mb=g_(r"= ([0-9.]+) MB; peak"))
 a, b = depths[0], depths[-1]
 fit = {k: rows[a][k] + (rows[b][k] - rows[a][k]) * (full - a) / (b - a) for k in rows[a]}
-print(f"| {shape}, graphs {g}, gemm {e} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | prefill tokens/s |")
+print(f"| {shape}, prompt {n}, graphs {g}, gemm {e} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | prefill tokens/s |")
 print("|---|---|---|---|---|---|---|---|---|")
 for L, r in sorted(rows.items()) + [(f"{full} (fit)", fit)]:
     frac = r["mb"] * 1e6 / (r["step"] * 1e-3) / 4.3e12
     print(f"| | {L} | {r['step']:.3f} | {1e3 / r['step']:.1f} | {r['mb']:.0f} | {100 * frac:.1f}% | "
           f"{r['v8'] / r['step']:.2f} | {r['v16'] / r['step']:.2f} | {1 / r['prefill']:.0f} |")
 PY
+done
 done
 done

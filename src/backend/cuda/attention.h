@@ -25,12 +25,14 @@
  *  1. split: one block per (kv head, query chunk, lane, split of
  *     SPLASH_CUDA_ATTN_SPLIT positions).  The block loads its query vectors
  *     (the G = n_heads / kv_heads query heads of the kv head times the lane's
- *     rows: one K/V tile in shared memory serves all of them), streams the
- *     split's K and V in tiles of 32 positions through shared memory
- *     (converted to fp32 once per tile), and keeps an online softmax per query
- *     vector; it writes the unnormalised partial output, max and sum.
- *  2. combine: one block per (row, head) merges the row's splits, divides,
- *     and applies the output gate sigmoid(gate) when gate is not NULL.
+ *     rows: one K/V tile in shared memory serves all of them) and keeps an
+ *     online softmax per query vector; it writes the unnormalised partial
+ *     output, max and sum.  int8 pages: the split's K/V bytes are staged as
+ *     stored and both products run on the tensor cores (attention_int8.cu);
+ *     bf16 / f32 pages: tiles of 32 positions widened to fp32, CUDA cores.
+ *  2. combine: one block per (row, head, 64 dims) merges the row's splits,
+ *     divides, and applies the output gate sigmoid(gate) when gate is not
+ *     NULL.
  * The arithmetic per (row, head) depends only on its own inputs and the
  * fixed split length: results do not depend on the batch (other lanes, how
  * many rows, max_ctx).  They agree with cpu_attention to fp32 rounding (the
