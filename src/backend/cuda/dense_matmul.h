@@ -15,9 +15,12 @@
  * rounded as two fp32 operations).
  *
  * Shape of the work: one warp per output row r and up to 8 rows of x: the
- * warp streams w[r] once for those x rows, each lane summing columns lane,
- * lane + 32, ... in order, then a warp tree.  Not tuned: these matrices are
- * small in a q4 model; a bf16 model runs correctly on it, not fast.
+ * warp streams w[r] once for those x rows, lane t summing the 8-column
+ * chunks t, t + 32, ... in order (8 chunk loads in flight; element by
+ * element when cols % 8 or x's alignment rule chunks out), then a warp tree.
+ * Sized for latency: these matrices are small in a q4 model (the MoE
+ * router, 1 MB: 4 us in a decode graph); a bf16 model runs correctly on it,
+ * not fast.
  * Results depend only on the row's own x (no split of the sum that varies
  * with M), so they are batch-invariant.
  */
