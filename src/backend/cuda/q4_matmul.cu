@@ -589,6 +589,14 @@ const Preset kH200[] = {
     {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn q|k|v */
     {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* gdn qkv|z|b|a */
     {34816, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* ffn gate|up */
+    /* the 35B-A3B's experts (and its shared expert's down), mostly launched grouped (8
+     * slots x gate, up at decode): the generic rule's ksplit 8 left a block one group
+     * of 64 columns between two cluster barriers (gate|up 24.4 us for 9.4 MB in a
+     * decode graph); ksplit 2: the grouped step 47.8 -> 28.4 us at 1 row, 279 -> 99 us
+     * at 8 rows (test_cuda_ops), the host-driven step 7-17% slower (verify lanes of
+     * more than 16 rows only) */
+    {512, 2048, 2, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},    /* experts gate, up */
+    {2048, 512, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},    /* experts down */
     {0, 0, 0, 0, {}},                                                                   /* terminator */
 };
 
