@@ -139,13 +139,14 @@ __global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const int
  * same positions whatever the timing).  One block of kSortThreads. */
 constexpr int kSortThreads = 1024;
 constexpr int kGemmChunkRows = 2048; /* rows per GEMM-step chunk at most: 16,384 slots of the 35B-A3B, ~285 MB */
-constexpr int kSortSmemIds = 8192; /* ids staged in shared memory up to this many slots (32 KB + 8 KB static) */
+constexpr int kSortSmemIds = 8192; /* ids staged in shared memory up to this many slots (32 KB + 8 KB static);
+                                      a multiple of 4, see the launch */
 
 __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const int32_t *idx, int S, int E, int bn, int32_t *off,
                                                                 int32_t *perm, int32_t *inv, int32_t *tile_e,
                                                                 int32_t *tile_n0, int32_t *n_tiles) {
     __shared__ int cnt[SPLASH_CUDA_MOE_MAX_EXPERTS], soff[SPLASH_CUDA_MOE_MAX_EXPERTS];
-    extern __shared__ int sid[]; /* [S] when S <= kSortSmemIds */
+    extern __shared__ int sid[]; /* [S rounded up to 4] when S <= kSortSmemIds */
     const bool staged = S <= kSortSmemIds;
     for (int e = threadIdx.x; e < E; e += kSortThreads) cnt[e] = 0;
     __syncthreads();
@@ -388,7 +389,11 @@ static int experts_gemm_chunk(const splash_q4_matrix *gate, const splash_q4_matr
     int rc = expert_strides(gate, up, down, n_experts, H, I, &sg, &sd);
     if (rc) return rc;
     const cudaStream_t st = (cudaStream_t)stream;
-    const size_t sort_smem = S <= kSortSmemIds ? (size_t)S * 4 : 0;
+    /* sid[] rounded up to 4 ids: ptxas merges the staged walk's unrolled
+     * remainder reads into one 12-byte load that would pass the end of exactly
+     * S ids (compute-sanitizer, session 6; the attention combine's fac[] had
+     * the same fault, docs/cuda.md "Shared-memory sizing") */
+    const size_t sort_smem = S <= kSortSmemIds ? ((size_t)S + 3) / 4 * 4 * 4 : 0;
     moe_sort_kernel<<<1, kSortThreads, sort_smem, st>>>(idx, S, n_experts, SPLASH_Q4_GEMM_GROUP_ROWS, s->off, s->perm,
                                                        s->inv, s->tile_e, s->tile_n0, s->n_tiles);
     SPLASH_CUDA_LAUNCHED();
