@@ -55,29 +55,6 @@ __device__ __forceinline__ float weight_at(const Args &a, int r, int c) {
     return __fadd_rn(__fmul_rn(bf16_to_f32(a.scales[g]), (float)a.w[i]), bf16_to_f32(a.biases[g]));
 }
 
-template <int DT>
-__global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r = blockIdx.x * kWarps + warp;
-    if (r >= a.rows) return; /* whole warps */
-    const int m0 = blockIdx.y * kRowsX, nm = min(kRowsX, a.M - m0);
-    const float *x = a.x + (size_t)m0 * a.ldx;
-    float acc[kRowsX];
-#pragma unroll
-    for (int j = 0; j < kRowsX; j++) acc[j] = 0.f;
-    for (int c = lane; c < a.cols; c += 32) {
-        const float w = weight_at<DT>(a, r, c);
-#pragma unroll
-        for (int j = 0; j < kRowsX; j++)
-            if (j < nm) acc[j] = fmaf(w, x[(size_t)j * a.ldx + c], acc[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < kRowsX; j++) {
-        const float s = warp_sum(acc[j]);
-        if (lane == 0 && j < nm) a.y[(size_t)(m0 + j) * a.ldy + r] = s;
-    }
-}
-
 /* Eight consecutive weights of a row as stored (bf16 / f16: one 16-byte
  * load; f32: two; q8: 8 codes and the group's scale and bias). */
 template <int DT>
@@ -120,35 +97,46 @@ __device__ __forceinline__ float chunk_at(const Chunk<DT> &c, int k) {
     return DT == SPLASH_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-template <int DT>
-__global__ void __launch_bounds__(kWarps * 32) dense_matmul_vec_kernel(const Args a) {
+/* VEC: 8-column chunks (cols % 8 == 0, 16-byte aligned rows of w and x);
+ * else one element per lane and step. */
+template <int DT, bool VEC>
+__global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r = blockIdx.x * kWarps + warp;
     if (r >= a.rows) return; /* whole warps */
     const int m0 = blockIdx.y * kRowsX, nm = min(kRowsX, a.M - m0);
     const float *x = a.x + (size_t)m0 * a.ldx;
-    const int nch = a.cols / 8;
     float acc[kRowsX];
 #pragma unroll
     for (int j = 0; j < kRowsX; j++) acc[j] = 0.f;
-    for (int base = lane; base < nch; base += 32 * kChunks) {
-        Chunk<DT> c[kChunks];
+    if constexpr (VEC) {
+        const int nch = a.cols / 8;
+        for (int base = lane; base < nch; base += 32 * kChunks) {
+            Chunk<DT> c[kChunks];
 #pragma unroll
-        for (int u = 0; u < kChunks; u++)
-            if (base + 32 * u < nch) load_chunk<DT>(a, r, base + 32 * u, c[u]);
+            for (int u = 0; u < kChunks; u++)
+                if (base + 32 * u < nch) load_chunk<DT>(a, r, base + 32 * u, c[u]);
 #pragma unroll
-        for (int u = 0; u < kChunks; u++) {
-            const int ch = base + 32 * u;
-            if (ch >= nch) break;
+            for (int u = 0; u < kChunks; u++) {
+                const int ch = base + 32 * u;
+                if (ch >= nch) break;
 #pragma unroll
-            for (int j = 0; j < kRowsX; j++) {
-                if (j >= nm) break;
-                const float4 x0 = __ldg(reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch));
-                const float4 x1 = __ldg(reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch) + 1);
-                const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                for (int j = 0; j < kRowsX; j++) {
+                    if (j >= nm) break;
+                    const float4 x0 = __ldg(reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch));
+                    const float4 x1 = __ldg(reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch) + 1);
+                    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
-                for (int k = 0; k < 8; k++) acc[j] = fmaf(chunk_at<DT>(c[u], k), xv[k], acc[j]);
+                    for (int k = 0; k < 8; k++) acc[j] = fmaf(chunk_at<DT>(c[u], k), xv[k], acc[j]);
+                }
             }
+        }
+    } else {
+        for (int c = lane; c < a.cols; c += 32) {
+            const float w = weight_at<DT>(a, r, c);
+#pragma unroll
+            for (int j = 0; j < kRowsX; j++)
+                if (j < nm) acc[j] = fmaf(w, x[(size_t)j * a.ldx + c], acc[j]);
         }
     }
 #pragma unroll
@@ -163,9 +151,9 @@ size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 template <int DT>
 void launch(const Args &a, dim3 grid, bool vec, cudaStream_t s) {
     if (vec)
-        dense_matmul_vec_kernel<DT><<<grid, kWarps * 32, 0, s>>>(a);
+        dense_matmul_kernel<DT, true><<<grid, kWarps * 32, 0, s>>>(a);
     else
-        dense_matmul_kernel<DT><<<grid, kWarps * 32, 0, s>>>(a);
+        dense_matmul_kernel<DT, false><<<grid, kWarps * 32, 0, s>>>(a);
 }
 
 } /* namespace */
