@@ -6,7 +6,7 @@
  * owns one kv head's positions and all the query vectors that read them: a
  * tile of 32 positions is loaded from the pages once (converted to fp32 into
  * shared memory) and used by every query head of the GQA group and every row
- * of the lane.  Splitting the context into fixed 256-position pieces gives
+ * of the lane.  Splitting the context into fixed 128-position pieces gives
  * enough blocks for the chip at long contexts; at short ones the query
  * vectors are spread over more blocks instead (the tile is then read again
  * from L2, not from HBM).  Neither choice changes a result.
@@ -18,10 +18,12 @@
  * per query vector (warp max / warp sum over the tile).  P.V: lane d owns
  * dims d, d+32, ...; the weight of position t is broadcast by a shuffle.
  *
- * This is the simple fp32 CUDA-core version: decode is about at the memory
- * floor, a 16-row verify at long context does ~16x the arithmetic of decode
- * over the same bytes and becomes compute-bound; tensor cores (K/V int8 or
- * bf16 are exact in fp16/bf16 operands) are the next step (docs/cuda.md).
+ * This is the fp32 CUDA-core version, kept for bf16 and f32 pages: each
+ * warp walks the fp32 tile for its own query vectors, so the shared-memory
+ * traffic grows with the query count (27B int8 at 32K context: 201 us for a
+ * decode row, 1.07 ms for a 16-row verify).  int8 pages (serve's default)
+ * go to the tensor-core kernel of attention_int8.cu, which writes the same
+ * partials; the combine below merges either.
  *
  * C++ used: templates over head_dim and query vectors per warp; no STL.
  */
@@ -103,7 +105,6 @@ __global__ void kv_write_kernel(const KvArgs a) {
 }
 
 /* ---- split kernel ---------------------------------------------------------------- */
-
 
 template <int HD>
 __host__ __device__ constexpr size_t split_smem_bytes(int qchunk) {
