@@ -4,7 +4,7 @@
  * Why.  The CUDA-core split kernel gave every warp one query vector and
  * walked the K/V tile (widened to fp32 in shared memory) once per warp: six
  * times for a 27B decode row, 96 times for a 16-row verify.  At 32K context
- * that was 222 us per attention layer for one row (68 MB of K/V: 16 us of
+ * that was 201-222 us per attention layer for one row (68 MB of K/V: 16 us of
  * bandwidth) and 1.07 ms for 16 rows (tests/gpu/test_cuda_ops).  Here a
  * block stages its split's K and V bytes once (cp.async, int8 as stored)
  * and the tensor cores do both products for up to 32 query vectors.
