@@ -12,7 +12,10 @@
  *   - end to end on the dense and MoE fixtures (packed bf16 as in
  *     test_qwen35_fixtures.c): int8 and bf16 KV against f32 KV and against
  *     transformers' logits, relative L2 error and top-1 agreement printed,
- *     loose asserts.
+ *     loose asserts;
+ *   - a model of GDN layers only (the dense fixture cut to its first three
+ *     layers) loads with every format, needs no pages, and gives the same
+ *     logits whatever the format.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,11 +26,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/cpu/cpu.h"
 #include "base/fs.h"
 #include "base/json.h"
+#include "base/strbuf.h"
 #include "package/package.h"
 #include "package/packer.h"
 #include "package/tensor.h"
@@ -515,6 +520,91 @@ static void test_fixtures_end_to_end(void **state) {
     if (!ran) skip();
 }
 
+/* The dense fixture cut to its first three (GDN) layers: no attention
+ * layer, so no KV pages whatever the format (the CPU model refused int8 and
+ * bf16 and f32 alike: "head_dim 0"), and the format cannot change a logit. */
+static void test_gdn_only_model(void **state) {
+    (void)state;
+    char src[600], path[700];
+    snprintf(src, sizeof src, "%s/tests/fixtures/dense-tiny", root());
+    snprintf(path, sizeof path, "%s/config.json", src);
+    char *cfg = NULL;
+    size_t len;
+    splash_error err = {0};
+    if (splash_read_file(path, &cfg, &len, &err)) skip();
+    char tmp[64] = "/tmp/splash-gdnonly-XXXXXX";
+    assert_non_null(mkdtemp(tmp));
+    char dir[128], pkgdir[128];
+    snprintf(dir, sizeof dir, "%s/ckpt", tmp);
+    snprintf(pkgdir, sizeof pkgdir, "%s/pkg", tmp);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    /* config: 3 layers, their types only */
+    char *lt = strstr(cfg, "\"layer_types\": ["), *nl = strstr(cfg, "\"num_hidden_layers\": 8");
+    assert_non_null(lt);
+    assert_non_null(nl);
+    char *lt_end = strchr(lt, ']');
+    assert_non_null(lt_end);
+    assert_true(lt < nl && lt_end < nl);
+    strbuf b;
+    sb_init(&b);
+    sb_append(&b, cfg, (size_t)(lt - cfg));
+    sb_puts(&b, "\"layer_types\": [\"linear_attention\", \"linear_attention\", \"linear_attention\"]");
+    sb_append(&b, lt_end + 1, (size_t)(nl - lt_end - 1));
+    sb_puts(&b, "\"num_hidden_layers\": 3");
+    sb_puts(&b, nl + strlen("\"num_hidden_layers\": 8"));
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(splash_write_file(path, b.data, b.len, &err), 0);
+    sb_free(&b);
+    free(cfg);
+    static const char *others[] = {"model.safetensors", "generation_config.json"};
+    char *abs_src = realpath(src, NULL); /* links from the temporary directory */
+    assert_non_null(abs_src);
+    for (int i = 0; i < 2; i++) {
+        char from[700], to[700];
+        snprintf(from, sizeof from, "%s/%s", abs_src, others[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, others[i]);
+        assert_int_equal(symlink(from, to), 0);
+    }
+    free(abs_src);
+    splash_pack_options po = {.from = dir, .out = pkgdir, .weights = SPLASH_BF16, .threads = 2, .force = 1};
+    splash_pack_stats ps;
+    if (splash_pack(&po, &ps, &err)) fail_msg("pack: %s", err.msg);
+    splash_package *pkg;
+    if (splash_package_open(pkgdir, &pkg, &err)) fail_msg("%s", err.msg);
+    enum { T = 24 };
+    float *out[3] = {NULL, NULL, NULL};
+    int vocab = 0;
+    for (int fi = 0; fi < 3; fi++) {
+        splash_model_options o = {.threads = 2, .max_rows = T, .max_lanes = 1, .kv_format = (splash_kv_format)formats[fi]};
+        splash_model *m;
+        if (splash_model_load(pkg, &o, &m, &err)) fail_msg("load with %s KV: %s", format_names[fi], err.msg);
+        const splash_model_needs *nd = splash_model_get_needs(m);
+        assert_int_equal(nd->page_bytes, 0);
+        vocab = nd->vocab;
+        void *kv = splash_model_alloc_memory(m, 1), *st = splash_model_alloc_memory(m, nd->state_bytes);
+        assert_non_null(kv);
+        assert_non_null(st);
+        if (splash_model_attach_memory(m, kv, 1, st, 1, &err)) fail_msg("%s", err.msg);
+        splash_model_reset_slot(m, 0);
+        splash_row rows[T];
+        for (int t = 0; t < T; t++) rows[t] = (splash_row){(int32_t)(7 + 13 * t), {t, t, t}, SPLASH_ROW_LOGITS, NULL};
+        int32_t pages[1] = {0};
+        splash_lane lane = {0, 0, 0, T, pages, 1, SPLASH_LANE_PREFILL};
+        out[fi] = malloc(sizeof(float) * (size_t)T * vocab);
+        splash_batch bt = {1, T, &lane, rows, out[fi], NULL};
+        if (splash_model_forward(m, &bt, &err)) fail_msg("forward with %s KV: %s", format_names[fi], err.msg);
+        for (size_t i = 0; i < (size_t)T * vocab; i++) assert_true(isfinite(out[fi][i]));
+        splash_model_free_memory(m, kv);
+        splash_model_free_memory(m, st);
+        splash_model_free(m);
+    }
+    assert_memory_equal(out[1], out[0], sizeof(float) * (size_t)T * vocab);
+    assert_memory_equal(out[2], out[0], sizeof(float) * (size_t)T * vocab);
+    for (int fi = 0; fi < 3; fi++) free(out[fi]);
+    splash_package_close(pkg);
+    splash_remove_tree(tmp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
@@ -522,6 +612,7 @@ int main(void) {
         cmocka_unit_test(test_attention_vs_f32),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_fixtures_end_to_end),
+        cmocka_unit_test(test_gdn_only_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,7 +142,8 @@ static int q_load(splash_package *pkg, const splash_model_options *opt, void **i
     const json_value *model = json_get(splash_package_manifest(pkg), "model");
     if ((rc = qwen35_dims_parse(model, splash_package_architecture(pkg), &m->d, err))) goto fail;
     const qwen35_dims *d = &m->d;
-    if ((rc = cpu_kv_layout_init(&m->kv, o.kv_format, d->n_attn, d->kv_heads, d->head_dim, QWEN35_PAGE_TOKENS))) {
+    if (d->n_attn && /* a model of GDN layers only has no pages (page_bytes 0), as the CUDA model */
+        (rc = cpu_kv_layout_init(&m->kv, o.kv_format, d->n_attn, d->kv_heads, d->head_dim, QWEN35_PAGE_TOKENS))) {
         rc = splash_fail(err, rc, "KV format %d with head_dim %d: the CPU backend implements f32, bf16 and int8 "
                          "pages, head_dim up to %d", (int)o.kv_format, d->head_dim, CPU_KV_MAX_HEAD_DIM);
         goto fail;
