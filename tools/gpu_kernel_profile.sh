@@ -37,21 +37,22 @@ NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 P=$W/prof-$SHAPE-$LAYERS
 [ -d "$P" ] || "$W/bin/bench_cpu" --make-random "$P" --shape "$SHAPE" --layers "$LAYERS" > "$OUT/make.log" 2>&1 ||
     { tail -5 "$OUT/make.log"; exit 1; }
+# the benchmark both modes run (KV pages int8, as served)
+RUN=("$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --kv-format int8 --no-bandwidth --prompt "$PROMPT"
+     --decode "$DECODE" --decode-prefill)
 if [ "$TRACE" = 1 ]; then
     CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
     CUPTI=$(dirname "$(find "$CUDA_HOME"/ /usr/local/cuda/ -name 'libcupti.so' 2>/dev/null | head -1)")
     g++ -shared -fPIC -O2 -I"$CUDA_HOME/include" tools/cupti_trace.cpp -o "$W/libtrace.so" -L"$CUPTI" -lcupti \
         -Wl,-rpath,"$CUPTI" || exit 1
-    CUDA_INJECTION64_PATH=$W/libtrace.so SPLASH_TRACE_OUT=$OUT/trace.csv "$W/bin/bench_cpu" --model "$P" \
-        --device cuda --act int8 --kv-format int8 --no-bandwidth --prompt "$PROMPT" --decode "$DECODE" --decode-prefill \
-        --verify-reps 9 > "$OUT/trace.log" 2>&1 || { tail -20 "$OUT/trace.log"; exit 1; }
+    CUDA_INJECTION64_PATH=$W/libtrace.so SPLASH_TRACE_OUT=$OUT/trace.csv "${RUN[@]}" --verify-reps 9 \
+        > "$OUT/trace.log" 2>&1 || { tail -20 "$OUT/trace.log"; exit 1; }
     grep -E "^(cuda|int8|decode|prefill)" "$OUT/trace.log"
     python3 tools/trace_summary.py "$OUT/trace.csv"
     exit $?
 fi
 SPLASH_CUDA_GRAPHS=0 "$NCU" --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    "$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --kv-format int8 --no-bandwidth --prompt "$PROMPT" --decode "$DECODE" \
-    --decode-prefill --verify-reps 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err" || { tail -20 "$OUT/ncu.err"; exit 1; }
+    "${RUN[@]}" --verify-reps 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err" || { tail -20 "$OUT/ncu.err"; exit 1; }
 python3 - "$OUT/ncu.csv" <<'PY'
 import csv, sys, collections
 lines = open(sys.argv[1]).read().splitlines()

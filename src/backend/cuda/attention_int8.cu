@@ -75,11 +75,6 @@ constexpr size_t smem_words(int qchunk) {
            kWarps * 16 * kPw + kWarps;
 }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int bytes) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
     uint32_t r;
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
@@ -216,11 +211,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
             const int isv = i >= kStage * GG::RP, ii = isv ? i - kStage * GG::RP : i;
             const int r = ii / GG::RP, c = ii % GG::RP;
             const uint8_t *row = rowp[r];
-            cp_async16((isv ? Vs + r * GG::VW : Ks + r * GG::KW) + 4 * c,
+            cp_async16(smem_addr((isv ? Vs + r * GG::VW : Ks + r * GG::KW) + 4 * c),
                        row ? row + (isv ? vdelta : 0) + (size_t)c * 16 : a.pool, row ? 16 : 0);
         }
-        asm volatile("cp.async.commit_group;");
-        asm volatile("cp.async.wait_all;" ::: "memory");
+        cp_async_commit();
+        cp_async_wait<0>();
         __syncthreads();
         if (s0 == p0) { /* red[] and the q rows are written (the barrier above) */
             float vm = 0.f;
