@@ -11,8 +11,9 @@
 # test_cuda_model.log, ptxas.log.gz, build.log); the summary lines and the
 # tables are printed last.
 #
-#   tools/gpu_tests.sh [--quick] [--sanitize] [--bench]
+#   tools/gpu_tests.sh [--quick] [--ops] [--sanitize] [--bench]
 #     --quick     test_cuda_ops at the fixtures' shapes only, skip test_q4_matmul
+#     --ops       run test_cuda_ops alone (OPS_ARGS adds its arguments, e.g. --gdn)
 #     --sanitize  also run test_cuda_ops --quick --no-timing and
 #                 test_cuda_model --quick under compute-sanitizer (memcheck)
 #     --bench     also run bench_q4_matmul (its table; BENCH_ARGS adds arguments, e.g. --sweep)
@@ -60,15 +61,16 @@ step() {
     [ $r = 124 ] || [ $r = 137 ] && echo "    TIMEOUT after $STEP_TIMEOUT s: $* (end of $log:)" && tail -n 5 "$log"
     return $r
 }
-QUICK=0 SAN=0 BENCH=0 PREPARE=0 EMULATE=0
+QUICK=0 SAN=0 BENCH=0 PREPARE=0 EMULATE=0 OPS=0
 for a in "$@"; do
     case "$a" in
     --quick) QUICK=1 ;;
+    --ops) OPS=1 ;;
     --sanitize) SAN=1 ;;
     --bench) BENCH=1 ;;
     --prepare) PREPARE=1 ;;
     --emulate) EMULATE=1 ;;
-    *) echo "usage: $0 [--quick] [--sanitize] [--bench] | --prepare | --emulate" >&2; exit 2 ;;
+    *) echo "usage: $0 [--quick] [--ops] [--sanitize] [--bench] | --prepare | --emulate" >&2; exit 2 ;;
     esac
 done
 t0=$(date +%s)
@@ -211,7 +213,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null
 
 rc=0
-if [ $QUICK = 0 ]; then
+if [ $QUICK = 0 ] && [ $OPS = 0 ]; then
     stamp "run: test_q4_matmul"
     step "$OUT/test_q4_matmul.log" "$B/test_q4_matmul" || rc=1
     grep -E '^FAIL' "$OUT/test_q4_matmul.log" | head -n 20
@@ -241,8 +243,8 @@ if [ $BENCH = 1 ]; then
     eval "\"\$B/bench_q4_matmul\" --csv \"\$OUT/bench.csv\" ${BENCH_ARGS:-}" >"$OUT/bench.log" 2>&1 || rc=1
     sed -n '/^| shape/,$p' "$OUT/bench.log"
 fi
-ARGS=""
-[ $QUICK = 1 ] && ARGS="--quick"
+ARGS="${OPS_ARGS:-}"
+[ $QUICK = 1 ] && ARGS="--quick $ARGS"
 stamp "run: test_cuda_ops $ARGS"
 step "$OUT/test_cuda_ops.log" "$B/test_cuda_ops" $ARGS || rc=1
 grep -E '^(device|CPU reference)' "$OUT/test_cuda_ops.log"
@@ -250,7 +252,7 @@ grep -E '^FAIL' "$OUT/test_cuda_ops.log" | head -n 30
 sed -n '/^| op /,$p' "$OUT/test_cuda_ops.log"
 # a crash before the table: show the end of the log
 grep -q '^| op ' "$OUT/test_cuda_ops.log" || tail -n 20 "$OUT/test_cuda_ops.log"
-if [ -n "$PACKAGES" ]; then
+if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
     stamp "run: test_cuda_model $PACKAGES"
     SPLASH_ROOT="$PWD" step "$OUT/test_cuda_model.log" "$B/test_cuda_model" "$PACKAGES" || rc=1
     grep -E '^(device|FAIL|SKIP|FATAL)' "$OUT/test_cuda_model.log" | head -n 30

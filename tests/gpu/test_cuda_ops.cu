@@ -1398,14 +1398,30 @@ static void test_errors(void) {
     report("argument errors refused", "-", bad, 0, -1, 0);
 }
 
+/* Every GDN op at every shape. */
+static void test_gdn(void) {
+    const GdnLaneSpec lanes[4] = {{1, 1}, {16, 0}, {2, 1}, {100, 1}};
+    const GdnLaneSpec rec[3] = {{1, 1}, {16, 0}, {40, 1}};
+    const int chunk_rows[3] = {200, 64, 5}, chunk_rows_big[2] = {130, 1};
+    for (int i = 0; i < n_shapes(); i++) {
+        const Shape *sh = shape_at(i);
+        const int big = sh->hidden > 1024;
+        test_gdn_conv(sh, lanes, 4);
+        test_gdn_gates(sh, 16);
+        test_gdn_recurrent(sh, rec, 3);
+        test_gdn_chunked(sh, big ? chunk_rows_big : chunk_rows, big ? 2 : 3, big ? 1024 : 256);
+    }
+}
+
 int main(int argc, char **argv) {
-    int moe_only = 0;
+    int moe_only = 0, gdn_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--no-timing")) g_notime = 1;
         else if (!strcmp(argv[i], "--moe")) moe_only = 1;
+        else if (!strcmp(argv[i], "--gdn")) gdn_only = 1;
         else {
-            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing] [--moe]\n");
+            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing] [--moe | --gdn]\n");
             return 2;
         }
     }
@@ -1426,6 +1442,11 @@ int main(int argc, char **argv) {
         return g_fail ? 1 : 0;
     }
 
+    if (gdn_only) { /* the GDN ops alone */
+        test_gdn();
+        print_table();
+        return g_fail ? 1 : 0;
+    }
     test_errors();
 
     /* 1. norms */
@@ -1479,19 +1500,7 @@ int main(int argc, char **argv) {
     }
 
     /* 4. GDN */
-    {
-        const GdnLaneSpec lanes[4] = {{1, 1}, {16, 0}, {2, 1}, {100, 1}};
-        const GdnLaneSpec rec[3] = {{1, 1}, {16, 0}, {40, 1}};
-        const int chunk_rows[3] = {200, 64, 5}, chunk_rows_big[2] = {130, 1};
-        for (int i = 0; i < n_shapes(); i++) {
-            const Shape *sh = shape_at(i);
-            const int big = sh->hidden > 1024;
-            test_gdn_conv(sh, lanes, 4);
-            test_gdn_gates(sh, 16);
-            test_gdn_recurrent(sh, rec, 3);
-            test_gdn_chunked(sh, big ? chunk_rows_big : chunk_rows, big ? 2 : 3, big ? 1024 : 256);
-        }
-    }
+    test_gdn();
 
     /* 5. MoE and the FFN's elementwise ops */
     test_moe(&kTinyMoe, 16);

@@ -4,10 +4,10 @@
  * CPU backend writes them (act.c), so the two backends compute the same
  * formulas.
  *
- * Device-only C++ (included by .cu files, never by C).  No state; every
- * function is inline.  Block reductions take a caller-provided shared array
- * of 32 floats and end with a __syncthreads(), so the array can be reused
- * right after the call.
+ * C++ for .cu files (never included by C): device functions, and one host
+ * helper (ClusterLaunch).  No state; every function is inline.  Block
+ * reductions take a caller-provided shared array of 32 floats and end with a
+ * __syncthreads(), so the array can be reused right after the call.
  */
 #ifndef SPLASH_CUDA_DEVICE_UTIL_CUH
 #define SPLASH_CUDA_DEVICE_UTIL_CUH
@@ -69,6 +69,24 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int by
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+/* A launch configuration (host side) with clusters of cx blocks along x
+ * (cx 1: no cluster attribute): construct in place, launch with
+ * cudaLaunchKernelEx(&c.lc, kernel, args...).  Not copyable: lc points at
+ * attr. */
+struct ClusterLaunch {
+    cudaLaunchConfig_t lc;
+    cudaLaunchAttribute attr[1];
+    ClusterLaunch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, unsigned cx) : lc(), attr() {
+        lc.gridDim = grid, lc.blockDim = block, lc.dynamicSmemBytes = smem, lc.stream = s;
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = cx, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        lc.attrs = attr;
+        lc.numAttrs = cx > 1 ? 1 : 0;
+    }
+    ClusterLaunch(const ClusterLaunch &) = delete;
+    ClusterLaunch &operator=(const ClusterLaunch &) = delete;
+};
 
 } /* namespace splash_cuda */
 

@@ -6,25 +6,36 @@
  * block also writes the new state after its own reads: no block reads state
  * that another writes.
  *
- * recurrence: one block per (value head, lane), 4 threads per state column
- * (thread = column c, slice s; it holds S[s + 4j][c] for j < dk/4 in
- * registers), so a column's sums over the key dim are a register chain per
- * slice plus two shuffles.  Per row: warp 0 normalises q, warp 1 k (into
- * shared memory), one thread forms exp(g) and beta; a barrier; the decay,
- * m = S^T k, the rank-1 update and o = S^T q in registers; the gated norm is
- * a block sum over the dv columns.  The state is read once at the start and
- * written once at the end.  Consecutive threads hold consecutive columns, so
- * every load and store of S covers whole 32-byte sectors.
+ * recurrence: a cluster of ns = dv / 32 blocks per (value head, lane), each
+ * block on 32 state columns, 4 threads per column (thread = column c, slice
+ * s; it holds S[s + 4j][c] for j < dk/4 in registers): a column's update
+ * needs only its own column and the row's q, k, gates, so splitting dv costs
+ * nothing but a sum for the gated norm, and a decode step runs on hv x ns
+ * blocks (192 for the 27B) instead of hv.  Rows go in chunks of 16: first
+ * everything that does not depend on the state, for all the chunk's rows at
+ * once (q and k normalised, a warp a vector, into shared memory; the gates;
+ * v and z of the block's columns), so their loads are in flight together;
+ * then the rows one after another with no barrier and no global load: the
+ * decay, m = S^T k, the rank-1 update and o = S^T q in registers, the sums
+ * over dk in four interleaved register chains, then across the four slices
+ * by two shuffles; then the gated norm of the chunk's rows (each block sums
+ * o^2 over its columns, the cluster adds the blocks' sums in rank order).
+ * The state is read once at the start and written once at the end.
+ * Consecutive threads hold consecutive columns, so every load and store of S
+ * covers whole 32-byte sectors.  A row's results do not depend on how many
+ * rows its lane has (commit's replay gives the verify's bits).
  *
  * C++ used: a template over dk (the register array's size); no STL.
  */
 #include <cuda_runtime.h>
+#include <cooperative_groups.h>
 #include <math.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gdn.h"
 
+namespace cg = cooperative_groups;
 using namespace splash_cuda;
 
 namespace {
@@ -32,6 +43,9 @@ namespace {
 constexpr int kConvThreads = 128;
 constexpr int kConvChunk = 64; /* rows per conv block; >= K - 1 */
 constexpr int kSlices = 4;     /* threads per state column */
+constexpr int kRecRows = 16;   /* rows a recurrence block prepares at once */
+constexpr int kRecCols = 32;   /* state columns a recurrence block owns */
+constexpr int kRecWarps = kRecCols * kSlices / 32;
 
 struct ConvArgs {
     const float *wT;
@@ -91,79 +105,160 @@ __global__ void gdn_gates_kernel(const float *a, const float *b, size_t ldab, co
 struct RecArgs {
     splash_cuda_gdn_args p;
     float qscale;
+    int ns; /* blocks (one cluster) per value head, kRecCols columns each */
+};
+
+/* Row-chunk buffers of one block (rows t0 .. t0 + kRecRows - 1 of its lane).
+ * q and k are kept permuted so a thread of slice sl reads its key dims sl,
+ * sl + 4, ... as consecutive float4: element i at [i & 3][i >> 2], each slice
+ * padded by 4 floats (the four slices' float4 then fall in distinct banks). */
+template <int DK>
+struct RecSmem {
+    static constexpr int NJ = DK / kSlices, SS = NJ + 4;
+    float qn[kRecRows][kSlices * SS], kn[kRecRows][kSlices * SS];
+    float v[kRecRows][kRecCols], z[kRecRows][kRecCols], o[kRecRows][kRecCols];
+    float2 gb[kRecRows]; /* exp(g), beta */
+    float ssq[kRecRows]; /* this block's sum of o^2 over its columns (the gated norm) */
 };
 
 template <int DK>
-__global__ void __launch_bounds__(512) gdn_recurrent_kernel(const RecArgs ra) {
-    constexpr int NJ = DK / kSlices;
+__global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const RecArgs ra) {
+    constexpr int NJ = DK / kSlices, SS = RecSmem<DK>::SS;
     const splash_cuda_gdn_args &a = ra.p;
-    __shared__ float qn[DK], kn[DK];
-    __shared__ float gb[2]; /* exp(g), beta */
-    __shared__ float red[32];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-    const int c = tid >> 2, sl = tid & 3;
-    const int dv = a.dv, h = blockIdx.x;
+    __shared__ __align__(16) RecSmem<DK> sm;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kRecWarps;
+    const int cl = tid >> 2, sl = tid & 3;         /* local column, key-dim slice */
+    const int h = blockIdx.x / ra.ns, rank = blockIdx.x % ra.ns;
+    const int c0 = rank * kRecCols, dv = a.dv, c = c0 + cl;
     const bool col = c < dv;
     const splash_cuda_gdn_lane ln = a.lanes[blockIdx.y];
     const int kh = h / (a.hv / a.hk);
-    const size_t key_dim = (size_t)a.hk * DK;
-    const size_t hs = (size_t)DK * dv;
+    const size_t key_dim = (size_t)a.hk * DK, hs = (size_t)DK * dv, oc = (size_t)h * dv + c;
 
-    float S[NJ];
+    float S[NJ]; /* S[sl + 4j][c] */
     const float *Sin = ln.s_in + (size_t)h * hs;
 #pragma unroll
     for (int j = 0; j < NJ; j++) S[j] = col ? Sin[(size_t)(sl + kSlices * j) * dv + c] : 0.f;
 
-    for (int t = 0; t < ln.n_rows; t++) {
-        const size_t row = (size_t)ln.first_row + t;
-        const float *mrow = a.mixed + row * a.ldm;
-        for (int task = warp; task < 3; task += nwarps) {
-            if (task < 2) { /* 0: q, 1: k of key head kh */
-                const float *src = mrow + (size_t)task * key_dim + (size_t)kh * DK;
-                float ss = 0.f;
-                for (int i = lane; i < DK; i += 32) ss = fmaf(src[i], src[i], ss);
-                ss = warp_sum(ss);
-                const float rs = 1.0f / sqrtf(ss + 1e-6f);
-                float *dst = task ? kn : qn;
-                for (int i = lane; i < DK; i += 32)
-                    dst[i] = task ? __fmul_rn(src[i], rs) : __fmul_rn(__fmul_rn(src[i], rs), ra.qscale);
-            } else if (lane == 0) {
-                const float av = a.a[row * a.ldab + h], bv = a.b[row * a.ldab + h];
-                const float g = __fmul_rn(a.neg_a[h], softplusf_(__fadd_rn(av, a.dt_bias[h])));
-                gb[0] = expf(g);
-                gb[1] = sigmoidf_(bv);
+    for (int t0 = 0; t0 < ln.n_rows; t0 += kRecRows) {
+        const int nt = min(kRecRows, ln.n_rows - t0);
+        /* Everything a row needs that does not depend on the state, for the
+         * chunk's rows at once (their loads in flight together): normalised
+         * q and k (a warp a vector), the gates, v and z of the block's columns. */
+        constexpr int kTasks = 2 * kRecRows / kRecWarps, kVals = kRecRows * kRecCols / (kRecWarps * 32);
+        float x[kTasks][DK / 32]; /* every load issued before any is used */
+#pragma unroll
+        for (int j = 0; j < kTasks; j++) {
+            const int task = warp + kRecWarps * j, t = task >> 1, isk = task & 1;
+            if (task < 2 * nt) {
+                const float *src = a.mixed + ((size_t)ln.first_row + t0 + t) * a.ldm + (size_t)isk * key_dim + (size_t)kh * DK;
+#pragma unroll
+                for (int i = 0; i < DK / 32; i++) x[j][i] = src[lane + 32 * i];
             }
         }
+        float vz[2][kVals];
+#pragma unroll
+        for (int j = 0; j < kVals; j++) {
+            const int i = tid + kRecWarps * 32 * j, t = i / kRecCols, cc = i % kRecCols;
+            const size_t row = (size_t)ln.first_row + t0 + t;
+            const bool ok = t < nt && c0 + cc < dv;
+            vz[0][j] = ok ? a.mixed[row * a.ldm + 2 * key_dim + (size_t)h * dv + c0 + cc] : 0.f;
+            vz[1][j] = ok && a.y ? a.z[row * a.ldz + (size_t)h * dv + c0 + cc] : 0.f;
+        }
+        if (tid < nt) {
+            const size_t row = (size_t)ln.first_row + t0 + tid;
+            const float av = a.a[row * a.ldab + h], bv = a.b[row * a.ldab + h];
+            const float g = __fmul_rn(a.neg_a[h], softplusf_(__fadd_rn(av, a.dt_bias[h])));
+            sm.gb[tid] = make_float2(expf(g), sigmoidf_(bv));
+        }
+#pragma unroll
+        for (int j = 0; j < kTasks; j++) {
+            const int task = warp + kRecWarps * j, t = task >> 1, isk = task & 1;
+            if (task < 2 * nt) { /* uniform in the warp */
+                float ss = 0.f;
+#pragma unroll
+                for (int i = 0; i < DK / 32; i++) ss = fmaf(x[j][i], x[j][i], ss);
+                ss = warp_sum(ss);
+                const float rs = 1.0f / sqrtf(ss + 1e-6f);
+                float *dst = isk ? sm.kn[t] : sm.qn[t];
+#pragma unroll
+                for (int i = 0; i < DK / 32; i++) {
+                    const int e = lane + 32 * i;
+                    dst[(e & 3) * SS + (e >> 2)] =
+                        isk ? __fmul_rn(x[j][i], rs) : __fmul_rn(__fmul_rn(x[j][i], rs), ra.qscale);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kVals; j++) {
+            const int i = tid + kRecWarps * 32 * j;
+            sm.v[i / kRecCols][i % kRecCols] = vz[0][j], sm.z[i / kRecCols][i % kRecCols] = vz[1][j];
+        }
         __syncthreads();
-        const float decay = gb[0], beta = gb[1];
-        const float v = col ? mrow[2 * key_dim + (size_t)h * dv + c] : 0.f;
-        float mp = 0.f;
+
+        /* The recurrence, row after row: registers and shared reads only.
+         * The sums over the key dims run in four interleaved chains, then
+         * across the four slices of the column. */
+        for (int t = 0; t < nt; t++) {
+            const float2 gb = sm.gb[t];
+            const float4 *kp = reinterpret_cast<const float4 *>(&sm.kn[t][sl * SS]);
+            const float4 *qp = reinterpret_cast<const float4 *>(&sm.qn[t][sl * SS]);
+            float m[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            S[j] = __fmul_rn(S[j], decay);
-            mp = fmaf(S[j], kn[sl + kSlices * j], mp);
-        }
-        mp += __shfl_xor_sync(kFull, mp, 1);
-        mp += __shfl_xor_sync(kFull, mp, 2);
-        const float delta = __fmul_rn(__fsub_rn(v, mp), beta);
-        float op = 0.f;
+            for (int i = 0; i < NJ / 4; i++) {
+                const float4 k4 = kp[i];
+                S[4 * i] = __fmul_rn(S[4 * i], gb.x), S[4 * i + 1] = __fmul_rn(S[4 * i + 1], gb.x);
+                S[4 * i + 2] = __fmul_rn(S[4 * i + 2], gb.x), S[4 * i + 3] = __fmul_rn(S[4 * i + 3], gb.x);
+                m[0] = fmaf(S[4 * i], k4.x, m[0]), m[1] = fmaf(S[4 * i + 1], k4.y, m[1]);
+                m[2] = fmaf(S[4 * i + 2], k4.z, m[2]), m[3] = fmaf(S[4 * i + 3], k4.w, m[3]);
+            }
+            float mp = (m[0] + m[1]) + (m[2] + m[3]);
+            mp += __shfl_xor_sync(kFull, mp, 1);
+            mp += __shfl_xor_sync(kFull, mp, 2);
+            const float delta = __fmul_rn(__fsub_rn(sm.v[t][cl], mp), gb.y);
+            float op[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            S[j] = fmaf(kn[sl + kSlices * j], delta, S[j]);
-            op = fmaf(S[j], qn[sl + kSlices * j], op);
+            for (int i = 0; i < NJ / 4; i++) {
+                const float4 k4 = kp[i], q4 = qp[i];
+                S[4 * i] = fmaf(k4.x, delta, S[4 * i]), S[4 * i + 1] = fmaf(k4.y, delta, S[4 * i + 1]);
+                S[4 * i + 2] = fmaf(k4.z, delta, S[4 * i + 2]), S[4 * i + 3] = fmaf(k4.w, delta, S[4 * i + 3]);
+                op[0] = fmaf(S[4 * i], q4.x, op[0]), op[1] = fmaf(S[4 * i + 1], q4.y, op[1]);
+                op[2] = fmaf(S[4 * i + 2], q4.z, op[2]), op[3] = fmaf(S[4 * i + 3], q4.w, op[3]);
+            }
+            float o = (op[0] + op[1]) + (op[2] + op[3]);
+            o += __shfl_xor_sync(kFull, o, 1);
+            o += __shfl_xor_sync(kFull, o, 2);
+            if (sl == 0) {
+                sm.o[t][cl] = o;
+                if (a.o && col) a.o[((size_t)ln.first_row + t0 + t) * a.ldo + oc] = o;
+            }
         }
-        op += __shfl_xor_sync(kFull, op, 1);
-        op += __shfl_xor_sync(kFull, op, 2);
-        const size_t oc = (size_t)h * dv + c;
-        if (a.o && col && sl == 0) a.o[row * a.ldo + oc] = op;
+
+        /* The gated norm over the head's dv columns: each block sums o^2
+         * over its own columns (a warp a row), the cluster adds the blocks'
+         * sums in rank order (the same total in every block). */
         if (a.y) {
-            const float ss = block_sum(col && sl == 0 ? op * op : 0.f, red);
-            const float rs = 1.0f / sqrtf(ss / (float)dv + a.eps);
-            if (col && sl == 0)
-                a.y[row * a.ldy + oc] =
-                    __fmul_rn(__fmul_rn(a.norm_w[c], __fmul_rn(op, rs)), siluf_(a.z[row * a.ldz + oc]));
+            __syncthreads();
+            for (int t = warp; t < nt; t += nwarps) {
+                float s = 0.f;
+                for (int cc = lane; cc < kRecCols; cc += 32) s = fmaf(sm.o[t][cc], sm.o[t][cc], s);
+                s = warp_sum(s);
+                if (lane == 0) sm.ssq[t] = s;
+            }
+            cg::cluster_group cluster = cg::this_cluster();
+            if (ra.ns > 1) cluster.sync(); else __syncthreads();
+            for (int i = tid; i < nt * kRecCols; i += blockDim.x) {
+                const int t = i / kRecCols, cc = i % kRecCols;
+                if (c0 + cc >= dv) continue;
+                float ss = 0.f;
+                for (int r = 0; r < ra.ns; r++) ss += r == rank ? sm.ssq[t] : cluster.map_shared_rank(sm.ssq, r)[t];
+                const float rs = 1.0f / sqrtf(ss / (float)dv + a.eps);
+                const size_t row = (size_t)ln.first_row + t0 + t, idx = (size_t)h * dv + c0 + cc;
+                a.y[row * a.ldy + idx] = __fmul_rn(__fmul_rn(a.norm_w[c0 + cc], __fmul_rn(sm.o[t][cc], rs)), siluf_(sm.z[t][cc]));
+            }
+            if (ra.ns > 1) cluster.sync(); /* the peers are done reading ssq */
         }
-        __syncthreads(); /* qn, kn, gb are rewritten by the next row */
+        __syncthreads(); /* the chunk's buffers are rewritten by the next */
     }
 
     if (col) {
@@ -175,9 +270,9 @@ __global__ void __launch_bounds__(512) gdn_recurrent_kernel(const RecArgs ra) {
 
 template <int DK>
 int launch_rec(const RecArgs &ra, cudaStream_t s) {
-    const int threads = (ra.p.dv + 7) / 8 * 32; /* 8 columns per warp */
-    gdn_recurrent_kernel<DK><<<dim3((unsigned)ra.p.hv, (unsigned)ra.p.n_lanes), threads, 0, s>>>(ra);
-    SPLASH_CUDA_LAUNCHED();
+    ClusterLaunch c(dim3((unsigned)(ra.p.hv * ra.ns), (unsigned)ra.p.n_lanes, 1), dim3(kRecCols * kSlices, 1, 1), 0, s,
+                    (unsigned)ra.ns);
+    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK>, ra));
     return SPLASH_OK;
 }
 
@@ -225,6 +320,7 @@ extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct C
     RecArgs ra;
     ra.p = *a;
     ra.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */
+    ra.ns = (a->dv + kRecCols - 1) / kRecCols;
     const cudaStream_t s = (cudaStream_t)stream;
     switch (a->dk) {
     case 32: return launch_rec<32>(ra, s);

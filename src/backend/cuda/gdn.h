@@ -12,9 +12,9 @@
  *                 S += k (x) delta; o = S^T q
  *               then optionally the gated RMSNorm of o over dv,
  *                 y = (w * (o * rsqrt(mean(o^2) + eps))) * silu(z).
- *               One block per (lane, value head) keeps S [dk][dv] fp32 in
- *               registers for all of the lane's rows: decode and verify read
- *               and write the state once per layer.
+ *               Blocks per (lane, value head, 32 columns of dv) keep S
+ *               [dk][dv] fp32 in registers for all of the lane's rows:
+ *               decode and verify read and write the state once per layer.
  *
  * Activation layout (rows of the batch, lanes own consecutive rows):
  *   qkv / mixed [rows][conv_dim], conv_dim = 2*Hk*dk + Hv*dv:
@@ -38,7 +38,7 @@
  * Supported: dk in {32, 64, 128}, dv <= 128 (chunked: a multiple of 4), K <= 8.  The recurrence
  * runs rows one after another; long prefills use splash_cuda_gdn_chunked.
  * Numbers agree with the CPU to fp32 rounding (sums over dk run in 4
- * interleaved slices, then across them).
+ * interleaved slices of 4 chains each, then across them).
  */
 #ifndef SPLASH_CUDA_GDN_H
 #define SPLASH_CUDA_GDN_H

@@ -297,19 +297,9 @@ int launch_chunked(const ChunkArgs &ca, cudaStream_t s) {
                                              (int)(Plan<DK>::floats(SPLASH_CUDA_GDN_MAX_DV) * sizeof(float))));
         attr_set = true;
     }
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1);
-    lc.blockDim = dim3(kThreads, 1, 1);
-    lc.dynamicSmemBytes = Plan<DK>::floats(ca.p.dv / ca.ns) * sizeof(float);
-    lc.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)ca.ns;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    lc.attrs = attr;
-    lc.numAttrs = ca.ns > 1 ? 1 : 0;
-    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&lc, gdn_chunked_kernel<DK>, ca));
+    ClusterLaunch c(dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1), dim3(kThreads, 1, 1),
+                    Plan<DK>::floats(ca.p.dv / ca.ns) * sizeof(float), s, (unsigned)ca.ns);
+    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_chunked_kernel<DK>, ca));
     return SPLASH_OK;
 }
 
