@@ -249,11 +249,11 @@ typedef struct {
 } Row;
 
 /* The sweep: every compiled (r, u, stages) x warps x ksplit. */
-static const int kVariants[][3] = {{1, 4, 0}, {1, 8, 0}, {2, 2, 0}, {2, 4, 0}, {2, 8, 0}, {4, 2, 0},
-                                   {4, 4, 0}, {1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 2, 1}};
-#define NVAR (int)(sizeof kVariants / sizeof kVariants[0])
+#define MAXVAR 64
+static int kVariants[MAXVAR][3], NVAR; /* splash_q4_compiled_variants, filled in main */
 static const int kSweepWarps[] = {2, 4, 8}, kSweepKs[] = {1, 2, 4, 8}, kSweepWk[] = {1, 2, 4, 8};
 #define NCAND (NVAR * 3 * 4 * 4)
+#define MAXCAND (MAXVAR * 3 * 4 * 4)
 
 typedef struct {
     splash_q4_config c;
@@ -399,6 +399,8 @@ static int bench_gemm(const char *only) {
 int main(int argc, char **argv) {
     int sweep = 0, gemm = 0;
     const char *csv_path = NULL, *only = NULL;
+    NVAR = splash_q4_compiled_variants(kVariants, MAXVAR);
+    if (NVAR > MAXVAR) return 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sweep")) sweep = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm = 1;
@@ -443,7 +445,7 @@ int main(int argc, char **argv) {
     Row rows[NSHAPES][NMS];
     memset(rows, 0, sizeof rows);
     float prep_us[NMS] = {-1, -1, -1, -1, -1};
-    static Cand cand[NCAND];
+    static Cand cand[MAXCAND];
     char preset_lines[NSHAPES][256];
     memset(preset_lines, 0, sizeof preset_lines);
 
@@ -501,7 +503,7 @@ int main(int argc, char **argv) {
                 splash_q4_config c = cand[ci].c;
                 if (splash_q4_config_check(&c, sh->rows, sh->cols)) continue;
                 mc.cfg = &c;
-                float spr;
+                float spr = 0.f;
                 const float us = time_launches_n(launch_mat, &mc, &spr, NRUN_SWEEP);
                 launch_mat(&mc, 0);
                 SPLASH_CUDA_CHECK(cudaMemcpy(ytry, mc.y, sizeof(float) * M * sh->rows, cudaMemcpyDeviceToHost));

@@ -1,5 +1,6 @@
 /* device_util.cuh - small device helpers shared by the CUDA op files
- * (norm.cu, rope.cu, attention.cu, gdn.cu, moe.cu, act.cu, argmax.cu):
+ * (norm.cu, rope.cu, attention.cu, gdn.cu, moe.cu, act.cu, argmax.cu, the
+ * q4 products):
  * warp and block reductions and the scalar activations written the way the
  * CPU backend writes them (act.c), so the two backends compute the same
  * formulas.
@@ -58,6 +59,21 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
     const uint32_t u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* Weight streams: read once, kept out of L1 (16 bytes with a 256-byte L2
+ * prefetch, or 8 bytes). */
+__device__ __forceinline__ uint4 ld_stream16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 ld_stream8(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
 }
 
 /* cp.async: 16 bytes global -> shared (a shared-window address), bypassing

@@ -12,12 +12,15 @@
  *   columns of *exact* codes q (0..15 made fp16 by the magic-number trick: one
  *   LOP3 and one f16x2 add/fma per two codes, done once per (tile, group) and
  *   shared by every product that uses them).  The B operand is x split into
- *   fp16 hi and lo parts after scaling each x row by a power of two (so the
- *   largest |x| sits just under 2^14): ~22 bits of x, fp32-grade results.
+ *   fp16 hi and lo parts after scaling each group of 64 columns of an x row
+ *   by its own power of two (so the group's largest |x| sits just under
+ *   2^14): ~22 bits of x, fp32-grade results.
  * - The group affine is applied per (row, x row, group) in fp32 on the
- *   accumulator: y += scale * sum_g(q x) + bias * sum_g(x), with sum_g(x)
- *   precomputed once per activation (splash_q4_prep_x); the power of two is
- *   taken out when y is stored.
+ *   accumulator: y += (scale 2^-k) * sum_g(q x 2^k) + bias * sum_g(x), with
+ *   sum_g(x) and 2^-k precomputed once per activation (splash_q4_prep_x);
+ *   scale 2^-k is exact (a bf16 scale times a power of two).  Per-group
+ *   powers (not one per row) let the preparation run on many blocks with no
+ *   row-wide maximum first.
  * - M <= 4: hi and lo are two B columns of one product (one mma per 16x16).
  *   M <= 8 / 16: hi and lo are two products, one or two n-tiles of 8 x rows.
  *   Either way hi and lo are added outside the tensor core in the same order,
@@ -26,8 +29,10 @@
  *   per step.  Weights stream straight into registers, L1 bypassed: all R*U
  *   16-byte loads of a step are issued before any is used (stages = 0), or
  *   the next step's loads are issued before this step is computed (stages = 1,
- *   two register buffers).  A per-lane cp.async ring in shared memory was
- *   tried and measured 2-3x slower (NOTES.md).  x (small, L1-resident) is read
+ *   two register buffers).  Tried and measured slower (NOTES.md): a per-lane
+ *   cp.async ring in shared memory (2-3x), a per-warp ring of 4-8 steps
+ *   filled by bulk copies (the copy engine; 1.4x at M = 1: bytes in flight
+ *   are not what limits these products).  x (small, L1-resident) is read
  *   per group and reused R times; the warps of a block share the column slice,
  *   hence x in L1.
  * - Column split, two levels: a cluster of `ksplit` blocks (grid.x) covers
@@ -74,10 +79,10 @@ constexpr int kMaxKsplit = 8;
 struct Params {
     const uint8_t *codes;   /* [tiles][groups][512] */
     const uint8_t *sb;      /* [tiles][groups][64] */
-    const uint16_t *xhi;    /* fp16 [16][cols], x * 2^k */
+    const uint16_t *xhi;    /* fp16 [16][cols], x * 2^k of its group */
     const uint16_t *xlo;    /* fp16 [16][cols] */
-    const float *gsum;      /* [groups][16], of x * 2^k */
-    const float *inv_scale; /* [16] 2^-k */
+    const float *gsum;      /* [groups][gstride] sums of x */
+    const float *ginv;      /* [groups][gstride] 2^-k of the group */
     float *y;               /* [M][rows] */
     int rows, tiles, groups, cols, M, ksplit;
     int wk;                 /* warps of a block splitting its groups (the rest own row tiles) */
@@ -101,38 +106,25 @@ struct Params {
 struct View {
     const uint8_t *codes, *sb;
     const uint16_t *xhi, *xlo;
-    const float *gsum, *inv_scale;
+    const float *gsum, *ginv;
     float *y;
     int M;
 };
 
-/* Where a result goes: y = r, or y = y + r with r rounded before the add
- * (no fused multiply-add: the same bits as a separate add kernel). */
-__device__ __forceinline__ void store_y(const Params &p, const View &v, size_t i, float x, float inv) {
-    const float r = __fmul_rn(x, inv);
+/* Where a result goes: y = r, or y = y + r (no fused multiply-add: the
+ * same bits as a separate add kernel). */
+__device__ __forceinline__ void store_y(const Params &p, const View &v, size_t i, float r) {
     v.y[i] = p.add ? __fadd_rn(v.y[i], r) : r;
 }
 
 /* ---- small device helpers ------------------------------------------------ */
 
-/* Weight stream: read once, so keep it out of L1 (x lives there). */
-__device__ __forceinline__ uint4 ld_stream16(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint2 ld_stream8(const void *p) {
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ void load_x16(uint32_t (&b)[8], const uint16_t *p) {
-    const uint4 v0 = __ldg(reinterpret_cast<const uint4 *>(p));
-    const uint4 v1 = __ldg(reinterpret_cast<const uint4 *>(p) + 1);
+/* A lane's 16 x values of a group (live: its x row exists; padding rows are
+ * zeros, not read: at M = 1, 3 of MODE 0's 4 x rows). */
+__device__ __forceinline__ void load_x16(uint32_t (&b)[8], const uint16_t *p, bool live) {
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    const uint4 v0 = live ? __ldg(reinterpret_cast<const uint4 *>(p)) : z;
+    const uint4 v1 = live ? __ldg(reinterpret_cast<const uint4 *>(p) + 1) : z;
     b[0] = v0.x, b[1] = v0.y, b[2] = v0.z, b[3] = v0.w;
     b[4] = v1.x, b[5] = v1.y, b[6] = v1.z, b[7] = v1.w;
 }
@@ -149,21 +141,25 @@ template <int MODE, int NT>
 struct XFrag {
     uint32_t h[NT][8], l[NT][8]; /* MODE 0 uses h[0] only (hi or lo by lane) */
     float sx0[NT], sx1[NT];      /* group sums of the lane's x rows */
+    float iv0[NT], iv1[NT];      /* and their groups' 2^-k */
 };
 
 template <int MODE, int NT>
 __device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const View &v, const uint16_t *xa,
-                                             const uint16_t *xb, int G, int t) {
+                                             const uint16_t *xb, int G, int t, unsigned live) {
     if (MODE == 0) {
-        load_x16(x.h[0], xa + G * 64);
+        load_x16(x.h[0], xa + G * 64, live & 1);
         x.sx0[0] = __ldg(v.gsum + G * p.gstride + t);
+        x.iv0[0] = __ldg(v.ginv + G * p.gstride + t);
     } else {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            load_x16(x.h[nt], xa + (size_t)nt * 8 * p.cols + G * 64);
-            load_x16(x.l[nt], xb + (size_t)nt * 8 * p.cols + G * 64);
+            load_x16(x.h[nt], xa + (size_t)nt * 8 * p.cols + G * 64, (live >> nt) & 1);
+            load_x16(x.l[nt], xb + (size_t)nt * 8 * p.cols + G * 64, (live >> nt) & 1);
             const float2 s = __ldg(reinterpret_cast<const float2 *>(v.gsum + G * p.gstride + 8 * nt + 2 * t));
+            const float2 iv = __ldg(reinterpret_cast<const float2 *>(v.ginv + G * p.gstride + 8 * nt + 2 * t));
             x.sx0[nt] = s.x, x.sx1[nt] = s.y;
+            x.iv0[nt] = iv.x, x.iv1[nt] = iv.y;
         }
     }
 }
@@ -176,8 +172,9 @@ __device__ __forceinline__ void group_tile(float (&acc)[NT][4], const XFrag<MODE
     if (MODE == 0) {
         float d[4] = {0.f, 0.f, 0.f, 0.f};
         tile_products(d, A, x.h[0]);
-        acc[0][0] = fmaf(b0, x.sx0[0], fmaf(s0, d[0] + d[1], acc[0][0])); /* hi + lo */
-        acc[0][2] = fmaf(b1, x.sx0[0], fmaf(s1, d[2] + d[3], acc[0][2]));
+        const float iv = x.iv0[0];
+        acc[0][0] = fmaf(b0, x.sx0[0], fmaf(s0 * iv, d[0] + d[1], acc[0][0])); /* hi + lo */
+        acc[0][2] = fmaf(b1, x.sx0[0], fmaf(s1 * iv, d[2] + d[3], acc[0][2]));
     } else {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -185,10 +182,11 @@ __device__ __forceinline__ void group_tile(float (&acc)[NT][4], const XFrag<MODE
             tile_products(dh, A, x.h[nt]);
             tile_products(dl, A, x.l[nt]);
             float *a = acc[nt];
-            a[0] = fmaf(b0, x.sx0[nt], fmaf(s0, dh[0] + dl[0], a[0]));
-            a[1] = fmaf(b0, x.sx1[nt], fmaf(s0, dh[1] + dl[1], a[1]));
-            a[2] = fmaf(b1, x.sx0[nt], fmaf(s1, dh[2] + dl[2], a[2]));
-            a[3] = fmaf(b1, x.sx1[nt], fmaf(s1, dh[3] + dl[3], a[3]));
+            const float i0 = x.iv0[nt], i1 = x.iv1[nt];
+            a[0] = fmaf(b0, x.sx0[nt], fmaf(s0 * i0, dh[0] + dl[0], a[0]));
+            a[1] = fmaf(b0, x.sx1[nt], fmaf(s0 * i1, dh[1] + dl[1], a[1]));
+            a[2] = fmaf(b1, x.sx0[nt], fmaf(s1 * i0, dh[2] + dl[2], a[2]));
+            a[3] = fmaf(b1, x.sx1[nt], fmaf(s1 * i1, dh[3] + dl[3], a[3]));
         }
     }
 }
@@ -218,11 +216,11 @@ __device__ __forceinline__ void load_step(const Params &p, const View &v, uint4 
 template <int MODE, int NT, int R, int UU>
 __device__ __forceinline__ void compute_step(const Params &p, const View &v, float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
                                              const uint2 (&sbw)[R][UU], int tile0, int G, int lane,
-                                             const uint16_t *xa, const uint16_t *xb) {
+                                             const uint16_t *xa, const uint16_t *xb, unsigned live) {
 #pragma unroll
     for (int u = 0; u < UU; u++) {
         XFrag<MODE, NT> x;
-        load_group_x<MODE, NT>(x, p, v, xa, xb, G + u, lane & 3);
+        load_group_x<MODE, NT>(x, p, v, xa, xb, G + u, lane & 3, live);
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x, cw[r][u], sbw[r][u]);
@@ -241,7 +239,7 @@ template <bool GROUPED>
 __device__ __forceinline__ bool make_view(const Params &p, View &v) {
     if (!GROUPED) {
         v.codes = p.codes, v.sb = p.sb, v.xhi = p.xhi, v.xlo = p.xlo;
-        v.gsum = p.gsum, v.inv_scale = p.inv_scale, v.y = p.y, v.M = p.M;
+        v.gsum = p.gsum, v.ginv = p.ginv, v.y = p.y, v.M = p.M;
         return true;
     }
     const int j = blockIdx.z / p.nmat, mat = blockIdx.z % p.nmat;
@@ -251,7 +249,7 @@ __device__ __forceinline__ bool make_view(const Params &p, View &v) {
     v.sb = v.codes + p.sboff;
     const int row = j / p.xdiv;
     v.xhi = p.xhi + (size_t)row * p.cols, v.xlo = p.xlo + (size_t)row * p.cols;
-    v.gsum = p.gsum + row, v.inv_scale = p.inv_scale + row;
+    v.gsum = p.gsum + row, v.ginv = p.ginv + row;
     v.y = (mat ? p.y2 : p.y) + (size_t)j * p.yslot;
     v.M = 1;
     return true;
@@ -271,14 +269,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     const int Gr1 = (int)((long long)(rank + 1) * p.groups / p.ksplit);
     const int G0 = Gr0 + (Gr1 - Gr0) * wkk / p.wk, G1 = Gr0 + (Gr1 - Gr0) * (wkk + 1) / p.wk;
 
-    /* this lane's x rows: MODE 0 one row of hi or lo; MODE 1 rows g (+8) */
+    /* this lane's x rows: MODE 0 one row of hi or lo; MODE 1 rows g (+8);
+     * live bit nt: that row is one of the M (the others are zero padding) */
     const uint16_t *xa, *xb;
+    unsigned live;
     if (MODE == 0) {
         xa = ((g & 1) ? v.xlo : v.xhi) + (size_t)(g >> 1) * p.cols + 16 * t;
         xb = xa;
+        live = (g >> 1) < v.M;
     } else {
         xa = v.xhi + (size_t)g * p.cols + 16 * t;
         xb = v.xlo + (size_t)g * p.cols + 16 * t;
+        live = (g < v.M ? 1u : 0u) | (g + 8 < v.M ? 2u : 0u);
     }
 
     float acc[R][NT][4];
@@ -296,7 +298,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
             uint4 cw[R][U];
             uint2 sbw[R][U];
             load_step<R, U>(p, v, cw, sbw, tile0, G0 + step * U, lane);
-            compute_step<MODE, NT, R, U>(p, v, acc, cw, sbw, tile0, G0 + step * U, lane, xa, xb);
+            compute_step<MODE, NT, R, U>(p, v, acc, cw, sbw, tile0, G0 + step * U, lane, xa, xb, live);
         }
     } else {
         /* two register buffers: the next step's loads are in flight while
@@ -306,10 +308,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         if (nsteps > 0) load_step<R, U>(p, v, ca, sa, tile0, G0, lane);
         for (int step = 0; step < nsteps; step += 2) {
             if (step + 1 < nsteps) load_step<R, U>(p, v, cb, sb, tile0, G0 + (step + 1) * U, lane);
-            compute_step<MODE, NT, R, U>(p, v, acc, ca, sa, tile0, G0 + step * U, lane, xa, xb);
+            compute_step<MODE, NT, R, U>(p, v, acc, ca, sa, tile0, G0 + step * U, lane, xa, xb, live);
             if (step + 1 < nsteps) {
                 if (step + 2 < nsteps) load_step<R, U>(p, v, ca, sa, tile0, G0 + (step + 2) * U, lane);
-                compute_step<MODE, NT, R, U>(p, v, acc, cb, sb, tile0, G0 + (step + 1) * U, lane, xa, xb);
+                compute_step<MODE, NT, R, U>(p, v, acc, cb, sb, tile0, G0 + (step + 1) * U, lane, xa, xb, live);
             }
         }
     }
@@ -317,7 +319,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         uint4 cw[R][1];
         uint2 sbw[R][1];
         load_step<R, 1>(p, v, cw, sbw, tile0, G, lane);
-        compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, tile0, G, lane, xa, xb);
+        compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, tile0, G, lane, xa, xb, live);
     }
 
     /* Where this lane's sums go: (row within the block, x row m). */
@@ -338,7 +340,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     if (p.ksplit == 1 && p.wk == 1) {
         Q4_EACH_RESULT({
             const int row = blockIdx.y * rb + lrow;
-            if (m < v.M && row < p.rows) store_y(p, v, (size_t)m * p.rows + row, a_, __ldg(v.inv_scale + m));
+            if (m < v.M && row < p.rows) store_y(p, v, (size_t)m * p.rows + row, a_);
         })
         return;
     }
@@ -357,7 +359,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
             for (int q = 1; q < p.wk; q++) s += part[(q * rb + lrow) * 16 + m];
             if (p.ksplit == 1) {
                 const int row = blockIdx.y * rb + lrow;
-                if (row < p.rows) store_y(p, v, (size_t)m * p.rows + row, s, __ldg(v.inv_scale + m));
+                if (row < p.rows) store_y(p, v, (size_t)m * p.rows + row, s);
             } else {
                 part[lrow * 16 + m] = s; /* only this thread reads or writes this slot */
             }
@@ -373,25 +375,26 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         float s = 0.f;
         for (int q = 0; q < p.ksplit; q++) s += cluster.map_shared_rank(part, q)[lrow * 16 + m];
         const int row = blockIdx.y * rb + lrow;
-        if (row < p.rows) store_y(p, v, (size_t)m * p.rows + row, s, __ldg(v.inv_scale + m));
+        if (row < p.rows) store_y(p, v, (size_t)m * p.rows + row, s);
     }
     cluster.sync(); /* keep this block's partials alive until every rank has read them */
 }
 
 /* ---- the prepared activation ------------------------------------------------ */
 
-/* x -> scaled fp16 hi, lo, fp32 group sums and 2^-k, optionally made by the
- * op that produces x (RMS norm, silu(g) * u), which then also writes x as
- * fp32 rows.  One block of 1,024 threads per row; each thread holds up to 8
- * float4 of the row in registers (cols <= 32,768), all loads issued before
- * any is used: the row is read once, every step is a few block reductions.
- * (The first version walked the row with 256 threads, one dependent load
- * after another: 15 us a row under ncu, as much as a product.)  Blocks
- * m < 16 also prepare their row (m >= M: zeros and zero group sums); blocks
- * m >= 16 only compute y (rows beyond the first chunk of 16, which the
+/* x -> per-group scaled fp16 hi, lo, fp32 group sums and 2^-k per (row,
+ * group), optionally made by the op that produces x (RMS norm, silu(g) * u),
+ * which then also writes x as fp32 rows.  A warp prepares one group of 64
+ * columns (two per lane) at a time; grid.y is the row, grid.x spreads a row's
+ * groups over blocks.  No step needs the whole row except the RMS norm's sum
+ * of squares, which every block of the row computes itself (the row is in L2;
+ * the same code, so the same sum in every block).  Blocks m < prep_rows also
+ * prepare their row (m >= M: zeros, zero group sums, 2^-k = 1); blocks m >=
+ * prep_rows only compute y (rows beyond the first chunk of 16, which the
  * caller prepares from y later: the same bits). */
-constexpr int kPrepThreads = 1024;
-constexpr int kPrepChunks = SPLASH_Q4_MAX_COLS / (4 * kPrepThreads);
+constexpr int kPrepThreads = 256;
+constexpr int kPrepWarps = kPrepThreads / 32;
+constexpr int kPrepGroupsPerBlock = kPrepWarps; /* a group a warp */
 
 enum { PREP_X = 0, PREP_RMS = 1, PREP_SILU = 2 };
 
@@ -402,113 +405,62 @@ struct PrepArgs {
     float eps;
     int rows;               /* rows with data (y rows) */
     int M, Mp;              /* rows prepared, and padded to the kernel's 4 / 8 / 16 (zeros) */
-    int prep_rows;          /* blocks m < prep_rows write the prepared form (16, or every row) */
+    int prep_rows;          /* rows m < prep_rows get the prepared form (16, or every row) */
     int gstride;            /* the xprep's rows_cap */
     int cols;
     uint16_t *hi, *lo;
-    float *gsum, *inv_scale;
+    float *gsum, *ginv;
 };
-
-__device__ __forceinline__ float4 ld4(const float *p) { return make_float4(p[0], p[1], p[2], p[3]); }
 
 template <int MODE>
 __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a) {
     __shared__ float red[32];
-    const int m = blockIdx.x, t = threadIdx.x, n4 = a.cols / 4;
-    const int lane = t & 31, warp = t >> 5;
-    float4 v[kPrepChunks];
-#pragma unroll
-    for (int k = 0; k < kPrepChunks; k++) v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (m < a.rows) { /* uniform in the block: the reductions below see every thread */
-        const float *xr = a.x + (size_t)m * a.ldx;
-#pragma unroll
-        for (int k = 0; k < kPrepChunks; k++) {
-            const int i = t + k * kPrepThreads;
-            if (i < n4) v[k] = ld4(xr + 4 * i);
+    const int m = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int groups = a.cols / 64;
+    const bool data = m < a.rows;
+    float rs = 1.f;
+    if (MODE == PREP_RMS && data) { /* uniform in the block: block_sum sees every thread */
+        const float *xr = a.x + (size_t)m * a.ldx; /* rows need not be 16-byte aligned: scalar loads */
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < a.cols / 4; i += kPrepThreads) {
+            const float v0 = xr[4 * i], v1 = xr[4 * i + 1], v2 = xr[4 * i + 2], v3 = xr[4 * i + 3];
+            ss = fmaf(v0, v0, ss), ss = fmaf(v1, v1, ss), ss = fmaf(v2, v2, ss), ss = fmaf(v3, v3, ss);
         }
-        if (MODE == PREP_SILU) {
-            const float *ur = a.u + (size_t)m * a.ldu;
-#pragma unroll
-            for (int k = 0; k < kPrepChunks; k++) {
-                const int i = t + k * kPrepThreads;
-                if (i < n4) {
-                    const float4 u = ld4(ur + 4 * i);
-                    v[k].x = __fmul_rn(siluf_(v[k].x), u.x), v[k].y = __fmul_rn(siluf_(v[k].y), u.y);
-                    v[k].z = __fmul_rn(siluf_(v[k].z), u.z), v[k].w = __fmul_rn(siluf_(v[k].w), u.w);
-                }
-            }
-        }
-        if (MODE == PREP_RMS) {
-            float ss = 0.f;
-#pragma unroll
-            for (int k = 0; k < kPrepChunks; k++) {
-                ss = fmaf(v[k].x, v[k].x, ss), ss = fmaf(v[k].y, v[k].y, ss);
-                ss = fmaf(v[k].z, v[k].z, ss), ss = fmaf(v[k].w, v[k].w, ss);
-            }
-            ss = block_sum(ss, red);
-            const float rs = 1.0f / sqrtf(ss / (float)a.cols + a.eps);
-#pragma unroll
-            for (int k = 0; k < kPrepChunks; k++) { /* norm.h's rmsnorm: (x * rs) * w */
-                const int i = t + k * kPrepThreads;
-                if (i < n4) {
-                    const float4 w = ld4(a.w + 4 * i);
-                    v[k].x = __fmul_rn(__fmul_rn(v[k].x, rs), w.x), v[k].y = __fmul_rn(__fmul_rn(v[k].y, rs), w.y);
-                    v[k].z = __fmul_rn(__fmul_rn(v[k].z, rs), w.z), v[k].w = __fmul_rn(__fmul_rn(v[k].w, rs), w.w);
-                }
-            }
-        }
-        if (MODE != PREP_X) {
-            float *yr = a.y + (size_t)m * a.ldy;
-#pragma unroll
-            for (int k = 0; k < kPrepChunks; k++) {
-                const int i = t + k * kPrepThreads;
-                if (i < n4) yr[4 * i] = v[k].x, yr[4 * i + 1] = v[k].y, yr[4 * i + 2] = v[k].z, yr[4 * i + 3] = v[k].w;
-            }
-        }
+        ss = block_sum(ss, red);
+        rs = 1.0f / sqrtf(ss / (float)a.cols + a.eps);
     }
-    if (m >= a.prep_rows) return;
-    float scale = 1.f, inv = 1.f;
-    if (m < a.M) {
-        float mx = 0.f;
-#pragma unroll
-        for (int k = 0; k < kPrepChunks; k++)
-            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[k].x), fabsf(v[k].y)), fmaxf(fabsf(v[k].z), fabsf(v[k].w))));
-        mx = warp_max(mx);
-        if (lane == 0) red[warp] = mx;
-        __syncthreads();
-        mx = 0.f;
-        for (int i = 0; i < kPrepThreads / 32; i++) mx = fmaxf(mx, red[i]);
+    const int G = blockIdx.x * kPrepGroupsPerBlock + warp;
+    if (G < groups) {
+        const int c = 64 * G + 2 * lane; /* this lane's two columns */
+        float2 v = make_float2(0.f, 0.f);
+        if (data) {
+            const float *xr = a.x + (size_t)m * a.ldx + c;
+            v = make_float2(xr[0], xr[1]);
+            if (MODE == PREP_SILU) {
+                const float *ur = a.u + (size_t)m * a.ldu + c;
+                v.x = __fmul_rn(siluf_(v.x), ur[0]), v.y = __fmul_rn(siluf_(v.y), ur[1]);
+            }
+            if (MODE == PREP_RMS) /* norm.h's rmsnorm: (x * rs) * w */
+                v.x = __fmul_rn(__fmul_rn(v.x, rs), a.w[c]), v.y = __fmul_rn(__fmul_rn(v.y, rs), a.w[c + 1]);
+            if (MODE != PREP_X) {
+                float *yr = a.y + (size_t)m * a.ldy + c;
+                yr[0] = v.x, yr[1] = v.y;
+            }
+        }
+        if (m >= a.prep_rows) return;
+        float scale = 1.f, inv = 1.f;
+        const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y))); /* zero for rows >= M */
         row_pow2_scale(mx, scale, inv);
-    }
-    if (m < a.Mp) {
-#pragma unroll
-        for (int k = 0; k < kPrepChunks; k++) {
-            const int i = t + k * kPrepThreads; /* float4 i: columns 4i..4i+3, group i / 16 */
-            float s = 0.f;
-            if (k * kPrepThreads < n4) { /* uniform per k: every lane takes part in the shuffles */
-                uint2 h2 = make_uint2(0, 0), l2 = h2;
-                if (m < a.M && i < n4) {
-                    const float x0 = v[k].x * scale, x1 = v[k].y * scale, x2 = v[k].z * scale, x3 = v[k].w * scale;
-                    const __half2 h01 = __floats2half2_rn(x0, x1), h23 = __floats2half2_rn(x2, x3);
-                    const __half2 l01 = __floats2half2_rn(x0 - __low2float(h01), x1 - __high2float(h01));
-                    const __half2 l23 = __floats2half2_rn(x2 - __low2float(h23), x3 - __high2float(h23));
-                    h2 = make_uint2(*reinterpret_cast<const uint32_t *>(&h01), *reinterpret_cast<const uint32_t *>(&h23));
-                    l2 = make_uint2(*reinterpret_cast<const uint32_t *>(&l01), *reinterpret_cast<const uint32_t *>(&l23));
-                    s = (x0 + x1) + (x2 + x3);
-                }
-                if (i < n4) {
-                    *reinterpret_cast<uint2 *>(a.hi + (size_t)m * a.cols + 4 * i) = h2;
-                    *reinterpret_cast<uint2 *>(a.lo + (size_t)m * a.cols + 4 * i) = l2;
-                }
-#pragma unroll
-                for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o); /* the group's 16 lanes */
-                if (i < n4 && (t & 15) == 0) a.gsum[(size_t)(i / 16) * a.gstride + m] = s;
-            }
+        const float x0 = v.x * scale, x1 = v.y * scale; /* exact: a power of two */
+        const __half2 h = __floats2half2_rn(x0, x1);
+        const __half2 l = __floats2half2_rn(x0 - __low2float(h), x1 - __high2float(h));
+        if (m < a.Mp) {
+            *reinterpret_cast<__half2 *>(a.hi + (size_t)m * a.cols + c) = h;
+            *reinterpret_cast<__half2 *>(a.lo + (size_t)m * a.cols + c) = l;
         }
-    } else {
-        for (int G = t; G < a.cols / 64; G += kPrepThreads) a.gsum[(size_t)G * a.gstride + m] = 0.f;
+        const float s = warp_sum(v.x + v.y);
+        if (lane == 0) a.gsum[(size_t)G * a.gstride + m] = s, a.ginv[(size_t)G * a.gstride + m] = inv;
     }
-    if (t == 0) a.inv_scale[m] = inv;
 }
 
 /* ---- instantiations and dispatch -------------------------------------------- */
@@ -519,19 +471,9 @@ template <int MODE, int NT, int R, int U, int S, bool GROUPED>
 int launch(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t stream) {
     auto fn = q4_matmul_kernel<MODE, NT, R, U, S, GROUPED>;
     const size_t smem = ksplit > 1 || p.wk > 1 ? part_bytes(warps, R) : 0;
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((unsigned)ksplit, (unsigned)rowgroups, GROUPED ? (unsigned)(p.nmat * p.M) : 1u); /* M: slots */
-    lc.blockDim = dim3((unsigned)(warps * 32), 1, 1);
-    lc.dynamicSmemBytes = smem;
-    lc.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)ksplit;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    lc.attrs = attr;
-    lc.numAttrs = ksplit > 1 ? 1 : 0;
-    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&lc, fn, p));
+    ClusterLaunch c(dim3((unsigned)ksplit, (unsigned)rowgroups, GROUPED ? (unsigned)(p.nmat * p.M) : 1u), /* M: slots */
+                    dim3((unsigned)(warps * 32), 1, 1), smem, stream, (unsigned)ksplit);
+    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, fn, p));
     return SPLASH_OK;
 }
 
@@ -750,9 +692,10 @@ extern "C" int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled,
 }
 
 /* The prepared activation's arrays, for rows_cap rows: hi, lo [rows_cap + 3]
- * [cap_cols] fp16 and the group sums [groups][rows_cap] + 4: a grouped
- * product's MODE 0 reads x rows row..row+3 (only row's results are kept), so
- * three rows and four sums past the last are padding it may read. */
+ * [cap_cols] fp16, the group sums and the group powers [groups][rows_cap] + 4
+ * each: a grouped product's MODE 0 reads x rows row..row+3 (only row's
+ * results are kept), so three rows and four sums / powers past the last are
+ * padding it may read. */
 static size_t xp_half_bytes(int cap_cols, int rows_cap) { return align_up((size_t)(rows_cap + 3) * cap_cols * 2, 256); }
 static size_t xp_gsum_bytes(int cap_cols, int rows_cap) {
     return align_up(((size_t)(cap_cols / 64) * rows_cap + 4) * 4, 256);
@@ -760,7 +703,7 @@ static size_t xp_gsum_bytes(int cap_cols, int rows_cap) {
 
 extern "C" size_t splash_q4_xprep_rows_bytes(int cap_cols, int rows_cap) {
     if (cap_cols <= 0 || cap_cols % 64 || rows_cap < SPLASH_Q4_MAX_M || rows_cap > 65535) return 0;
-    return 2 * xp_half_bytes(cap_cols, rows_cap) + xp_gsum_bytes(cap_cols, rows_cap) + align_up((size_t)rows_cap * 4, 256);
+    return 2 * xp_half_bytes(cap_cols, rows_cap) + 2 * xp_gsum_bytes(cap_cols, rows_cap);
 }
 
 extern "C" int splash_q4_xprep_rows_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols, int rows_cap) {
@@ -771,7 +714,7 @@ extern "C" int splash_q4_xprep_rows_init(splash_q4_xprep *xp, void *dev_mem, int
     xp->hi = (uint16_t *)b;
     xp->lo = (uint16_t *)(b + h);
     xp->gsum = (float *)(b + 2 * h);
-    xp->inv_scale = (float *)(b + 2 * h + xp_gsum_bytes(cap_cols, rows_cap));
+    xp->ginv = (float *)(b + 2 * h + xp_gsum_bytes(cap_cols, rows_cap));
     xp->M = 0, xp->cols = 0, xp->cap_cols = cap_cols, xp->rows_cap = rows_cap;
     return SPLASH_OK;
 }
@@ -798,8 +741,9 @@ static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaSt
         a.prep_rows = SPLASH_Q4_MAX_M;
     }
     a.gstride = xp->rows_cap;
-    a.hi = xp->hi, a.lo = xp->lo, a.gsum = xp->gsum, a.inv_scale = xp->inv_scale;
-    const dim3 grid((unsigned)(a.rows > a.prep_rows ? a.rows : a.prep_rows));
+    a.hi = xp->hi, a.lo = xp->lo, a.gsum = xp->gsum, a.ginv = xp->ginv;
+    const dim3 grid((unsigned)((a.cols / 64 + kPrepGroupsPerBlock - 1) / kPrepGroupsPerBlock),
+                    (unsigned)(a.rows > a.prep_rows ? a.rows : a.prep_rows));
     switch (mode) {
     case PREP_X: q4_prep_kernel<PREP_X><<<grid, kPrepThreads, 0, s>>>(a); break;
     case PREP_RMS: q4_prep_kernel<PREP_RMS><<<grid, kPrepThreads, 0, s>>>(a); break;
@@ -855,6 +799,11 @@ static bool variant_compiled(int r, int u, int s) {
     return false;
 }
 
+extern "C" int splash_q4_compiled_variants(int (*out)[3], int max) {
+    for (int i = 0; i < kNumVariants && i < max; i++) out[i][0] = kVariants[i].r, out[i][1] = kVariants[i].u, out[i][2] = kVariants[i].s;
+    return kNumVariants;
+}
+
 extern "C" int splash_q4_config_check(const splash_q4_config *cfg, int rows, int cols) {
     if (!cfg || !shape_ok(rows, cols)) return SPLASH_E_INVALID;
     if (!variant_compiled(cfg->r, cfg->u, cfg->stages)) return SPLASH_E_UNSUPPORTED;
@@ -906,7 +855,7 @@ static int matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y
     if (!fn) return SPLASH_E_UNSUPPORTED;
     Params p;
     p.codes = w->codes, p.sb = w->sb;
-    p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.inv_scale = xp->inv_scale;
+    p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.ginv = xp->ginv;
     p.y = y;
     p.rows = w->rows, p.tiles = w->tiles, p.groups = w->groups, p.cols = w->cols;
     p.M = xp->M, p.ksplit = cfg->ksplit, p.wk = cfg->wk;
@@ -959,7 +908,7 @@ extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const spl
     memset(&p, 0, sizeof p);
     p.codes = first->codes, p.codes2 = first2 ? first2->codes : nullptr;
     p.sboff = (size_t)(first->sb - first->codes), p.estride = stride;
-    p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.inv_scale = xp->inv_scale;
+    p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.ginv = xp->ginv;
     p.y = y, p.y2 = y2, p.yslot = ldy;
     p.rows = first->rows, p.tiles = first->tiles, p.groups = first->groups, p.cols = first->cols;
     p.M = slots; /* the launch's grid.z; each block's view has M = 1 */

@@ -46,7 +46,7 @@ extern "C" {
 struct CUstream_st; /* cudaStream_t without the CUDA headers; NULL = default stream */
 
 #define SPLASH_Q4_MAX_M 16 /* rows of x per call (decode 1, verify up to 16) */
-#define SPLASH_Q4_MAX_COLS 32768 /* inputs of a q4 matrix (the prep kernel holds a row in registers) */
+#define SPLASH_Q4_MAX_COLS 32768 /* inputs of a q4 matrix the preparation accepts (the models: at most 17,408) */
 #define SPLASH_Q4_TILE_ROWS 16
 #define SPLASH_Q4_GROUP 64
 
@@ -80,17 +80,20 @@ int splash_q4_repack_stacked_host(const uint8_t *const *canonical, const int *ro
 /* Describes a tiled blob already on the device. */
 int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled, int rows, int cols);
 
-/* A prepared activation: up to 16 rows of up to `cap_cols` columns. */
+/* A prepared activation: up to 16 rows of up to `cap_cols` columns.  Each
+ * group of 64 columns of a row has its own power-of-two scale 2^k[m][G] (its
+ * largest |x| just under 2^14), so no step of the preparation needs a whole
+ * row: the groups are prepared in parallel. */
 typedef struct splash_q4_xprep {
-    uint16_t *hi, *lo; /* fp16 [rows_cap][cols] of x[m] * 2^k[m]; rows M..3/7/15 zero */
-    float *gsum;       /* [cols/64][rows_cap] fp32 sum of x[m] * 2^k[m] over each group, 0 for m in [M, 16) */
-    float *inv_scale;  /* [rows_cap] 2^-k[m] */
+    uint16_t *hi, *lo; /* fp16 [rows_cap][cols] of x[m] * 2^k[m][G]; rows M..3/7/15 zero */
+    float *gsum;       /* [cols/64][rows_cap] fp32 sum of x[m] over each group, 0 for m in [M, 16) */
+    float *ginv;       /* [cols/64][rows_cap] 2^-k[m][G] */
     int M, cols, cap_cols;
     int rows_cap;      /* 16; more for the grouped product's one-row activations (prep_silu_mul_rows) */
 } splash_q4_xprep;
 
 size_t splash_q4_xprep_bytes(int cap_cols);
-/* Carves the three arrays out of dev_mem (splash_q4_xprep_bytes(cap_cols), 256-aligned). */
+/* Carves the four arrays out of dev_mem (splash_q4_xprep_bytes(cap_cols), 256-aligned). */
 int splash_q4_xprep_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols);
 /* The same for rows_cap >= 16 rows (0 / SPLASH_E_INVALID for bad sizes). */
 size_t splash_q4_xprep_rows_bytes(int cap_cols, int rows_cap);
@@ -128,6 +131,9 @@ typedef struct splash_q4_config {
 int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config *cfg);
 /* 0 if cfg is compiled in and valid for this shape, else SPLASH_E_UNSUPPORTED. */
 int splash_q4_config_check(const splash_q4_config *cfg, int rows, int cols);
+/* The compiled (r, u, stages) triples, in order (for sweeps and tests):
+ * writes up to max of them to out, returns how many there are. */
+int splash_q4_compiled_variants(int (*out)[3], int max);
 
 /* y: device fp32 [M][rows] (row stride rows), M = xp->M, xp->cols == w->cols.
  * Nothing is allocated; y is written, never read. */
