@@ -1,6 +1,6 @@
 /* device_util.cuh - small device helpers shared by the CUDA op files
  * (norm.cu, rope.cu, attention.cu, gdn.cu, moe.cu, act.cu, argmax.cu, the
- * q4 products):
+ * q4 products; bench/gpu/stream_probe.cu):
  * warp and block reductions and the scalar activations written the way the
  * CPU backend writes them (act.c), so the two backends compute the same
  * formulas.
@@ -85,6 +85,41 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int by
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+/* mbarrier and the bulk-copy engine (TMA, sm_90): a ring of shared-memory
+ * stages filled by cp.async.bulk, one mbarrier per stage counting the bytes
+ * that have landed.  mbar_init by one thread, then mbar_init_fence before
+ * any other thread or the copy engine uses the barrier. */
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+/* The phase's one arrival, expecting `bytes` of copies to complete it. */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+/* Whether the phase of this parity has completed (acquire: the copied bytes
+ * are then visible); a waiter spins on it. */
+__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
+    uint32_t ok;
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                 "selp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return ok != 0;
+}
+/* global -> this block's shared memory (its own address is a valid
+ * shared::cluster address), completion counted on bar; 16-byte aligned, a
+ * multiple of 16 bytes. */
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 
 /* A launch configuration (host side) with clusters of cx blocks along x
  * (cx 1: no cluster attribute): construct in place, launch with
