@@ -31,7 +31,7 @@ done
 OUT=${OUT:-build-profile}
 W=${SYN_DIR:-/tmp/splash-synthetic}
 mkdir -p "$OUT" "$W"
-tar -C "$W" -xJf .carry/splash-bin.txz || exit 1
+tar -C "$W" -xJf "${CARRY_TXZ:-.carry/splash-bin.txz}" || exit 1 # CARRY_TXZ: another tarball of the build
 export LD_LIBRARY_PATH="$W/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 P=$W/prof-$SHAPE-$LAYERS

@@ -4,7 +4,7 @@
 #   tools/gpu_model_check.sh --prepare      (here: the CUDA build of splash and bench_cpu, packed
 #                                            into .carry/splash-bin.txz)
 #   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256[,32768]] [--decode 32]
-#                                [--graphs 0,1] [--gemm 0,1]
+#                                [--graphs 0,1] [--gemm 0,1]   (CARRY_TXZ="a.txz b.txz": several builds)
 #       (the GPU machine, carrying .carry)
 # For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
 # of the exact dimensions, first L layers of the 3:1 pattern (the full 27B is 54 GB of bf16, more
@@ -38,27 +38,45 @@ case "$SHAPE" in 27b) FULL=64 ;; 35b-a3b) FULL=40 ;; *) echo "--shape 27b or 35b
 OUT=${OUT:-build-synthetic}
 W=${SYN_DIR:-/tmp/splash-synthetic}
 mkdir -p "$OUT" "$W"
-BENCH=$PWD/build/bench/bench_cpu
-if [ -f .carry/splash-bin.txz ]; then
-    tar -C "$W" -xJf .carry/splash-bin.txz || exit 1
-    BENCH=$W/bin/bench_cpu
-    export LD_LIBRARY_PATH="$W/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+# The builds to time: the carried tarballs (CARRY_TXZ: a list, e.g. a build of the last commit
+# beside this one, for an A/B in one call; each timed on the same packages), else build/.
+TAGS="" BENCHES=""
+for TXZ in ${CARRY_TXZ:-.carry/splash-bin.txz}; do
+    [ -f "$TXZ" ] || continue
+    T=$(basename "$TXZ" .txz) X=$W/$(basename "$TXZ" .txz) # tag: the tarball's name
+    mkdir -p "$X" && tar -C "$X" -xJf "$TXZ" || exit 1
+    TAGS="$TAGS $T" BENCHES="$BENCHES $X/bin/bench_cpu"
+done
+[ -n "$TAGS" ] || TAGS=build BENCHES=$PWD/build/bench/bench_cpu
+bench_of() { # tag -> its bench_cpu
+    local t b
+    set -- $BENCHES
+    for t in $TAGS; do b=$1; shift; [ "$t" = "$TAG" ] && echo "$b"; done
+}
+run_bench() { # the tag's bench_cpu with its own libraries
+    local b d
+    b=$(bench_of) d=$(dirname "$b")
+    LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$b" "$@"
+}
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
 for L in ${DEPTHS//,/ }; do
     P=$W/$SHAPE-$L
     t0=$(date +%s)
-    "$BENCH" --make-random "$P" --shape "$SHAPE" --layers "$L" $MAKE_ARGS > "$OUT/make-$SHAPE-$L.log" 2>&1 ||
+    set -- $TAGS
+    TAG=$1 # the first build makes the package
+    run_bench --make-random "$P" --shape "$SHAPE" --layers "$L" $MAKE_ARGS > "$OUT/make-$SHAPE-$L.log" 2>&1 ||
         { tail -5 "$OUT/make-$SHAPE-$L.log"; exit 1; }
     t1=$(date +%s)
     for N in ${PROMPT//,/ }; do
     for G in ${GRAPHS//,/ }; do
     for E in ${GEMMS//,/ }; do
-        LOG=$OUT/bench-$SHAPE-$L-p$N-g$G-e$E.log
-        SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E "$BENCH" --model "$P" --device "$DEVICE" --act int8 --kv-format int8 --no-bandwidth \
+    for TAG in $TAGS; do
+        LOG=$OUT/bench-$SHAPE-$L-p$N-g$G-e$E-$TAG.log
+        SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E run_bench --model "$P" --device "$DEVICE" --act int8 --kv-format int8 --no-bandwidth \
             --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps 9 > "$LOG" 2>&1 || { tail -5 "$LOG"; exit 1; }
-        echo "depth $L, prompt $N, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
+        echo "$TAG: depth $L, prompt $N, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
         grep -E "^(cuda|int8|read per|decode|prefill)" "$LOG"
+    done
     done
     done
     done
@@ -67,25 +85,27 @@ done
 for N in ${PROMPT//,/ }; do
 for G in ${GRAPHS//,/ }; do
 for E in ${GEMMS//,/ }; do
-python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" "$E" "$N" <<'PY'
+for TAG in $TAGS; do
+python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" "$E" "$N" "$TAG" <<'PY'
 import re, sys
-out, shape, full, depths, g, e, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()], sys.argv[5], sys.argv[6], sys.argv[7]
+out, shape, full, depths, g, e, n, tag = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()], sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 rows = {}
 for L in depths:
-    t = open(f"{out}/bench-{shape}-{L}-p{n}-g{g}-e{e}.log").read()
+    t = open(f"{out}/bench-{shape}-{L}-p{n}-g{g}-e{e}-{tag}.log").read()
     g_ = lambda pat: float(re.search(pat, t).group(1))
     rows[L] = dict(prefill=1.0 / g_(r"prefill \d+ tokens: ([0-9.]+) tokens/s"), step=g_(r"decode: median ([0-9.]+) ms"),
                    v8=g_(r"verify 8 rows: ([0-9.]+) ms"), v16=g_(r"16 rows: ([0-9.]+) ms"),
                    mb=g_(r"= ([0-9.]+) MB; peak"))
 a, b = depths[0], depths[-1]
 fit = {k: rows[a][k] + (rows[b][k] - rows[a][k]) * (full - a) / (b - a) for k in rows[a]}
-print(f"| {shape}, prompt {n}, graphs {g}, gemm {e} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | prefill tokens/s |")
+print(f"| {tag}: {shape}, prompt {n}, graphs {g}, gemm {e} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | prefill tokens/s |")
 print("|---|---|---|---|---|---|---|---|---|")
 for L, r in sorted(rows.items()) + [(f"{full} (fit)", fit)]:
     frac = r["mb"] * 1e6 / (r["step"] * 1e-3) / 4.3e12
     print(f"| | {L} | {r['step']:.3f} | {1e3 / r['step']:.1f} | {r['mb']:.0f} | {100 * frac:.1f}% | "
           f"{r['v8'] / r['step']:.2f} | {r['v16'] / r['step']:.2f} | {1 / r['prefill']:.0f} |")
 PY
+done
 done
 done
 done
