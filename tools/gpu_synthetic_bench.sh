@@ -40,18 +40,16 @@ W=${SYN_DIR:-/tmp/splash-synthetic}
 mkdir -p "$OUT" "$W"
 # The builds to time: the carried tarballs (CARRY_TXZ: a list, e.g. a build of the last commit
 # beside this one, for an A/B in one call; each timed on the same packages), else build/.
-TAGS="" BENCHES=""
+TAGS=""
 for TXZ in ${CARRY_TXZ:-.carry/splash-bin.txz}; do
     [ -f "$TXZ" ] || continue
-    T=$(basename "$TXZ" .txz) X=$W/$(basename "$TXZ" .txz) # tag: the tarball's name
-    mkdir -p "$X" && tar -C "$X" -xJf "$TXZ" || exit 1
-    TAGS="$TAGS $T" BENCHES="$BENCHES $X/bin/bench_cpu"
+    T=$(basename "$TXZ" .txz) # tag: the tarball's name, extracted into $W/<tag>
+    mkdir -p "$W/$T" && tar -C "$W/$T" -xJf "$TXZ" || exit 1
+    TAGS="$TAGS $T"
 done
-[ -n "$TAGS" ] || TAGS=build BENCHES=$PWD/build/bench/bench_cpu
-bench_of() { # tag -> its bench_cpu
-    local t b
-    set -- $BENCHES
-    for t in $TAGS; do b=$1; shift; [ "$t" = "$TAG" ] && echo "$b"; done
+[ -n "$TAGS" ] || TAGS=build
+bench_of() { # $TAG -> its bench_cpu
+    if [ "$TAG" = build ]; then echo "$PWD/build/bench/bench_cpu"; else echo "$W/$TAG/bin/bench_cpu"; fi
 }
 run_bench() { # the tag's bench_cpu with its own libraries
     local b d

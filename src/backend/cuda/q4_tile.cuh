@@ -3,7 +3,8 @@
  * (q4_matmul.cu) and the prefill GEMM (q4_gemm.cu): a lane's 16 bytes of
  * codes become the A fragments of mma.sync m16n8k16 (exact q as fp16), and
  * tile_products runs the group's four k-steps against a lane's 8 words of x;
- * row_pow2_scale is the scaling of an x row both prepare before fp16.
+ * row_pow2_scale is the scaling both prepare before fp16 (q4_matmul.cu per
+ * 64-column group of a row, q4_gemm.cu per row).
  *
  * Device-only C++; every function is inline.
  */
@@ -65,9 +66,9 @@ __device__ __forceinline__ void tile_products(float (&d)[4], const ATile &A, con
     }
 }
 
-/* The power of two 2^k that puts a row's largest |x| (mx) in [2^13, 2^14)
- * before x is rounded to fp16, and 2^-k; 1 and 1 for a zero or non-finite
- * row. */
+/* The power of two 2^k that puts the largest |x| (mx) of what is scaled (a
+ * row or a group of one) in [2^13, 2^14) before x is rounded to fp16, and
+ * 2^-k; 1 and 1 for all zeros or a non-finite mx. */
 __device__ __forceinline__ void row_pow2_scale(float mx, float &scale, float &inv) {
     scale = 1.f, inv = 1.f;
     if (mx > 0.f && mx < 3.0e38f) {
