@@ -47,6 +47,7 @@ __device__ Best block_best(Best b) {
 }
 
 __global__ void argmax_chunks(const float *x, size_t ldx, int n, int chunks, float *pv, int *pi) {
+    pdl_begin();
     const int row = blockIdx.y, c0 = blockIdx.x * kChunk, c1 = min(n, c0 + kChunk);
     const float *xr = x + (size_t)row * ldx;
     Best b = {-INFINITY, -1};
@@ -62,6 +63,7 @@ __global__ void argmax_chunks(const float *x, size_t ldx, int n, int chunks, flo
 }
 
 __global__ void argmax_rows(const float *pv, const int *pi, int chunks, int32_t *idx, float *val) {
+    pdl_begin();
     const int row = blockIdx.x;
     Best b = {-INFINITY, -1};
     for (int c = threadIdx.x; c < chunks; c += kThreads)
@@ -93,10 +95,9 @@ extern "C" int splash_cuda_argmax(const float *x, size_t ldx, int rows, int n, i
     float *pv = (float *)workspace;
     int *pi = (int *)((uint8_t *)workspace + ((pairs * sizeof(float) + 255) & ~(size_t)255));
     const cudaStream_t s = (cudaStream_t)stream;
-    argmax_chunks<<<dim3((unsigned)chunks, (unsigned)rows), kThreads, 0, s>>>(x, ldx, n, chunks, pv, pi);
-    SPLASH_CUDA_LAUNCHED();
-    argmax_rows<<<(unsigned)rows, kThreads, 0, s>>>(pv, pi, chunks, idx, val);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(argmax_chunks, dim3((unsigned)chunks, (unsigned)rows), kThreads, 0, s, x, ldx, n,
+                                  chunks, pv, pi));
+    SPLASH_CUDA_TRY(launch_kernel(argmax_rows, (unsigned)rows, kThreads, 0, s, pv, pi, chunks, idx, val));
     return SPLASH_OK;
 }
 

@@ -69,6 +69,7 @@ __device__ __forceinline__ const splash_cuda_attn_lane *lane_of_row(const splash
 
 /* One warp per (row, kv head, K or V). */
 __global__ void kv_write_kernel(const KvArgs a) {
+    pdl_begin();
     const int row = blockIdx.x, h = blockIdx.y, isv = blockIdx.z, lane = threadIdx.x;
     const splash_cuda_attn_lane *ln = lane_of_row(a.lanes, a.n_lanes, row);
     if (!ln) return;
@@ -128,6 +129,7 @@ __device__ __forceinline__ float4 load4(const uint8_t *p, int format) {
 
 template <int HD, int QPW>
 __global__ void __launch_bounds__(kMaxWarps * 32) attn_split_kernel(const AttnArgs a) {
+    pdl_begin();
     constexpr int DPL = HD / 32; /* output dims per lane */
     extern __shared__ __align__(16) float smem[];
     __shared__ size_t row_off[kTile]; /* byte offset of the tile position's K row (values part) */
@@ -302,6 +304,7 @@ __host__ __device__ constexpr size_t combine_fac_floats(int splits) { return ((s
 constexpr int kCombineDims = 64, kCombineGroups = 16;
 
 __global__ void __launch_bounds__(kCombineDims * kCombineGroups) attn_combine_kernel(const CombineArgs a) {
+    pdl_begin();
     extern __shared__ __align__(16) float fac[]; /* [combine_fac_floats(n_splits)] */
     __shared__ float red[32];
     __shared__ float part[kCombineGroups][kCombineDims];
@@ -369,8 +372,7 @@ int launch_split(const AttnArgs &a, dim3 grid, int nwarps, cudaStream_t s) {
                                              (int)split_smem_bytes<HD>(kMaxWarps * kMaxQpw)));
         attr_set = true;
     }
-    attn_split_kernel<HD, QPW><<<grid, nwarps * 32, smem, s>>>(a);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(attn_split_kernel<HD, QPW>, grid, nwarps * 32, smem, s, a));
     return SPLASH_OK;
 }
 
@@ -430,8 +432,8 @@ extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *poo
     a.k_off = l->k_off, a.ks_off = l->ks_off, a.v_off = l->v_off, a.vs_off = l->vs_off;
     a.layer_off = (size_t)layer * l->layer_bytes, a.page_bytes = l->page_bytes;
     a.format = l->format, a.page_tokens = l->page_tokens, a.head_dim = l->head_dim, a.n_lanes = n_lanes;
-    kv_write_kernel<<<dim3((unsigned)rows, (unsigned)l->kv_heads, 2), 32, 0, (cudaStream_t)stream>>>(a);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(
+        launch_kernel(kv_write_kernel, dim3((unsigned)rows, (unsigned)l->kv_heads, 2), 32, 0, (cudaStream_t)stream, a));
     return SPLASH_OK;
 }
 
@@ -505,8 +507,9 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     c.ldg = a->ldg, c.ldo = a->ldo;
     c.n_lanes = a->n_lanes, c.rows = a->rows, c.n_heads = a->n_heads, c.head_dim = hd;
     c.n_splits = splits;
-    attn_combine_kernel<<<dim3((unsigned)a->n_heads, (unsigned)a->rows, (unsigned)((hd + kCombineDims - 1) / kCombineDims)),
-                          kCombineDims * kCombineGroups, combine_fac_floats(splits) * sizeof(float), s>>>(c);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(
+        launch_kernel(attn_combine_kernel,
+                      dim3((unsigned)a->n_heads, (unsigned)a->rows, (unsigned)((hd + kCombineDims - 1) / kCombineDims)),
+                      kCombineDims * kCombineGroups, combine_fac_floats(splits) * sizeof(float), s, c));
     return SPLASH_OK;
 }

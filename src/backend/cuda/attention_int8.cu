@@ -113,6 +113,7 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t &hi, uint3
 
 template <int HD>
 __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a) {
+    pdl_begin();
     using GG = Geo<HD>;
     extern __shared__ __align__(16) uint32_t sm[];
     uint32_t *Ks = sm;                                            /* [kStage][KW] int8 K rows */
@@ -146,10 +147,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
         const int pos = p0 + r;
         float sk = 0.f, sv = 0.f;
         if (pos < p1) {
-            const size_t lb = (size_t)__ldg(ln.pages + pos / a.page_tokens) * a.page_bytes + a.layer_off;
+            const size_t lb = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
             const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
-            sk = __ldg(reinterpret_cast<const float *>(a.pool + lb + a.ks_off) + ri);
-            sv = __ldg(reinterpret_cast<const float *>(a.pool + lb + a.vs_off) + ri);
+            sk = reinterpret_cast<const float *>(a.pool + lb + a.ks_off)[ri]; /* kv_write's: coherent loads */
+            sv = reinterpret_cast<const float *>(a.pool + lb + a.vs_off)[ri];
         }
         ksc[r] = sk, vsc[r] = sv;
         vmax = fmaxf(vmax, sv);
@@ -201,7 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
         if (s0 > p0) __syncthreads(); /* the previous stage is consumed */
         if (tid < kStage) {
             const int pos = s0 + tid;
-            rowp[tid] = pos < p1 ? a.pool + (size_t)__ldg(ln.pages + pos / a.page_tokens) * a.page_bytes +
+            rowp[tid] = pos < p1 ? a.pool + (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes +
                                        a.layer_off + a.k_off +
                                        ((size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens)) * HD
                                  : nullptr;
@@ -337,8 +338,7 @@ int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
                                              (int)(smem_words<HD>(kInt8MaxQ) * 4)));
         attr_set = true;
     }
-    attn_int8_kernel<HD><<<grid, kWarps * 32, smem_words<HD>(a.qchunk) * 4, s>>>(a);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(attn_int8_kernel<HD>, grid, kWarps * 32, smem_words<HD>(a.qchunk) * 4, s, a));
     return SPLASH_OK;
 }
 

@@ -101,6 +101,7 @@ __device__ __forceinline__ float chunk_at(const Chunk<DT> &c, int k) {
  * else one element per lane and step. */
 template <int DT, bool VEC>
 __global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a) {
+    pdl_begin();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r = blockIdx.x * kWarps + warp;
     if (r >= a.rows) return; /* whole warps */
@@ -123,8 +124,8 @@ __global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a)
 #pragma unroll
                 for (int j = 0; j < kRowsX; j++) {
                     if (j >= nm) break;
-                    const float4 x0 = __ldg(reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch));
-                    const float4 x1 = __ldg(reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch) + 1);
+                    const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch);
+                    const float4 x0 = xp[0], x1 = xp[1]; /* coherent loads (device_util.cuh) */
                     const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
                     for (int k = 0; k < 8; k++) acc[j] = fmaf(chunk_at<DT>(c[u], k), xv[k], acc[j]);
@@ -148,12 +149,9 @@ __global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a)
 
 size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-template <int DT>
-void launch(const Args &a, dim3 grid, bool vec, cudaStream_t s) {
-    if (vec)
-        dense_matmul_kernel<DT, true><<<grid, kWarps * 32, 0, s>>>(a);
-    else
-        dense_matmul_kernel<DT, false><<<grid, kWarps * 32, 0, s>>>(a);
+template <int DT> cudaError_t launch(const Args &a, dim3 grid, bool vec, cudaStream_t s) {
+    return vec ? launch_kernel(dense_matmul_kernel<DT, true>, grid, kWarps * 32, 0, s, a)
+               : launch_kernel(dense_matmul_kernel<DT, false>, grid, kWarps * 32, 0, s, a);
 }
 
 } /* namespace */
@@ -190,13 +188,22 @@ extern "C" int splash_cuda_dense_matmul(const splash_cuda_dense_matrix *w, const
     /* 8-column chunks: whole chunks per row, 16-byte aligned weight rows
      * (the package aligns a tensor's data to 64 bytes) and x rows */
     const bool vec = w->cols % 8 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
+    cudaError_t e;
     switch (w->dtype) {
-    case SPLASH_F32: launch<SPLASH_F32>(a, grid, vec, s); break;
-    case SPLASH_BF16: launch<SPLASH_BF16>(a, grid, vec, s); break;
-    case SPLASH_F16: launch<SPLASH_F16>(a, grid, vec, s); break;
-    case SPLASH_Q8: launch<SPLASH_Q8>(a, grid, vec, s); break;
+    case SPLASH_F32:
+        e = launch<SPLASH_F32>(a, grid, vec, s);
+        break;
+    case SPLASH_BF16:
+        e = launch<SPLASH_BF16>(a, grid, vec, s);
+        break;
+    case SPLASH_F16:
+        e = launch<SPLASH_F16>(a, grid, vec, s);
+        break;
+    case SPLASH_Q8:
+        e = launch<SPLASH_Q8>(a, grid, vec, s);
+        break;
     default: return SPLASH_E_UNSUPPORTED;
     }
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(e);
     return SPLASH_OK;
 }

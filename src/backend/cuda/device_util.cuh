@@ -5,8 +5,9 @@
  * CPU backend writes them (act.c), so the two backends compute the same
  * formulas.
  *
- * C++ for .cu files (never included by C): device functions, and one host
- * helper (ClusterLaunch).  No state; every function is inline.  Block
+ * C++ for .cu files (never included by C): device functions, and the host
+ * side of launches (KernelLaunch, launch; one flag read from the environment
+ * once).  Every function is inline.  Block
  * reductions take a caller-provided shared array of 32 floats and end with a
  * __syncthreads(), so the array can be reused right after the call.
  */
@@ -16,6 +17,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 namespace splash_cuda {
 
@@ -121,23 +123,76 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uin
                  : "memory");
 }
 
-/* A launch configuration (host side) with clusters of cx blocks along x
- * (cx 1: no cluster attribute): construct in place, launch with
- * cudaLaunchKernelEx(&c.lc, kernel, args...).  Not copyable: lc points at
- * attr. */
-struct ClusterLaunch {
+/* Programmatic dependent launch (sm_90).  Every kernel is launched with the
+ * attribute (KernelLaunch, unless SPLASH_CUDA_PDL=0), so a kernel may be
+ * scheduled while its predecessor in the stream still runs: its blocks take
+ * the SM slots the predecessor leaves free (its tail) and run what comes
+ * before their pdl_wait (a q4 product's first weight loads).  The rules, for
+ * every kernel:
+ *   - pdl_launch_dependents() first: the successor may be scheduled now (it
+ *     only launches once every block of this grid has said so or exited, so
+ *     it never takes slots this grid's own blocks wait for);
+ *   - pdl_wait() before reading anything an earlier kernel wrote and before
+ *     writing anything an earlier kernel reads: it returns when the
+ *     predecessor has completed and its memory is visible.  The predecessor
+ *     itself waited for its own, so one wait covers every earlier kernel.
+ * Most kernels call pdl_begin() (both) on entry.  Both are no-ops in a launch
+ * without the attribute.
+ * Data any kernel writes is read with plain (coherent) loads, never __ldg or
+ * ld.global.nc: the non-coherent path needs data read-only for the reader's
+ * whole lifetime, and under programmatic launch that lifetime overlaps the
+ * writers'.  Only the weights (ld_stream16/8, dense_matmul's w) take it. */
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_begin() {
+    pdl_launch_dependents();
+    pdl_wait();
+}
+
+/* Whether launches carry the programmatic-dependent-launch attribute:
+ * SPLASH_CUDA_PDL=0 turns it off (an A/B switch); read once (an inline
+ * function's static is one object in the whole program). */
+inline bool pdl_enabled() {
+    static const bool on = [] {
+        const char *v = getenv("SPLASH_CUDA_PDL");
+        return !(v && v[0] == '0');
+    }();
+    return on;
+}
+
+/* A launch configuration (host side) with the programmatic-dependent-launch
+ * attribute (above) and, for cx > 1, clusters of cx blocks along x:
+ * construct in place, launch with cudaLaunchKernelEx(&c.lc, kernel,
+ * args...).  Not copyable: lc points at attr. */
+struct KernelLaunch {
     cudaLaunchConfig_t lc;
-    cudaLaunchAttribute attr[1];
-    ClusterLaunch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, unsigned cx) : lc(), attr() {
+    cudaLaunchAttribute attr[2];
+    KernelLaunch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, unsigned cx = 1) : lc(), attr() {
         lc.gridDim = grid, lc.blockDim = block, lc.dynamicSmemBytes = smem, lc.stream = s;
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = cx, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
         lc.attrs = attr;
-        lc.numAttrs = cx > 1 ? 1 : 0;
+        lc.numAttrs = 0;
+        if (cx > 1) {
+            cudaLaunchAttribute &a = attr[lc.numAttrs++];
+            a.id = cudaLaunchAttributeClusterDimension;
+            a.val.clusterDim.x = cx, a.val.clusterDim.y = 1, a.val.clusterDim.z = 1;
+        }
+        if (pdl_enabled()) {
+            cudaLaunchAttribute &a = attr[lc.numAttrs++];
+            a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            a.val.programmaticStreamSerializationAllowed = 1;
+        }
     }
-    ClusterLaunch(const ClusterLaunch &) = delete;
-    ClusterLaunch &operator=(const ClusterLaunch &) = delete;
+    KernelLaunch(const KernelLaunch &) = delete;
+    KernelLaunch &operator=(const KernelLaunch &) = delete;
 };
+
+/* kernel<<<grid, block, smem, s>>>(args...) through KernelLaunch; returns the
+ * launch's error. */
+template <typename... P, typename... A>
+cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
+    KernelLaunch c(grid, block, smem, s);
+    return cudaLaunchKernelEx(&c.lc, kernel, static_cast<A &&>(args)...);
+}
 
 } /* namespace splash_cuda */
 

@@ -57,6 +57,7 @@ struct ConvArgs {
 };
 
 __global__ void gdn_conv_kernel(const ConvArgs a) {
+    pdl_begin();
     const int c = blockIdx.x * kConvThreads + threadIdx.x;
     if (c >= a.C) return;
     const splash_cuda_gdn_lane ln = a.lanes[blockIdx.y];
@@ -95,6 +96,7 @@ __global__ void gdn_conv_kernel(const ConvArgs a) {
 
 __global__ void gdn_gates_kernel(const float *a, const float *b, size_t ldab, const float *neg_a,
                                  const float *dt_bias, int hv, float *g, float *beta, size_t ldgb) {
+    pdl_begin();
     const size_t r = blockIdx.y;
     const int h = blockIdx.x * blockDim.x + threadIdx.x;
     if (h >= hv) return;
@@ -123,6 +125,7 @@ struct RecSmem {
 
 template <int DK>
 __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const RecArgs ra) {
+    pdl_begin();
     constexpr int NJ = DK / kSlices, SS = RecSmem<DK>::SS;
     const splash_cuda_gdn_args &a = ra.p;
     __shared__ __align__(16) RecSmem<DK> sm;
@@ -270,8 +273,8 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
 
 template <int DK>
 int launch_rec(const RecArgs &ra, cudaStream_t s) {
-    ClusterLaunch c(dim3((unsigned)(ra.p.hv * ra.ns), (unsigned)ra.p.n_lanes, 1), dim3(kRecCols * kSlices, 1, 1), 0, s,
-                    (unsigned)ra.ns);
+    KernelLaunch c(dim3((unsigned)(ra.p.hv * ra.ns), (unsigned)ra.p.n_lanes, 1), dim3(kRecCols * kSlices, 1, 1), 0, s,
+                   (unsigned)ra.ns);
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK>, ra));
     return SPLASH_OK;
 }
@@ -288,9 +291,9 @@ extern "C" int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_
     const int chunks = y ? (max_lane_rows + kConvChunk - 1) / kConvChunk : 1;
     if (chunks > 65535) return SPLASH_E_INVALID;
     ConvArgs a = {wT, lanes, x, y, ldx, ldy, C, K};
-    gdn_conv_kernel<<<dim3((unsigned)((C + kConvThreads - 1) / kConvThreads), (unsigned)n_lanes, (unsigned)chunks),
-                      kConvThreads, 0, (cudaStream_t)stream>>>(a);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(
+        gdn_conv_kernel, dim3((unsigned)((C + kConvThreads - 1) / kConvThreads), (unsigned)n_lanes, (unsigned)chunks),
+        kConvThreads, 0, (cudaStream_t)stream, a));
     return SPLASH_OK;
 }
 
@@ -299,9 +302,8 @@ extern "C" int splash_cuda_gdn_gates(const float *a, const float *b, size_t ldab
                                      struct CUstream_st *stream) {
     if (!a || !b || !neg_a || !dt_bias || !g || !beta || rows < 0 || rows > 65535 || hv < 1) return SPLASH_E_INVALID;
     if (rows == 0) return SPLASH_OK;
-    gdn_gates_kernel<<<dim3((unsigned)((hv + 63) / 64), (unsigned)rows), 64, 0, (cudaStream_t)stream>>>(
-        a, b, ldab, neg_a, dt_bias, hv, g, beta, ldgb);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(gdn_gates_kernel, dim3((unsigned)((hv + 63) / 64), (unsigned)rows), 64, 0,
+                                  (cudaStream_t)stream, a, b, ldab, neg_a, dt_bias, hv, g, beta, ldgb));
     return SPLASH_OK;
 }
 

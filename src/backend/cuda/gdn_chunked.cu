@@ -70,6 +70,7 @@ __device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
 
 template <int DK>
 __global__ void __launch_bounds__(kThreads, 1) gdn_chunked_kernel(const ChunkArgs ca) {
+    pdl_begin();
     constexpr int KS = Plan<DK>::KS;
     const splash_cuda_gdn_args &a = ca.p;
     extern __shared__ __align__(16) float sm[];
@@ -297,8 +298,8 @@ int launch_chunked(const ChunkArgs &ca, cudaStream_t s) {
                                              (int)(Plan<DK>::floats(SPLASH_CUDA_GDN_MAX_DV) * sizeof(float))));
         attr_set = true;
     }
-    ClusterLaunch c(dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1), dim3(kThreads, 1, 1),
-                    Plan<DK>::floats(ca.p.dv / ca.ns) * sizeof(float), s, (unsigned)ca.ns);
+    KernelLaunch c(dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1), dim3(kThreads, 1, 1),
+                   Plan<DK>::floats(ca.p.dv / ca.ns) * sizeof(float), s, (unsigned)ca.ns);
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_chunked_kernel<DK>, ca));
     return SPLASH_OK;
 }

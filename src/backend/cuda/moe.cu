@@ -9,7 +9,7 @@
  * experts: see moe.h.  Gather and scatter take their row lists by value (a
  * kernel argument of 16 rows), so nothing is copied to the device per expert.
  *
- * C++ used: none beyond CUDA's launch syntax.
+ * C++ used: none beyond the launch helper (device_util.cuh).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -29,6 +29,7 @@ constexpr int kGroup = SPLASH_Q4_MAX_M; /* rows of one expert product */
 
 __global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int E, int k, int norm, int32_t *idx,
                                  float *wout) {
+    pdl_begin();
     extern __shared__ float probs[]; /* [kRouteWarps][E] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r = blockIdx.x * kRouteWarps + warp;
@@ -101,6 +102,7 @@ struct RowList {
 };
 
 __global__ void gather_kernel(const float *xn, size_t ldx, float *mx, int H, const RowList l) {
+    pdl_begin();
     const int i = blockIdx.y;
     const float *src = xn + (size_t)l.rows[i] * ldx;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) mx[(size_t)i * H + c] = src[c];
@@ -108,6 +110,7 @@ __global__ void gather_kernel(const float *xn, size_t ldx, float *mx, int H, con
 
 /* fo[row_i] = fo[row_i] + mo[i] * w_i, as ffn.c (one expert at a time) */
 __global__ void scatter_add_kernel(float *fo, size_t ldf, const float *mo, int H, const RowList l) {
+    pdl_begin();
     const int i = blockIdx.y;
     float *dst = fo + (size_t)l.rows[i] * ldf;
     const float w = l.w[i];
@@ -121,13 +124,14 @@ __global__ void scatter_add_kernel(float *fo, size_t ldf, const float *mo, int H
  * step's sorted order; -1: a bad id, left out). */
 __global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const int32_t *inv, const float *w, int H,
                                int K) {
+    pdl_begin();
     const int r = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
         float f = 0.f;
         for (int k = 0; k < K; k++) {
             const size_t slot = (size_t)r * K + k;
-            const int p = inv ? __ldg(inv + slot) : (int)slot;
-            if (p >= 0) f = __fadd_rn(f, __fmul_rn(mo[(size_t)p * H + c], __ldg(w + slot)));
+            const int p = inv ? inv[slot] : (int)slot;
+            if (p >= 0) f = __fadd_rn(f, __fmul_rn(mo[(size_t)p * H + c], w[slot]));
         }
         fo[(size_t)r * ldf + c] = f;
     }
@@ -145,6 +149,7 @@ constexpr int kSortSmemIds = 8192; /* ids staged in shared memory up to this man
 __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const int32_t *idx, int S, int E, int bn, int32_t *off,
                                                                 int32_t *perm, int32_t *inv, int32_t *tile_e,
                                                                 int32_t *tile_n0, int32_t *n_tiles) {
+    pdl_begin();
     __shared__ int cnt[SPLASH_CUDA_MOE_MAX_EXPERTS], soff[SPLASH_CUDA_MOE_MAX_EXPERTS];
     extern __shared__ int sid[]; /* [S rounded up to 4] when S <= kSortSmemIds */
     const bool staged = S <= kSortSmemIds;
@@ -204,8 +209,7 @@ int run_group(const splash_q4_matrix *gate, const splash_q4_matrix *up, const sp
               cudaStream_t st) {
     const int H = s->hidden, I = s->inter, n = l.n;
     const dim3 gh((unsigned)((H + 1023) / 1024), (unsigned)n);
-    gather_kernel<<<gh, 256, 0, st>>>(xn, ldx, s->mx, H, l);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(gather_kernel, gh, 256, 0, st, xn, ldx, s->mx, H, l));
     int rc = splash_q4_prep_x(&s->xh, s->mx, n, H, H, st);
     if (!rc) rc = splash_q4_matmul(gate, &s->xh, s->h1, st);
     if (!rc) rc = splash_q4_matmul(up, &s->xh, s->h2, st);
@@ -213,8 +217,7 @@ int run_group(const splash_q4_matrix *gate, const splash_q4_matrix *up, const sp
     if (!rc) rc = splash_q4_prep_x(&s->xi, s->h1, n, I, I, st);
     if (!rc) rc = splash_q4_matmul(down, &s->xi, s->mo, st);
     if (rc) return rc;
-    scatter_add_kernel<<<gh, 256, 0, st>>>(fo, ldf, s->mo, H, l);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(scatter_add_kernel, gh, 256, 0, st, fo, ldf, s->mo, H, l));
     return SPLASH_OK;
 }
 
@@ -227,9 +230,9 @@ extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, 
         return SPLASH_E_INVALID;
     if (!rows) return SPLASH_OK;
     const unsigned blocks = (unsigned)((rows + kRouteWarps - 1) / kRouteWarps);
-    moe_route_kernel<<<blocks, kRouteWarps * 32, (size_t)kRouteWarps * n_experts * sizeof(float),
-                       (cudaStream_t)stream>>>(logits, ldl, rows, n_experts, top_k, norm_topk, idx, w);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(moe_route_kernel, blocks, kRouteWarps * 32,
+                                  (size_t)kRouteWarps * n_experts * sizeof(float), (cudaStream_t)stream, logits, ldl,
+                                  rows, n_experts, top_k, norm_topk, idx, w));
     return SPLASH_OK;
 }
 
@@ -374,8 +377,8 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
     if (!rc) rc = splash_q4_prep_silu_mul_rows(&s->xs, s->sg, I, s->su, I, s->sg, I, S, I, stream);
     if (!rc) rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, S, 1, &s->xs, s->smo, nullptr, (size_t)H, stream);
     if (rc) return rc;
-    combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->smo, nullptr, w, H, K);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st, fo,
+                                  ldf, s->smo, nullptr, w, H, K));
     return SPLASH_OK;
 }
 
@@ -394,9 +397,9 @@ static int experts_gemm_chunk(const splash_q4_matrix *gate, const splash_q4_matr
      * S ids (compute-sanitizer, session 6; the attention combine's fac[] had
      * the same fault, docs/cuda.md "Shared-memory sizing") */
     const size_t sort_smem = S <= kSortSmemIds ? ((size_t)S + 3) / 4 * 4 * 4 : 0;
-    moe_sort_kernel<<<1, kSortThreads, sort_smem, st>>>(idx, S, n_experts, SPLASH_Q4_GEMM_GROUP_ROWS, s->off, s->perm,
-                                                       s->inv, s->tile_e, s->tile_n0, s->n_tiles);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(moe_sort_kernel, 1, kSortThreads, sort_smem, st, idx, S, n_experts,
+                                  SPLASH_Q4_GEMM_GROUP_ROWS, s->off, s->perm, s->inv, s->tile_e, s->tile_n0,
+                                  s->n_tiles));
     const int active = S < n_experts ? S : n_experts; /* experts with slots, at most */
     splash_q4_gemm_groups g = {s->off, s->perm, s->tile_e, s->tile_n0, s->n_tiles,
                                S / SPLASH_Q4_GEMM_GROUP_ROWS + active + 1, K};
@@ -407,8 +410,8 @@ static int experts_gemm_chunk(const splash_q4_matrix *gate, const splash_q4_matr
     g.xdiv = 0; /* down reads the slots' hidden states in sorted order */
     if (!rc) rc = splash_q4_gemm_grouped(down, nullptr, sd, &g, &s->gxs, s->gd, nullptr, stream);
     if (rc) return rc;
-    combine_kernel<<<dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st>>>(fo, ldf, s->gd, s->inv, w, H, K);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st, fo,
+                                  ldf, s->gd, s->inv, w, H, K));
     return SPLASH_OK;
 }
 

@@ -31,6 +31,7 @@ struct NormArgs {
 
 template <int MODE>
 __global__ void norm_kernel(const NormArgs a) {
+    pdl_begin();
     __shared__ float red[32];
     const size_t r = blockIdx.y, h = blockIdx.x;
     const float *x = a.x + r * a.ldx + h * a.hsx;
@@ -60,8 +61,7 @@ int threads_for(int n) { return n >= 2048 ? 256 : n >= 512 ? 128 : n >= 128 ? 64
 template <int MODE>
 int launch(const NormArgs &a, int rows, int heads, cudaStream_t s) {
     if (rows == 0 || heads == 0) return SPLASH_OK;
-    norm_kernel<MODE><<<dim3((unsigned)heads, (unsigned)rows), threads_for(a.n), 0, s>>>(a);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(norm_kernel<MODE>, dim3((unsigned)heads, (unsigned)rows), threads_for(a.n), 0, s, a));
     return SPLASH_OK;
 }
 

@@ -91,9 +91,9 @@ __device__ __forceinline__ bool make_block(const GemmParams &p, Block &b, int *x
         n0 = blockIdx.x * BN, n = min(BN, p.R - n0), ybase = n0;
     } else {
         const int t = blockIdx.x;
-        if (t >= __ldg(p.n_tiles)) return false;
-        const int e = __ldg(p.tile_e + t), base = __ldg(p.off + e);
-        n0 = __ldg(p.tile_n0 + t), n = min(BN, __ldg(p.off + e + 1) - base - n0), ybase = base + n0;
+        if (t >= *p.n_tiles) return false;
+        const int e = p.tile_e[t], base = p.off[e];
+        n0 = p.tile_n0[t], n = min(BN, p.off[e + 1] - base - n0), ybase = base + n0;
         b.codes = (blockIdx.z ? p.codes2 : p.codes) + (size_t)e * p.estride;
         b.sb = b.codes + p.sboff;
         b.y = blockIdx.z ? p.y2 : p.y;
@@ -101,7 +101,7 @@ __device__ __forceinline__ bool make_block(const GemmParams &p, Block &b, int *x
     b.n = n, b.ybase = ybase;
     for (int i = threadIdx.x; i < BN; i += kThreads) {
         const int pos = ybase + i;
-        xrow[i] = i >= n ? -1 : !GROUPED ? pos : p.xdiv ? __ldg(p.perm + pos) / p.xdiv : pos;
+        xrow[i] = i >= n ? -1 : !GROUPED ? pos : p.xdiv ? p.perm[pos] / p.xdiv : pos;
     }
     __syncthreads();
     return true;
@@ -171,6 +171,7 @@ __device__ __forceinline__ void weights_tile(ATile &A, uint4 c, uint2 sb) {
 
 template <int BN, bool GROUPED>
 __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p) {
+    pdl_begin();
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int xrow[BN]; /* the x row of each of the block's rows (-1: none) */
     Block blk;
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1) q4_gemm_kernel(const GemmParams p
         for (int c01 = 0; c01 < 2; c01++) {
             const int n = wn * (BN / 2) + nt * 8 + 2 * t + c01;
             if (n >= blk.n) continue;
-            const float inv = __ldg(p.inv_scale + xrow[n]);
+            const float inv = p.inv_scale[xrow[n]];
             float *yr = blk.y + (size_t)(blk.ybase + n) * p.rows;
 #pragma unroll
             for (int r = 0; r < kWarpTiles; r++) {
@@ -250,8 +251,7 @@ int launch_gemm(const GemmParams &p, int grid_x, int grid_z, cudaStream_t stream
         attr_set = true;
     }
     const dim3 grid((unsigned)grid_x, (unsigned)((p.tiles + kTiles - 1) / kTiles), (unsigned)grid_z);
-    fn<<<grid, kThreads, Tile<BN>::smem, stream>>>(p);
-    SPLASH_CUDA_TRY(cudaGetLastError());
+    SPLASH_CUDA_TRY(launch_kernel(fn, grid, kThreads, Tile<BN>::smem, stream, p));
     return SPLASH_OK;
 }
 
@@ -261,6 +261,7 @@ constexpr int kPrepThreads = 256;
 
 __global__ void __launch_bounds__(kPrepThreads) q4_gemm_prep_kernel(const float *x, size_t ldx, int cols,
                                                                     uint16_t *hi, float *inv_scale) {
+    pdl_begin();
     __shared__ float red[32];
     const int n = blockIdx.x, n4 = cols / 4;
     const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)n * ldx);
@@ -334,8 +335,8 @@ extern "C" int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, 
     if (!xg || !x || R <= 0 || R > xg->rows_cap || cols <= 0 || cols % 64 || cols > xg->cols_cap || ldx < (size_t)cols ||
         ldx % 4 || ((uintptr_t)x & 15))
         return SPLASH_E_INVALID;
-    q4_gemm_prep_kernel<<<R, kPrepThreads, 0, (cudaStream_t)stream>>>(x, ldx, cols, xg->hi, xg->inv_scale);
-    SPLASH_CUDA_TRY(cudaGetLastError());
+    SPLASH_CUDA_TRY(launch_kernel(q4_gemm_prep_kernel, R, kPrepThreads, 0, (cudaStream_t)stream, x, ldx, cols, xg->hi,
+                                  xg->inv_scale));
     xg->R = R, xg->cols = cols;
     return SPLASH_OK;
 }

@@ -28,6 +28,7 @@ __device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s
 
 __global__ void rope_kernel(float *x, size_t ldx, int head_dim, int half, const float *inv_freq,
                             const int32_t *pos) {
+    pdl_begin();
     const int r = blockIdx.y;
     float *v = x + (size_t)r * ldx + (size_t)blockIdx.x * head_dim;
     const float p = (float)pos[r];
@@ -40,6 +41,7 @@ __global__ void rope_kernel(float *x, size_t ldx, int head_dim, int half, const 
 }
 
 __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
+    pdl_begin();
     extern __shared__ float buf[]; /* [head_dim] */
     __shared__ float red[32];
     const int r = blockIdx.y, j = blockIdx.x, hd = a.head_dim;
@@ -83,6 +85,7 @@ __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
 }
 
 __global__ void sigmoid_gate_kernel(float *o, size_t ldo, const float *gate, size_t ldg, int width) {
+    pdl_begin();
     const size_t r = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < width; i += gridDim.x * blockDim.x)
         o[r * ldo + i] = __fmul_rn(o[r * ldo + i], sigmoidf_(gate[r * ldg + i]));
@@ -105,9 +108,8 @@ extern "C" int splash_cuda_rope(float *x, size_t ldx, int rows, int heads, int h
     if (rows == 0 || heads == 0 || rot_dim == 0) return SPLASH_OK;
     if (!inv_freq || !pos) return SPLASH_E_INVALID;
     const int half = rot_dim / 2;
-    rope_kernel<<<dim3((unsigned)heads, (unsigned)rows), half >= 128 ? 128 : 32, 0, (cudaStream_t)stream>>>(
-        x, ldx, head_dim, half, inv_freq, pos);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(rope_kernel, dim3((unsigned)heads, (unsigned)rows), half >= 128 ? 128 : 32, 0,
+                                  (cudaStream_t)stream, x, ldx, head_dim, half, inv_freq, pos));
     return SPLASH_OK;
 }
 
@@ -118,9 +120,8 @@ extern "C" int splash_cuda_attn_prep(const splash_cuda_attn_prep_args *a, struct
         return SPLASH_E_INVALID;
     if (a->rows == 0) return SPLASH_OK;
     const int threads = a->head_dim >= 512 ? 256 : a->head_dim >= 128 ? 128 : 64;
-    attn_prep_kernel<<<dim3((unsigned)(a->heads + a->kv_heads), (unsigned)a->rows), threads,
-                       (size_t)a->head_dim * sizeof(float), (cudaStream_t)stream>>>(*a);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(attn_prep_kernel, dim3((unsigned)(a->heads + a->kv_heads), (unsigned)a->rows),
+                                  threads, (size_t)a->head_dim * sizeof(float), (cudaStream_t)stream, *a));
     return SPLASH_OK;
 }
 
@@ -129,8 +130,7 @@ extern "C" int splash_cuda_sigmoid_gate(float *o, size_t ldo, const float *gate,
     if (!o || !gate || rows < 0 || rows > 65535 || width < 0) return SPLASH_E_INVALID;
     if (rows == 0 || width == 0) return SPLASH_OK;
     const int blocks = (width + 1023) / 1024;
-    sigmoid_gate_kernel<<<dim3((unsigned)blocks, (unsigned)rows), 256, 0, (cudaStream_t)stream>>>(o, ldo, gate, ldg,
-                                                                                                width);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(sigmoid_gate_kernel, dim3((unsigned)blocks, (unsigned)rows), 256, 0,
+                                  (cudaStream_t)stream, o, ldo, gate, ldg, width));
     return SPLASH_OK;
 }

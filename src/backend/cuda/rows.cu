@@ -45,6 +45,7 @@ __host__ __device__ __forceinline__ TiledAt tiled_at(int groups, int r, int c) {
 }
 
 __global__ void embed_q4_kernel(const splash_q4_matrix w, const int32_t *ids, float *out, size_t ldo) {
+    pdl_begin();
     const int i = blockIdx.y, id = ids[i];
     if (id < 0) return;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < w.cols; c += gridDim.x * blockDim.x) {
@@ -58,6 +59,7 @@ __global__ void embed_q4_kernel(const splash_q4_matrix w, const int32_t *ids, fl
 }
 
 __global__ void embed_dense_kernel(const splash_cuda_dense_matrix w, const int32_t *ids, float *out, size_t ldo) {
+    pdl_begin();
     const int i = blockIdx.y, id = ids[i];
     if (id < 0) return;
     float *o = out + (size_t)i * ldo;
@@ -80,6 +82,7 @@ __global__ void embed_dense_kernel(const splash_cuda_dense_matrix w, const int32
 }
 
 __global__ void gather_kernel(const float *src, size_t lds, const int32_t *idx, float *dst, size_t ldd, int width) {
+    pdl_begin();
     const int i = blockIdx.y;
     const float *s = src + (size_t)idx[i] * lds;
     float *d = dst + (size_t)i * ldd;
@@ -87,6 +90,7 @@ __global__ void gather_kernel(const float *src, size_t lds, const int32_t *idx, 
 }
 
 __global__ void scatter_kernel(const float *src, size_t lds, const int32_t *map, float *dst, size_t ldd, int width) {
+    pdl_begin();
     const int r = blockIdx.y, to = map[r];
     if (to < 0) return;
     const float *s = src + (size_t)r * lds;
@@ -95,6 +99,7 @@ __global__ void scatter_kernel(const float *src, size_t lds, const int32_t *map,
 }
 
 __global__ void add_kernel(float *y, size_t ldy, const float *x, size_t ldx, int width) {
+    pdl_begin();
     const size_t r = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x)
         y[r * ldy + c] = __fadd_rn(y[r * ldy + c], x[r * ldx + c]);
@@ -114,8 +119,8 @@ extern "C" int splash_cuda_embed_rows_q4(const splash_q4_matrix *w, const int32_
     if (!n) return SPLASH_OK;
     /* a block per kThreads columns: one block walking a 5,120-wide row took
      * 17.6 us of a 27B decode step (tools/trace_summary.py) */
-    embed_q4_kernel<<<dim3(embed_blocks(w->cols), (unsigned)n), kThreads, 0, (cudaStream_t)stream>>>(*w, ids, out, ldo);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(embed_q4_kernel, dim3(embed_blocks(w->cols), (unsigned)n), kThreads, 0,
+                                  (cudaStream_t)stream, *w, ids, out, ldo));
     return SPLASH_OK;
 }
 
@@ -123,9 +128,8 @@ extern "C" int splash_cuda_embed_rows_dense(const splash_cuda_dense_matrix *w, c
                                             size_t ldo, struct CUstream_st *stream) {
     if (!w || !w->data || !ids || !out || !rows_ok(n, 1) || ldo < (size_t)w->cols) return SPLASH_E_INVALID;
     if (!n) return SPLASH_OK;
-    embed_dense_kernel<<<dim3(embed_blocks(w->cols), (unsigned)n), kThreads, 0, (cudaStream_t)stream>>>(*w, ids, out,
-                                                                                                      ldo);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(embed_dense_kernel, dim3(embed_blocks(w->cols), (unsigned)n), kThreads, 0,
+                                  (cudaStream_t)stream, *w, ids, out, ldo));
     return SPLASH_OK;
 }
 
@@ -133,8 +137,8 @@ extern "C" int splash_cuda_gather_rows(const float *src, size_t lds, const int32
                                        int width, struct CUstream_st *stream) {
     if (!src || !idx || !dst || !rows_ok(n, width)) return SPLASH_E_INVALID;
     if (!n || !width) return SPLASH_OK;
-    gather_kernel<<<grid_for(width, n), kThreads, 0, (cudaStream_t)stream>>>(src, lds, idx, dst, ldd, width);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(gather_kernel, grid_for(width, n), kThreads, 0, (cudaStream_t)stream, src, lds, idx,
+                                  dst, ldd, width));
     return SPLASH_OK;
 }
 
@@ -142,8 +146,8 @@ extern "C" int splash_cuda_scatter_rows(const float *src, size_t lds, const int3
                                         size_t ldd, int width, struct CUstream_st *stream) {
     if (!src || !map || !dst || !rows_ok(rows, width)) return SPLASH_E_INVALID;
     if (!rows || !width) return SPLASH_OK;
-    scatter_kernel<<<grid_for(width, rows), kThreads, 0, (cudaStream_t)stream>>>(src, lds, map, dst, ldd, width);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(launch_kernel(scatter_kernel, grid_for(width, rows), kThreads, 0, (cudaStream_t)stream, src, lds,
+                                  map, dst, ldd, width));
     return SPLASH_OK;
 }
 
@@ -151,8 +155,8 @@ extern "C" int splash_cuda_add_rows(float *y, size_t ldy, const float *x, size_t
                                     struct CUstream_st *stream) {
     if (!y || !x || !rows_ok(rows, width)) return SPLASH_E_INVALID;
     if (!rows || !width) return SPLASH_OK;
-    add_kernel<<<grid_for(width, rows), kThreads, 0, (cudaStream_t)stream>>>(y, ldy, x, ldx, width);
-    SPLASH_CUDA_LAUNCHED();
+    SPLASH_CUDA_TRY(
+        launch_kernel(add_kernel, grid_for(width, rows), kThreads, 0, (cudaStream_t)stream, y, ldy, x, ldx, width));
     return SPLASH_OK;
 }
 
