@@ -224,9 +224,17 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
     const qwen35_dims *d = &m->d;
     const int R = f->R;
     const size_t H = (size_t)d->hidden, E = (size_t)d->experts;
-    const qc_prod gates[2] = {{&L->router, m->rlog, 0}, {&L->shared_expert_gate, m->sgate, 0}};
-    QC_TRY(f, qc_products(f, m->xn, H, gates, 2));
-    QC_TRY(f, splash_cuda_moe_route(m->rlog, E, R, d->experts, d->top_k, d->norm_topk, m->topi, m->topw, m->stream));
+    const float *sgate = m->sgate; /* the shared-expert gate's logits, stride lds */
+    size_t ldl = E, lds = 1;
+    if (L->gates_in.rows) { /* stacked: one launch */
+        const qc_prod in = {&L->gates_in, m->rlog, 0};
+        QC_TRY(f, qc_products(f, m->xn, H, &in, 1));
+        ldl = lds = (size_t)L->gates_in.rows, sgate = m->rlog + L->gates_in.part_row[1];
+    } else {
+        const qc_prod gates[2] = {{&L->router, m->rlog, 0}, {&L->shared_expert_gate, m->sgate, 0}};
+        QC_TRY(f, qc_products(f, m->xn, H, gates, 2));
+    }
+    QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, m->topi, m->topw, m->stream));
     int r = 0; /* rows before r are done: bulk prefill ranges on the GEMM, the rest between them */
     for (int i = 0; i < f->n_bulk && L->experts_gemm; i++) {
         QC_TRY(f, moe_experts(f, L, r, m->bulk[i].r0, 0));
@@ -240,6 +248,6 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
     if (rc) return rc;
     const qc_prod down = {&L->shared_down, m->mo, 0};
     QC_TRY(f, qc_products(f, h, ldh, &down, 1));
-    QC_TRY(f, splash_cuda_moe_shared_add(m->fo, H, m->mo, H, m->sgate, 1, m->x, H, R, (int)H, m->stream));
+    QC_TRY(f, splash_cuda_moe_shared_add(m->fo, H, m->mo, H, sgate, lds, m->x, H, R, (int)H, m->stream));
     return 0;
 }

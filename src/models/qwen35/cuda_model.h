@@ -101,8 +101,10 @@ typedef struct qc_layer {
      * when not, and then the parts above are used.  When stacked, the parts
      * above are left empty and their outputs share one buffer, row stride
      * the stack's rows, part i at column part_row[i]: attention q|gate, k,
-     * v; GDN qkv, z, b, a; FFN (or shared expert) gate, up. */
-    qc_matrix attn_in, gdn_in, ffn_in;
+     * v; GDN qkv, z, b, a; FFN (or shared expert) gate, up.  gates_in: the
+     * MoE router and shared-expert gate (dense, bf16 as packed: rows = 0
+     * when not stacked; put_dense_stacked). */
+    qc_matrix attn_in, gdn_in, ffn_in, gates_in;
 } qc_layer;
 
 typedef struct qc_weights {
@@ -201,7 +203,8 @@ typedef struct qc_model {
     float *agate, *aout;           /* attn gate, attention output       [R][heads*hd] */
     float *ga, *gb;                /* GDN a, b projections              [R][Hv] */
     float *ff1, *ff2;              /* FFN / shared-expert hidden        [R][max(I, Is)] */
-    float *rlog, *sgate;           /* MoE router logits [R][E], shared-expert gate logit [R] */
+    float *rlog, *sgate;           /* MoE router logits [R][E + 16] (with the shared-expert gate's when
+                                      stacked: qc_layer.gates_in), shared-expert gate logit [R] */
     int32_t *topi;                 /* MoE choice [R][top_k] */
     float *topw;                   /* its weights [R][top_k] */
     float *fo, *mo;                /* MoE routed sum, shared-expert output [R][H] */

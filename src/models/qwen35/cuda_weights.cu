@@ -178,11 +178,49 @@ int put_vec(Walk *w, const float *src, size_t n, const char *name, const float *
         if (rc_) return rc_;                                                                                           \
     } while (0)
 
+/* The tensors t[0..n) stacked into one dense matrix when they can be (all
+ * single f32, bf16 or f16 matrices of one dtype and the same columns: their
+ * rows one after another, so each row's product is the one it has alone):
+ * 1 in *stacked; else 0, out zeroed and nothing reserved.  The MoE router
+ * and the shared-expert gate (bf16 [E, H] and [1, H] as packed): one launch
+ * instead of two, the second a one-block kernel (3.3 us of a 35B-A3B layer,
+ * NOTES.md). */
+int put_dense_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, int *stacked) {
+    int64_t r, c, count, cols = -1, rows = 0;
+    *stacked = 0;
+    memset(out, 0, sizeof *out);
+    if (n < 2 || n > 4) return 0;
+    for (int i = 0; i < n; i++) {
+        const int dt = (int)t[i]->dtype;
+        splash_tensor_matrix_dims(t[i], &r, &c, &count);
+        if ((dt != SPLASH_F32 && dt != SPLASH_BF16 && dt != SPLASH_F16) || dt != (int)t[0]->dtype || count != 1 ||
+            (cols >= 0 && c != cols) || t[i]->bytes != (size_t)(r * c) * (dt == SPLASH_F32 ? 4 : 2))
+            return 0;
+        cols = c, out->part_row[i] = (int)rows, rows += r;
+    }
+    if (rows > (1 << 24)) return 0;
+    *stacked = 1;
+    out->rows = (int)rows, out->cols = (int)cols;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += t[i]->bytes;
+    uint8_t *d = reserve(w, total);
+    if (!w->dev) return 0;
+    for (size_t i = 0, at = 0; i < (size_t)n; at += t[i]->bytes, i++)
+        TRY(copy_up(w, d + at, t[i]->data, t[i]->bytes, t[i]->name));
+    if (splash_cuda_dense_matrix_init(&out->dense, (int)t[0]->dtype, d, (int)rows, (int)cols))
+        return splash_fail(w->err, SPLASH_E_UNSUPPORTED, "tensors from %s on: cannot be stacked", t[0]->name);
+    return 0;
+}
+
 /* The tensors that read one input: one stacked matrix when they can be
- * (put_stacked), else each its own (apart[i]). */
-int put_inputs(Walk *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart) {
+ * (put_stacked: q4; with dense_ok also put_dense_stacked: callers whose
+ * stack is read whenever its rows are not 0), else each its own
+ * (apart[i]). */
+int put_inputs(Walk *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart,
+               int dense_ok) {
     int st;
     TRY(put_stacked(w, t, n, stack, &st));
+    if (!st && dense_ok) TRY(put_dense_stacked(w, t, n, stack, &st));
     for (int i = 0; !st && i < n; i++) TRY(put_matrix(w, t[i], apart[i]));
     return 0;
 }
@@ -207,14 +245,14 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
         if (L->is_attn) {
             const splash_tensor *in[3] = {L->q_proj, L->k_proj, L->v_proj};
             qc_matrix *const apart[3] = {&o->q_proj, &o->k_proj, &o->v_proj};
-            TRY(put_inputs(w, in, 3, &o->attn_in, apart));
+            TRY(put_inputs(w, in, 3, &o->attn_in, apart, 0));
             TRY(put_matrix(w, L->o_proj, &o->o_proj));
             TRY(put_vec(w, L->q_norm, (size_t)d->head_dim, "q_norm", &o->q_norm));
             TRY(put_vec(w, L->k_norm, (size_t)d->head_dim, "k_norm", &o->k_norm));
         } else {
             const splash_tensor *in[4] = {L->in_qkv, L->in_z, L->in_b, L->in_a};
             qc_matrix *const apart[4] = {&o->in_qkv, &o->in_z, &o->in_b, &o->in_a};
-            TRY(put_inputs(w, in, 4, &o->gdn_in, apart));
+            TRY(put_inputs(w, in, 4, &o->gdn_in, apart, 0));
             TRY(put_matrix(w, L->out_proj, &o->out_proj));
             TRY(put_vec(w, L->conv_t, (size_t)d->conv_kernel * d->conv_dim, "conv", &o->conv_t));
             TRY(put_vec(w, L->neg_a, (size_t)d->hv, "A_log", &o->neg_a));
@@ -223,7 +261,9 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
         }
         if (d->moe) {
             splash_q4_matrix *ex = out->experts + (size_t)i * 3 * E;
-            TRY(put_matrix(w, L->router, &o->router));
+            const splash_tensor *gates[2] = {L->router, L->shared_expert_gate};
+            qc_matrix *const gates_apart[2] = {&o->router, &o->shared_expert_gate};
+            TRY(put_inputs(w, gates, 2, &o->gates_in, gates_apart, 1));
             o->experts_gemm = 1;
             TRY(put_experts(w, L->experts_gate, ex, &o->experts_gemm));
             TRY(put_experts(w, L->experts_up, ex + E, &o->experts_gemm));
@@ -231,13 +271,12 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
             o->experts_gate = ex, o->experts_up = ex + E, o->experts_down = ex + 2 * E;
             const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
             qc_matrix *const apart[2] = {&o->shared_gate, &o->shared_up};
-            TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
+            TRY(put_inputs(w, in, 2, &o->ffn_in, apart, 0));
             TRY(put_matrix(w, L->shared_down, &o->shared_down));
-            TRY(put_matrix(w, L->shared_expert_gate, &o->shared_expert_gate));
         } else {
             const splash_tensor *in[2] = {L->gate, L->up};
             qc_matrix *const apart[2] = {&o->gate, &o->up};
-            TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
+            TRY(put_inputs(w, in, 2, &o->ffn_in, apart, 0));
             TRY(put_matrix(w, L->down, &o->down));
         }
     }
