@@ -559,9 +559,10 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     if (device && !strcmp(device, "cuda")) act = "cuda"; /* the label: the GPU has one path */
     printf("%-5s prefill %d tokens: %.1f tokens/s (%.1f ms CPU per token)\n", act, prompt, res->prefill_tps,
            1e3 * res->prefill_cpu);
-    printf("%-5s decode: median %.2f ms/token [p10 %.2f, p90 %.2f] = %.2f tokens/s; %.2f ms CPU per token\n", act,
+    /* ms to 1 us: tools/gpu_synthetic_bench.sh fits full depth from these (x16 for the 27B) */
+    printf("%-5s decode: median %.3f ms/token [p10 %.3f, p90 %.3f] = %.2f tokens/s; %.2f ms CPU per token\n", act,
            1e3 * res->step.med, 1e3 * res->step.p10, 1e3 * res->step.p90, 1.0 / res->step.med, 1e3 * res->step_cpu);
-    printf("%-5s verify 8 rows: %.2f ms [%.2f, %.2f] = %.2fx one row; 16 rows: %.2f ms [%.2f, %.2f] = %.2fx\n", act,
+    printf("%-5s verify 8 rows: %.3f ms [%.3f, %.3f] = %.2fx one row; 16 rows: %.3f ms [%.3f, %.3f] = %.2fx\n", act,
            1e3 * res->verify8.med, 1e3 * res->verify8.p10, 1e3 * res->verify8.p90, res->verify8.med / res->step.med,
            1e3 * res->verify16.med, 1e3 * res->verify16.p10, 1e3 * res->verify16.p90, res->verify16.med / res->step.med);
     splash_model_free_memory(m, kv);
