@@ -529,7 +529,11 @@ bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 
  * the H200's from NOTES.md, 2026-11-30): selected by bench_q4_matmul --sweep,
  * one (ksplit, wk) per shape so that results do not depend on M; r/u/stages/
  * warps per M class (<=4, <=8, <=16).  A GPU without a table gets the
- * generic rule; a new GPU: run the sweep there and add its table. */
+ * generic rule; a new GPU: run the sweep there and add its table.  The
+ * 27B's stacks, o_proj / out_proj and down were swept again after the
+ * per-group x scales and live-row x loads changed the kernel (session 8:
+ * down M = 1 27.7 -> 24.4 us, M = 16 63.1 -> 43.4; gate|up M = 16 91.4 ->
+ * 73.6; events, bench_q4_matmul). */
 struct Preset {
     int rows, cols;
     int ksplit, wk; /* per shape: the arithmetic order (results must not depend on M) */
@@ -538,16 +542,16 @@ struct Preset {
 const Preset kH200[] = {
     {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn.q_proj */
     {1024, 5120, 8, 1, {{1, 8, 0, 2, 0, 0}, {1, 8, 0, 2, 0, 0}, {1, 8, 0, 2, 0, 0}}},   /* attn.k/v_proj */
-    {5120, 6144, 8, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* attn.o_proj, gdn.out_proj */
+    {5120, 6144, 1, 8, {{1, 2, 1, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {2, 2, 0, 8, 0, 0}}},   /* attn.o_proj, gdn.out_proj */
     {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* gdn.in_proj_qkv */
     {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* gdn.in_proj_z */
     {17408, 5120, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* ffn.gate/up */
-    {5120, 17408, 4, 4, {{2, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* ffn.down */
+    {5120, 17408, 2, 4, {{1, 2, 1, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn.down */
     {248320, 5120, 1, 1, {{2, 2, 0, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}}, /* lm_head */
     /* the stacks the CUDA model launches (cuda_weights.cu) */
-    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn q|k|v */
-    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* gdn qkv|z|b|a */
-    {34816, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* ffn gate|up */
+    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 8, 0, 0}}},  /* attn q|k|v */
+    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 8, 0, 0}}},  /* gdn qkv|z|b|a */
+    {34816, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn gate|up */
     /* the 35B-A3B's experts (and its shared expert's down), mostly launched grouped (8
      * slots x gate, up at decode): the generic rule's ksplit 8 left a block one group
      * of 64 columns between two cluster barriers (gate|up 24.4 us for 9.4 MB in a
