@@ -123,12 +123,12 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uin
                  : "memory");
 }
 
-/* Programmatic dependent launch (sm_90).  Every kernel is launched with the
- * attribute (KernelLaunch, unless SPLASH_CUDA_PDL=0), so a kernel may be
- * scheduled while its predecessor in the stream still runs: its blocks take
- * the SM slots the predecessor leaves free (its tail) and run what comes
- * before their pdl_wait (a q4 product's first weight loads).  The rules, for
- * every kernel:
+/* Programmatic dependent launch (sm_90).  Every kernel but the q4 products
+ * (q4_matmul.cu says why) is launched with the attribute (KernelLaunch,
+ * unless SPLASH_CUDA_PDL=0), so a kernel may be scheduled while its
+ * predecessor in the stream still runs: its blocks take the SM slots the
+ * predecessor leaves free (its tail) and wait there.  The rules, for every
+ * kernel:
  *   - pdl_launch_dependents() first: the successor may be scheduled now (it
  *     only launches once every block of this grid has said so or exited, so
  *     it never takes slots this grid's own blocks wait for);
@@ -141,7 +141,8 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void *src, uin
  * Data any kernel writes is read with plain (coherent) loads, never __ldg or
  * ld.global.nc: the non-coherent path needs data read-only for the reader's
  * whole lifetime, and under programmatic launch that lifetime overlaps the
- * writers'.  Only the weights (ld_stream16/8, dense_matmul's w) take it. */
+ * writers'.  Only the weights (ld_stream16/8, dense_matmul's w) and kernels
+ * launched without the attribute (the q4 products) take it. */
 __device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_begin() {
@@ -161,13 +162,14 @@ inline bool pdl_enabled() {
 }
 
 /* A launch configuration (host side) with the programmatic-dependent-launch
- * attribute (above) and, for cx > 1, clusters of cx blocks along x:
+ * attribute (above; pdl false: without) and, for cx > 1, clusters of cx
+ * blocks along x:
  * construct in place, launch with cudaLaunchKernelEx(&c.lc, kernel,
  * args...).  Not copyable: lc points at attr. */
 struct KernelLaunch {
     cudaLaunchConfig_t lc;
     cudaLaunchAttribute attr[2];
-    KernelLaunch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, unsigned cx = 1) : lc(), attr() {
+    KernelLaunch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, unsigned cx = 1, bool pdl = true) : lc(), attr() {
         lc.gridDim = grid, lc.blockDim = block, lc.dynamicSmemBytes = smem, lc.stream = s;
         lc.attrs = attr;
         lc.numAttrs = 0;
@@ -176,7 +178,7 @@ struct KernelLaunch {
             a.id = cudaLaunchAttributeClusterDimension;
             a.val.clusterDim.x = cx, a.val.clusterDim.y = 1, a.val.clusterDim.z = 1;
         }
-        if (pdl_enabled()) {
+        if (pdl && pdl_enabled()) {
             cudaLaunchAttribute &a = attr[lc.numAttrs++];
             a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
             a.val.programmaticStreamSerializationAllowed = 1;
