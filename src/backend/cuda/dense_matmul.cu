@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a)
 
 size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-template <int DT> cudaError_t launch(const Args &a, dim3 grid, bool vec, cudaStream_t s) {
+template <int DT>
+cudaError_t launch(const Args &a, dim3 grid, bool vec, cudaStream_t s) {
     return vec ? launch_kernel(dense_matmul_kernel<DT, true>, grid, kWarps * 32, 0, s, a)
                : launch_kernel(dense_matmul_kernel<DT, false>, grid, kWarps * 32, 0, s, a);
 }
@@ -190,18 +191,10 @@ extern "C" int splash_cuda_dense_matmul(const splash_cuda_dense_matrix *w, const
     const bool vec = w->cols % 8 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
     cudaError_t e;
     switch (w->dtype) {
-    case SPLASH_F32:
-        e = launch<SPLASH_F32>(a, grid, vec, s);
-        break;
-    case SPLASH_BF16:
-        e = launch<SPLASH_BF16>(a, grid, vec, s);
-        break;
-    case SPLASH_F16:
-        e = launch<SPLASH_F16>(a, grid, vec, s);
-        break;
-    case SPLASH_Q8:
-        e = launch<SPLASH_Q8>(a, grid, vec, s);
-        break;
+    case SPLASH_F32: e = launch<SPLASH_F32>(a, grid, vec, s); break;
+    case SPLASH_BF16: e = launch<SPLASH_BF16>(a, grid, vec, s); break;
+    case SPLASH_F16: e = launch<SPLASH_F16>(a, grid, vec, s); break;
+    case SPLASH_Q8: e = launch<SPLASH_Q8>(a, grid, vec, s); break;
     default: return SPLASH_E_UNSUPPORTED;
     }
     SPLASH_CUDA_TRY(e);

@@ -6,7 +6,7 @@
  * formulas.
  *
  * C++ for .cu files (never included by C): device functions, and the host
- * side of launches (KernelLaunch, launch; one flag read from the environment
+ * side of launches (KernelLaunch, launch_kernel; one flag read from the environment
  * once).  Every function is inline.  Block
  * reductions take a caller-provided shared array of 32 floats and end with a
  * __syncthreads(), so the array can be reused right after the call.
@@ -163,9 +163,8 @@ inline bool pdl_enabled() {
 
 /* A launch configuration (host side) with the programmatic-dependent-launch
  * attribute (above; pdl false: without) and, for cx > 1, clusters of cx
- * blocks along x:
- * construct in place, launch with cudaLaunchKernelEx(&c.lc, kernel,
- * args...).  Not copyable: lc points at attr. */
+ * blocks along x: construct in place, launch with cudaLaunchKernelEx(&c.lc,
+ * kernel, args...).  Not copyable: lc points at attr. */
 struct KernelLaunch {
     cudaLaunchConfig_t lc;
     cudaLaunchAttribute attr[2];
