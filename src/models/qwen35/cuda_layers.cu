@@ -52,7 +52,7 @@ int qc_attn_layer(qc_fwd *f, const qc_layer *L) {
     const size_t H = (size_t)d->hidden, qw = (size_t)d->heads * hd, kvw = (size_t)d->kv_heads * hd;
     float *qg = m->u1, *q = m->u2, *k = m->u3, *v = m->u4;
     size_t ldqg = 2 * qw, ldk = kvw; /* k and v share ldk */
-    if (L->attn_in.is_q4) { /* stacked q|gate, k, v */
+    if (L->attn_in.rows) { /* stacked q|gate, k, v */
         const qc_prod in = {&L->attn_in, m->fin, 0};
         QC_TRY(f, qc_products(f, m->xn, H, &in, 1));
         ldqg = ldk = (size_t)L->attn_in.rows;
@@ -104,7 +104,7 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     const size_t H = (size_t)d->hidden, C = (size_t)d->conv_dim, VD = (size_t)d->value_dim, Hv = (size_t)d->hv;
     float *qkv = m->u1, *mixed = m->u2, *z = m->u3, *y = m->u4, *ga = m->ga, *gb = m->gb;
     size_t ldqkv = C, ldz = VD, ldab = Hv;
-    if (L->gdn_in.is_q4) { /* stacked qkv, z, b, a */
+    if (L->gdn_in.rows) { /* stacked qkv, z, b, a */
         const qc_prod in = {&L->gdn_in, m->fin, 0};
         QC_TRY(f, qc_products(f, m->xn, H, &in, 1));
         ldqkv = ldz = ldab = (size_t)L->gdn_in.rows;
@@ -167,7 +167,7 @@ static int swiglu(qc_fwd *f, const qc_matrix *stack, const qc_matrix *gate, cons
     qc_model *m = f->m;
     const size_t H = (size_t)m->d.hidden, I = (size_t)width;
     int rc;
-    if (stack->is_q4) {
+    if (stack->rows) {
         const qc_prod in = {stack, m->fin, 0};
         const size_t ld = (size_t)stack->rows;
         QC_TRY(f, qc_products(f, m->xn, H, &in, 1));

@@ -58,7 +58,7 @@ static void plan_scratch(qc_model *m, bump *b) {
     m->ff1 = CARVE_F(b, R * ffw);
     m->ff2 = CARVE_F(b, R * ffw);
     if (d->moe) {
-        m->rlog = CARVE_F(b, R * ((size_t)d->experts + 16)); /* a stacked gates_in: E + 1 rows, q4: E + 16 */
+        m->rlog = CARVE_F(b, R * ((size_t)d->experts + 16)); /* a stacked gates_in: E + 1 rows (q4: E rounded up to 16, + 1) */
         m->sgate = CARVE_F(b, R);
         m->topi = (int32_t *)carve(b, R * (size_t)d->top_k * sizeof(int32_t));
         m->topw = CARVE_F(b, R * (size_t)d->top_k);

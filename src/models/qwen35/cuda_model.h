@@ -96,14 +96,14 @@ typedef struct qc_layer {
     qc_matrix shared_gate, shared_up, shared_down, shared_expert_gate;
     const splash_q4_matrix *experts_gate, *experts_up, *experts_down; /* host arrays [E] */
     int experts_gemm;              /* every expert fp16-safe: bulk prefill rows take splash_cuda_moe_experts_gemm */
-    /* The matrices that read one input stacked into one q4 matrix (one
-     * launch) when all are q4 (splash_q4_repack_stacked_host); is_q4 = 0
-     * when not, and then the parts above are used.  When stacked, the parts
-     * above are left empty and their outputs share one buffer, row stride
-     * the stack's rows, part i at column part_row[i]: attention q|gate, k,
-     * v; GDN qkv, z, b, a; FFN (or shared expert) gate, up.  gates_in: the
-     * MoE router and shared-expert gate (dense, bf16 as packed: rows = 0
-     * when not stacked; put_dense_stacked). */
+    /* The matrices that read one input stacked into one matrix (one
+     * launch): one q4 matrix when all are q4 (splash_q4_repack_stacked_host),
+     * one dense matrix when all are f32 / bf16 / f16 of one dtype
+     * (put_dense_stacked); rows = 0 when not, and then the parts above are
+     * used.  When stacked, the parts above are left empty and their outputs
+     * share one buffer, row stride the stack's rows, part i at column
+     * part_row[i]: attention q|gate, k, v; GDN qkv, z, b, a; FFN (or shared
+     * expert) gate, up; MoE router, shared-expert gate. */
     qc_matrix attn_in, gdn_in, ffn_in, gates_in;
 } qc_layer;
 

@@ -181,10 +181,10 @@ int put_vec(Walk *w, const float *src, size_t n, const char *name, const float *
 /* The tensors t[0..n) stacked into one dense matrix when they can be (all
  * single f32, bf16 or f16 matrices of one dtype and the same columns: their
  * rows one after another, so each row's product is the one it has alone):
- * 1 in *stacked; else 0, out zeroed and nothing reserved.  The MoE router
- * and the shared-expert gate (bf16 [E, H] and [1, H] as packed): one launch
- * instead of two, the second a one-block kernel (3.3 us of a 35B-A3B layer,
- * NOTES.md). */
+ * 1 in *stacked; else 0, out zeroed and nothing reserved.  In q4 packages
+ * the MoE router and the shared-expert gate (bf16 [E, H] and [1, H]): one
+ * launch instead of two, the second a one-block kernel (3.3 us of a
+ * 35B-A3B layer, NOTES.md). */
 int put_dense_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, int *stacked) {
     int64_t r, c, count, cols = -1, rows = 0;
     *stacked = 0;
@@ -213,14 +213,12 @@ int put_dense_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *
 }
 
 /* The tensors that read one input: one stacked matrix when they can be
- * (put_stacked: q4; with dense_ok also put_dense_stacked: callers whose
- * stack is read whenever its rows are not 0), else each its own
- * (apart[i]). */
-int put_inputs(Walk *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart,
-               int dense_ok) {
+ * (put_stacked: q4, else put_dense_stacked), else each its own (apart[i]);
+ * the stack's rows are 0 when not stacked. */
+int put_inputs(Walk *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart) {
     int st;
     TRY(put_stacked(w, t, n, stack, &st));
-    if (!st && dense_ok) TRY(put_dense_stacked(w, t, n, stack, &st));
+    if (!st) TRY(put_dense_stacked(w, t, n, stack, &st));
     for (int i = 0; !st && i < n; i++) TRY(put_matrix(w, t[i], apart[i]));
     return 0;
 }
@@ -245,14 +243,14 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
         if (L->is_attn) {
             const splash_tensor *in[3] = {L->q_proj, L->k_proj, L->v_proj};
             qc_matrix *const apart[3] = {&o->q_proj, &o->k_proj, &o->v_proj};
-            TRY(put_inputs(w, in, 3, &o->attn_in, apart, 0));
+            TRY(put_inputs(w, in, 3, &o->attn_in, apart));
             TRY(put_matrix(w, L->o_proj, &o->o_proj));
             TRY(put_vec(w, L->q_norm, (size_t)d->head_dim, "q_norm", &o->q_norm));
             TRY(put_vec(w, L->k_norm, (size_t)d->head_dim, "k_norm", &o->k_norm));
         } else {
             const splash_tensor *in[4] = {L->in_qkv, L->in_z, L->in_b, L->in_a};
             qc_matrix *const apart[4] = {&o->in_qkv, &o->in_z, &o->in_b, &o->in_a};
-            TRY(put_inputs(w, in, 4, &o->gdn_in, apart, 0));
+            TRY(put_inputs(w, in, 4, &o->gdn_in, apart));
             TRY(put_matrix(w, L->out_proj, &o->out_proj));
             TRY(put_vec(w, L->conv_t, (size_t)d->conv_kernel * d->conv_dim, "conv", &o->conv_t));
             TRY(put_vec(w, L->neg_a, (size_t)d->hv, "A_log", &o->neg_a));
@@ -263,7 +261,7 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
             splash_q4_matrix *ex = out->experts + (size_t)i * 3 * E;
             const splash_tensor *gates[2] = {L->router, L->shared_expert_gate};
             qc_matrix *const gates_apart[2] = {&o->router, &o->shared_expert_gate};
-            TRY(put_inputs(w, gates, 2, &o->gates_in, gates_apart, 1));
+            TRY(put_inputs(w, gates, 2, &o->gates_in, gates_apart));
             o->experts_gemm = 1;
             TRY(put_experts(w, L->experts_gate, ex, &o->experts_gemm));
             TRY(put_experts(w, L->experts_up, ex + E, &o->experts_gemm));
@@ -271,12 +269,12 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
             o->experts_gate = ex, o->experts_up = ex + E, o->experts_down = ex + 2 * E;
             const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
             qc_matrix *const apart[2] = {&o->shared_gate, &o->shared_up};
-            TRY(put_inputs(w, in, 2, &o->ffn_in, apart, 0));
+            TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
             TRY(put_matrix(w, L->shared_down, &o->shared_down));
         } else {
             const splash_tensor *in[2] = {L->gate, L->up};
             qc_matrix *const apart[2] = {&o->gate, &o->up};
-            TRY(put_inputs(w, in, 2, &o->ffn_in, apart, 0));
+            TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
             TRY(put_matrix(w, L->down, &o->down));
         }
     }
