@@ -399,6 +399,7 @@ static int bench_gemm(const char *only) {
 int main(int argc, char **argv) {
     int sweep = 0, gemm = 0;
     const char *csv_path = NULL, *only = NULL;
+    int m_only = 0; /* --m M: time that M only (a profiler's single launch) */
     NVAR = splash_q4_compiled_variants(kVariants, MAXVAR);
     if (NVAR > MAXVAR) return 1;
     for (int i = 1; i < argc; i++) {
@@ -406,8 +407,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gemm")) gemm = 1;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--m") && i + 1 < argc) m_only = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...] | --gemm [--only NAME,...]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...] [--m M] | --gemm [--only NAME,...]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -483,6 +486,7 @@ int main(int argc, char **argv) {
         }
         for (int mi = 0; mi < NMS; mi++) {
             const int M = kMs[mi];
+            if (m_only && M != m_only) continue;
             PrepCtx pc = {&xp, x, M, sh->cols};
             const float pu = time_launches(launch_prep, &pc, NULL);
             if (prep_us[mi] < 0) prep_us[mi] = pu; /* the first shape measured (5,120 columns but for down) */
@@ -531,6 +535,7 @@ int main(int argc, char **argv) {
         /* the reported figures: the selected config (or the preset), full method */
         for (int mi = 0; mi < NMS; mi++) {
             const int M = kMs[mi];
+            if (m_only && M != m_only) continue;
             Row *rw = &rows[si][mi];
             PrepCtx pc = {&xp, x, M, sh->cols};
             launch_prep(&pc, 0);
@@ -569,12 +574,12 @@ int main(int argc, char **argv) {
     for (int si = 0; si < NSHAPES; si++)
         for (int mi = 0; mi < NMS; mi++) {
             const Row *rw = &rows[si][mi];
-            if (rows[si][0].bytes < 0) continue;
+            if (rows[si][0].bytes < 0 || rw->us <= 0) continue; /* left out (--only, --m) */
             const double gbs = rw->bytes / (rw->us * 1e3);
             printf("| %s | %dx%d | %d | %d %d %d %d %d %d | %.2f | %.2f | %.2f | %.0f | %.1f%% | %.2fx | %.2f |\n",
                    kShapes[si].name, kShapes[si].rows, kShapes[si].cols, kMs[mi], rw->cfg.r, rw->cfg.u, rw->cfg.stages,
                    rw->cfg.warps, rw->cfg.ksplit, rw->cfg.wk, rw->us, rw->spread, rw->graph_us, gbs, 100.0 * gbs / copy_gbs,
-                   rw->us / rows[si][0].us, rw->preset_us);
+                   rows[si][0].us > 0 ? rw->us / rows[si][0].us : 0.0, rw->preset_us);
         }
     return 0;
 }
