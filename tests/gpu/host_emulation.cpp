@@ -534,13 +534,15 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
 /* ---- MoE ---------------------------------------------------------------------------------------- */
 
 extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int E, int top_k, int norm_topk,
-                                     int32_t *idx, float *w, struct CUstream_st *) {
+                                     int shared, const float *sl, size_t lds, int32_t *idx, float *w,
+                                     struct CUstream_st *) {
     float *p = (float *)malloc(sizeof(float) * E);
+    const int stride = top_k + (shared >= 0);
     for (int r = 0; r < rows; r++) {
         memcpy(p, logits + r * ldl, sizeof(float) * E);
         cpu_softmax(p, E);
-        int32_t *id = idx + (size_t)r * top_k;
-        float *wt = w + (size_t)r * top_k;
+        int32_t *id = idx + (size_t)r * stride;
+        float *wt = w + (size_t)r * stride;
         for (int kk = 0; kk < top_k; kk++) {
             int best = -1;
             for (int e = 0; e < E; e++) {
@@ -562,6 +564,7 @@ extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, 
                 float tw = wt[y];
                 wt[y] = wt[y - 1], wt[y - 1] = tw;
             }
+        if (shared >= 0) id[top_k] = shared, wt[top_k] = cpu_sigmoid(sl[r * lds]);
     }
     free(p);
     return 0;
@@ -584,11 +587,12 @@ extern "C" void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up,
-                                       const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
-                                       int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
-                                       splash_cuda_moe_scratch *s, struct CUstream_st *) {
-    const int H = s->hidden, I = s->inter, k = s->top_k;
+/* The experts of k slots a row, each expert's rows together (ascending id):
+ * the host-driven step's arithmetic, which every step matches. */
+static int emu_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up, const splash_q4_matrix *down, int E,
+                       const int32_t *idx, const float *w, int rows, int k, const float *xn, size_t ldx, float *fo,
+                       size_t ldf, splash_cuda_moe_scratch *s) {
+    const int H = s->hidden, I = s->inter;
     for (int r = 0; r < rows; r++) memset(fo + r * ldf, 0, sizeof(float) * H);
     int *er = (int *)malloc(sizeof(int) * rows);
     float *ew = (float *)malloc(sizeof(float) * rows);
@@ -611,6 +615,13 @@ extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splas
     }
     free(er), free(ew);
     return 0;
+}
+
+extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                       const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
+                                       int rows, const float *xn, size_t ldx, float *fo, size_t ldf,
+                                       splash_cuda_moe_scratch *s, struct CUstream_st *) {
+    return emu_experts(gate, up, down, E, idx, w, rows, s->top_k, xn, ldx, fo, ldf, s);
 }
 
 /* Grouped: the same arithmetic per row (the emulated prep keeps x's fp32 rows in hi). */
@@ -646,11 +657,13 @@ extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const 
 
 extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
                                                const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
-                                               int rows, const splash_q4_xprep *xp, float *fo, size_t ldf,
-                                               splash_cuda_moe_scratch *s, struct CUstream_st *st) {
-    if (rows > SPLASH_Q4_MAX_M || xp->M != rows) return SPLASH_E_INVALID;
-    return splash_cuda_moe_experts(gate, up, down, E, idx, w, rows, (const float *)xp->hi, (size_t)xp->cols, fo, ldf, s,
-                                   st);
+                                               int rows, int k, const splash_q4_xprep *xp, float *fo, size_t ldf,
+                                               float *x, size_t ldx, splash_cuda_moe_scratch *s, struct CUstream_st *) {
+    if (rows > SPLASH_Q4_MAX_M || xp->M != rows || k < 1 || k > s->top_k + 1) return SPLASH_E_INVALID;
+    int rc = emu_experts(gate, up, down, E, idx, w, rows, k, (const float *)xp->hi, (size_t)xp->cols, fo, ldf, s);
+    for (int r = 0; x && !rc && r < rows; r++)
+        for (int c = 0; c < s->hidden; c++) x[r * ldx + c] = fo[r * ldf + c] + x[r * ldx + c];
+    return rc;
 }
 
 extern "C" void splash_cuda_rope_inv_freq(float *inv, int rot_dim, double theta) {

@@ -1118,14 +1118,14 @@ static void test_moe(const Shape *s, int rows) {
     int32_t *didx = (int32_t *)dmalloc((size_t)rows * k * 4);
     SPLASH_CUDA_CHECK(cudaMemset(didx, 0xFF, (size_t)rows * k * 4));
     poison(dw, (size_t)rows * k * 4);
-    int rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, didx, dw, NULL);
+    int rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, -1, NULL, 0, didx, dw, NULL);
     int32_t *gidx = (int32_t *)hmalloc((size_t)rows * k * 4);
     float *gw = hfloats((size_t)rows * k);
     down(gidx, didx, (size_t)rows * k * 4), down(gw, dw, (size_t)rows * k * 4);
     double err = rc ? INFINITY : rel_err(gw, rw, (size_t)rows * k);
     for (size_t i = 0; i < (size_t)rows * k; i++)
         if (gidx[i] != ridx[i]) err = INFINITY;
-    double us = time_us([&](int) { return splash_cuda_moe_route(dlog, E, rows, E, k, 1, didx, dw, NULL); });
+    double us = time_us([&](int) { return splash_cuda_moe_route(dlog, E, rows, E, k, 1, -1, NULL, 0, didx, dw, NULL); });
     report("moe_route (ids exact)", sh, err, 1e-6, us, (double)rows * E * 4 + 8.0 * rows * k);
 
     /* experts: weights only for the experts chosen */
@@ -1184,19 +1184,22 @@ static void test_moe(const Shape *s, int rows) {
     snprintf(sh2, sizeof sh2, "%s %d rows, %d experts x 3 x %dx%d", s->name, rows, n_used, I, H);
     report("moe_experts (host-driven)", sh2, err, 1e-5, us, 3.0 * n_used * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
 
-    { /* the device-driven steps: experts laid out as the loader does */
+    { /* the device-driven steps: experts laid out as the loader does, a shared
+       * expert after them (expert E: qc_layer.shared_slot) */
+        Q4 shq[3];
+        q4_make(&shq[0], I, H), q4_make(&shq[1], I, H), q4_make(&shq[2], H, I);
         uint8_t *pool[3];
         splash_q4_matrix *gm[3];
         const Q4 *src[3] = {gate, upm, dn};
         const int mr[3] = {I, I, H}, mc[3] = {H, H, I};
         for (int t = 0; t < 3; t++) {
             const size_t tb = splash_q4_tiled_bytes(mr[t], mc[t]), st = (tb + 255) & ~(size_t)255;
-            pool[t] = (uint8_t *)dmalloc(st * E);
-            SPLASH_CUDA_CHECK(cudaMemset(pool[t], 0, st * E));
-            gm[t] = (splash_q4_matrix *)hmalloc(E * sizeof(splash_q4_matrix));
-            for (int e = 0; e < E; e++) {
-                if (used[e])
-                    SPLASH_CUDA_CHECK(cudaMemcpy(pool[t] + st * e, src[t][e].dm.codes, tb, cudaMemcpyDeviceToDevice));
+            pool[t] = (uint8_t *)dmalloc(st * (E + 1));
+            SPLASH_CUDA_CHECK(cudaMemset(pool[t], 0, st * (E + 1)));
+            gm[t] = (splash_q4_matrix *)hmalloc((E + 1) * sizeof(splash_q4_matrix));
+            for (int e = 0; e <= E; e++) {
+                const Q4 *q = e == E ? &shq[t] : used[e] ? &src[t][e] : NULL;
+                if (q) SPLASH_CUDA_CHECK(cudaMemcpy(pool[t] + st * e, q->dm.codes, tb, cudaMemcpyDeviceToDevice));
                 splash_q4_matrix_init(&gm[t][e], pool[t] + st * e, mr[t], mc[t]);
             }
         }
@@ -1207,15 +1210,64 @@ static void test_moe(const Shape *s, int rows) {
         poison(dfo, NH * 4);
         if (rows <= SPLASH_Q4_MAX_M) {
         rc = splash_q4_prep_x(&xp, dxn, rows, H, H, NULL);
-        if (!rc) rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, &xp, dfo, H, &sc, NULL);
+        if (!rc) rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, k, &xp, dfo, H, NULL, 0, &sc, NULL);
         down(gfo, dfo, NH * 4);
         err = rc ? INFINITY : rel_err(gfo, ref, NH);
         if (memcmp(gfo, got, NH * 4)) err = INFINITY; /* the same bits as the host-driven step */
         us = time_us([&](int) {
-            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, &xp, dfo, H, &sc, NULL);
+            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, k, &xp, dfo, H, NULL, 0, &sc,
+                                                   NULL);
         });
         report("moe_experts (grouped, = host-driven bits)", sh2, err, 1e-5, us,
                3.0 * rows * k * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
+
+        /* the shared expert as slot k of each row: the route appends (E, sigmoid of
+         * its gate logit), the grouped step runs k + 1 slots and adds the residual;
+         * against ffn.c's order: routed sum, + sigmoid(s) * shared, x += that */
+        const int k1 = k + 1;
+        float *sl = hfloats(rows), *x0 = hfloats(NH), *rfo = hfloats(NH), *rx = hfloats(NH), *gx = hfloats(NH);
+        fill(sl, rows, -4, 4), fill(x0, NH, -4, 4);
+        cpu_matmul_swiglu(&g_cpu, &shq[0].t, &shq[1].t, rows, xn, H, ff1, I, ff2, I);
+        cpu_matmul(&g_cpu, &shq[2].t, rows, ff1, I, mo, H);
+        for (int r = 0; r < rows; r++) {
+            const float sgm = cpu_sigmoid(sl[r]);
+            for (int c = 0; c < H; c++) {
+                const size_t j = (size_t)r * H + c;
+                rfo[j] = ref[j] + sgm * mo[j];
+                rx[j] = rfo[j] + x0[j];
+            }
+        }
+        float *dsl = dcopy(sl, rows), *dx0 = dcopy(x0, NH), *dw1 = dfloats((size_t)rows * k1);
+        int32_t *didx1 = (int32_t *)dmalloc((size_t)rows * k1 * 4);
+        rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, E, dsl, 1, didx1, dw1, NULL);
+        int32_t *gidx1 = (int32_t *)hmalloc((size_t)rows * k1 * 4);
+        float *gw1 = hfloats((size_t)rows * k1);
+        down(gidx1, didx1, (size_t)rows * k1 * 4), down(gw1, dw1, (size_t)rows * k1 * 4);
+        err = rc ? INFINITY : 0.0;
+        for (int r = 0; r < rows; r++)
+            for (int kk = 0; kk < k1; kk++) {
+                const size_t i = (size_t)r * k1 + kk;
+                const int want_i = kk < k ? ridx[(size_t)r * k + kk] : E;
+                const float want_w = kk < k ? gw[(size_t)r * k + kk] : cpu_sigmoid(sl[r]);
+                if (gidx1[i] != want_i) err = INFINITY;
+                err = max2(err, fabs((double)gw1[i] - want_w) / fabs((double)want_w));
+            }
+        report("moe_route + shared slot (ids exact)", sh, err, 1e-6, -1, 0);
+        poison(dfo, NH * 4);
+        if (!rc)
+            rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E + 1, didx1, dw1, rows, k1, &xp, dfo, H, dx0, H,
+                                                 &sc, NULL);
+        down(gfo, dfo, NH * 4), down(gx, dx0, NH * 4);
+        err = rc ? INFINITY : max2(rel_err(gfo, rfo, NH), rel_err(gx, rx, NH));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dx0, x0, NH * 4, cudaMemcpyHostToDevice));
+        us = time_us([&](int) {
+            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E + 1, didx1, dw1, rows, k1, &xp, dfo, H, dx0,
+                                                   H, &sc, NULL);
+        });
+        report("moe_experts (grouped + shared slot + residual)", sh2, err, 1e-5, us,
+               3.0 * rows * k1 * splash_q4_tiled_bytes(I, H) + 3.0 * NH * 4);
+        free(sl), free(x0), free(rfo), free(rx), free(gx), free(gidx1), free(gw1);
+        cudaFree(dsl), cudaFree(dx0), cudaFree(dw1), cudaFree(didx1);
         }
         /* the GEMM step (bulk prefill): fp16-grade against the fp32 reference, and a
          * row's result independent of the other rows (the first rows alone: same bits) */
@@ -1235,7 +1287,7 @@ static void test_moe(const Shape *s, int rows) {
         report("moe_experts (GEMM, fp16; first rows alone = bits)", sh2, err, 3e-3, us,
                3.0 * n_used * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
         free(pfo);
-        for (int t = 0; t < 3; t++) cudaFree(pool[t]), free(gm[t]);
+        for (int t = 0; t < 3; t++) cudaFree(pool[t]), free(gm[t]), q4_free(&shq[t]);
         cudaFree(xpm), free(gfo);
     }
 
@@ -1391,8 +1443,10 @@ static void test_errors(void) {
     bad += splash_cuda_gdn_recurrent(&g, NULL) != SPLASH_E_INVALID; /* hv not a multiple of hk */
     g.hv = 4, g.dk = 96;
     bad += splash_cuda_gdn_recurrent(&g, NULL) != SPLASH_E_UNSUPPORTED;
-    bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 9, 1, (int32_t *)&dummy, (float *)&dummy, NULL) !=
-           SPLASH_E_INVALID; /* top_k > experts */
+    bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 9, 1, -1, NULL, 0, (int32_t *)&dummy, (float *)&dummy,
+                                 NULL) != SPLASH_E_INVALID; /* top_k > experts */
+    bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 2, 1, 8, NULL, 0, (int32_t *)&dummy, (float *)&dummy,
+                                 NULL) != SPLASH_E_INVALID; /* a shared slot without its logits */
     bad += splash_cuda_rmsnorm((const float *)&dummy, 1, 0, (float *)&dummy, 1, 0, NULL, 1.f, 1, 1, 1, kEps, NULL) !=
            SPLASH_E_INVALID;
     report("argument errors refused", "-", bad, 0, -1, 0);

@@ -27,8 +27,8 @@ namespace {
 constexpr int kRouteWarps = 4;
 constexpr int kGroup = SPLASH_Q4_MAX_M; /* rows of one expert product */
 
-__global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int E, int k, int norm, int32_t *idx,
-                                 float *wout) {
+__global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int E, int k, int norm, int shared,
+                                 const float *sl, size_t lds, int32_t *idx, float *wout) {
     pdl_begin();
     extern __shared__ float probs[]; /* [kRouteWarps][E] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -89,9 +89,14 @@ __global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int 
             const float tw = sel_w[b];
             sel_w[b] = sel_w[b - 1], sel_w[b - 1] = tw;
         }
+    const int stride = k + (shared >= 0); /* slots a row */
     for (int kk = 0; kk < k; kk++) {
-        idx[(size_t)r * k + kk] = sel_i[kk];
-        wout[(size_t)r * k + kk] = sel_w[kk];
+        idx[(size_t)r * stride + kk] = sel_i[kk];
+        wout[(size_t)r * stride + kk] = sel_w[kk];
+    }
+    if (shared >= 0) { /* the shared expert, last (its id is above the routed ones: ffn.c adds it last) */
+        idx[(size_t)r * stride + k] = shared;
+        wout[(size_t)r * stride + k] = sigmoidf_(sl[(size_t)r * lds]);
     }
 }
 
@@ -121,9 +126,10 @@ __global__ void scatter_add_kernel(float *fo, size_t ldf, const float *mo, int H
 /* fo[r] = sum over k of mo[slot r * K + k] * w[r * K + k], k ascending (the
  * route sorts a row's experts by id: ffn.c's order), from 0 as ffn.c.  A
  * slot's output row is the slot itself (inv NULL) or inv[slot] (the GEMM
- * step's sorted order; -1: a bad id, left out). */
+ * step's sorted order; -1: a bad id, left out).  x (not NULL): then x[r] +=
+ * fo[r], the residual (splash_cuda_moe_shared_add's last add, same bits). */
 __global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const int32_t *inv, const float *w, int H,
-                               int K) {
+                               int K, float *x, size_t ldx) {
     pdl_begin();
     const int r = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < H; c += gridDim.x * blockDim.x) {
@@ -134,6 +140,7 @@ __global__ void combine_kernel(float *fo, size_t ldf, const float *mo, const int
             if (p >= 0) f = __fadd_rn(f, __fmul_rn(mo[(size_t)p * H + c], w[slot]));
         }
         fo[(size_t)r * ldf + c] = f;
+        if (x) x[(size_t)r * ldx + c] = __fadd_rn(f, x[(size_t)r * ldx + c]);
     }
 }
 
@@ -224,15 +231,16 @@ int run_group(const splash_q4_matrix *gate, const splash_q4_matrix *up, const sp
 } /* namespace */
 
 extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int n_experts, int top_k,
-                                     int norm_topk, int32_t *idx, float *w, struct CUstream_st *stream) {
+                                     int norm_topk, int shared, const float *sl, size_t lds, int32_t *idx, float *w,
+                                     struct CUstream_st *stream) {
     if (!logits || !idx || !w || rows < 0 || n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS ||
-        top_k < 1 || top_k > SPLASH_CUDA_MOE_MAX_TOPK || top_k > n_experts)
+        top_k < 1 || top_k > SPLASH_CUDA_MOE_MAX_TOPK || top_k > n_experts || (shared >= 0 && !sl))
         return SPLASH_E_INVALID;
     if (!rows) return SPLASH_OK;
     const unsigned blocks = (unsigned)((rows + kRouteWarps - 1) / kRouteWarps);
     SPLASH_CUDA_TRY(launch_kernel(moe_route_kernel, blocks, kRouteWarps * 32,
                                   (size_t)kRouteWarps * n_experts * sizeof(float), (cudaStream_t)stream, logits, ldl,
-                                  rows, n_experts, top_k, norm_topk, idx, w));
+                                  rows, n_experts, top_k, norm_topk, shared, sl, lds, idx, w));
     return SPLASH_OK;
 }
 
@@ -247,8 +255,9 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
     const size_t bxh = align256(splash_q4_xprep_bytes(hidden)), bxi = align256(splash_q4_xprep_bytes(inter));
     const size_t bH = align256((size_t)kGroup * hidden * sizeof(float));
     const size_t bI = align256((size_t)kGroup * inter * sizeof(float));
-    /* grouped: one slot per (row, k) of up to 16 rows */
-    const int slots = kGroup * top_k;
+    /* grouped: one slot per (row, k) of up to 16 rows, k <= top_k + 1 (a
+     * shared expert run as one more) */
+    const int slots = kGroup * (top_k + 1);
     const size_t bxs = align256(splash_q4_xprep_rows_bytes(inter, slots));
     const size_t bsI = align256((size_t)slots * inter * sizeof(float)), bsH = align256((size_t)slots * hidden * sizeof(float));
     uint8_t *d;
@@ -360,13 +369,15 @@ extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splas
 
 extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
                                                const splash_q4_matrix *down, int n_experts, const int32_t *idx,
-                                               const float *w, int rows, const splash_q4_xprep *xp, float *fo,
-                                               size_t ldf, splash_cuda_moe_scratch *s, struct CUstream_st *stream) {
+                                               const float *w, int rows, int K, const splash_q4_xprep *xp, float *fo,
+                                               size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
+                                               struct CUstream_st *stream) {
     if (!gate || !up || !down || !idx || !w || !xp || !fo || !s || !s->dev || rows < 0 || rows > kGroup ||
-        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || ldf < (size_t)s->hidden)
+        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || ldf < (size_t)s->hidden || K < 1 ||
+        K > s->top_k + 1 || (x && ldx < (size_t)s->hidden))
         return SPLASH_E_INVALID;
     if (!rows) return SPLASH_OK;
-    const int H = s->hidden, I = s->inter, K = s->top_k, S = rows * K;
+    const int H = s->hidden, I = s->inter, S = rows * K;
     if (xp->M != rows || xp->cols != H) return SPLASH_E_MISMATCH;
     size_t sg, sd;
     int rc = expert_strides(gate, up, down, n_experts, H, I, &sg, &sd);
@@ -378,7 +389,7 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
     if (!rc) rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, S, 1, &s->xs, s->smo, nullptr, (size_t)H, stream);
     if (rc) return rc;
     SPLASH_CUDA_TRY(launch_kernel(combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st, fo,
-                                  ldf, s->smo, nullptr, w, H, K));
+                                  ldf, s->smo, nullptr, w, H, K, x, ldx));
     return SPLASH_OK;
 }
 
@@ -411,7 +422,7 @@ static int experts_gemm_chunk(const splash_q4_matrix *gate, const splash_q4_matr
     if (!rc) rc = splash_q4_gemm_grouped(down, nullptr, sd, &g, &s->gxs, s->gd, nullptr, stream);
     if (rc) return rc;
     SPLASH_CUDA_TRY(launch_kernel(combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st, fo,
-                                  ldf, s->gd, s->inv, w, H, K));
+                                  ldf, s->gd, s->inv, w, H, K, (float *)nullptr, (size_t)0));
     return SPLASH_OK;
 }
 

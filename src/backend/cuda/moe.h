@@ -41,9 +41,14 @@ struct CUstream_st;
 #define SPLASH_CUDA_MOE_MAX_TOPK 32
 
 /* logits [rows][n_experts] (stride ldl) -> idx [rows][top_k] ascending
- * expert id, w [rows][top_k] their weights. */
+ * expert id, w [rows][top_k] their weights.  shared >= 0: a shared expert
+ * run as one more slot a row (splash_cuda_moe_experts_grouped): idx and w
+ * are [rows][top_k + 1], slot top_k holding expert id `shared` with weight
+ * sigmoid(sl[r * lds]), its gate logit (the weight ffn.c gives it; the id
+ * must be above every routed one, so the sum adds it last as ffn.c does). */
 int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int n_experts, int top_k, int norm_topk,
-                          int32_t *idx, float *w, struct CUstream_st *stream);
+                          int shared, const float *sl, size_t lds, int32_t *idx, float *w,
+                          struct CUstream_st *stream);
 
 /* Scratch of the experts step: device buffers for 16 gathered rows and two
  * prepared activations, pinned host buffers for the routing. */
@@ -57,7 +62,7 @@ typedef struct splash_cuda_moe_scratch {
     int32_t *idx_host;        /* pinned [max_rows][top_k] */
     float *w_host;            /* pinned [max_rows][top_k] */
     /* the grouped step: one slot per (row, k), up to 16 rows */
-    splash_q4_xprep xs;       /* each slot's hidden state prepared alone (rows_cap 16 * top_k) */
+    splash_q4_xprep xs;       /* each slot's hidden state prepared alone (rows_cap 16 * (top_k + 1)) */
     float *sg, *su;           /* [slots][inter] gate (then silu(gate) * up) and up outputs */
     float *smo;               /* [slots][hidden] down outputs */
     /* the GEMM step (splash_cuda_moe_experts_gemm): gemm_rows * top_k slots sorted by expert */
@@ -91,16 +96,20 @@ int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix
 /* The same step device-driven, for rows <= 16 (decode, verify): no host
  * synchronisation, 4 launches (gate and up of every (row, k) slot in one
  * grouped q4 product, silu * up with each slot prepared alone, the grouped
- * down product, the weighted sum), so it runs inside a CUDA graph.  xp holds
- * xn's rows prepared (xp->M == rows).  The experts must be laid out as the
- * loader does (every stride equal; else SPLASH_E_UNSUPPORTED).  fo: the same
- * bits as splash_cuda_moe_experts (every product and the sum in its order).
- * Each slot reads its expert's weights, so rows sharing an expert read it
- * once each (the host-driven step reads it once per 16 of its rows). */
+ * down product, the weighted sum), so it runs inside a CUDA graph.  k: slots
+ * a row in idx and w, top_k or top_k + 1 (a shared expert as one more:
+ * splash_cuda_moe_route's `shared`, an id below n_experts whose matrices are
+ * the shared expert's).  xp holds xn's rows prepared (xp->M == rows).  The
+ * experts must be laid out as the loader does (every stride equal; else
+ * SPLASH_E_UNSUPPORTED).  fo: the same bits as splash_cuda_moe_experts
+ * (every product and the sum in its order).  x (not NULL): x += fo after,
+ * the residual, as splash_cuda_moe_shared_add adds it.  Each slot reads its
+ * expert's weights, so rows sharing an expert read it once each (the
+ * host-driven step reads it once per 16 of its rows). */
 int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
                                     const splash_q4_matrix *down, int n_experts, const int32_t *idx, const float *w,
-                                    int rows, const splash_q4_xprep *xp, float *fo, size_t ldf,
-                                    splash_cuda_moe_scratch *s, struct CUstream_st *stream);
+                                    int rows, int k, const splash_q4_xprep *xp, float *fo, size_t ldf, float *x,
+                                    size_t ldx, splash_cuda_moe_scratch *s, struct CUstream_st *stream);
 
 /* The same step for the rows of bulk prefill lanes, on the tensor-core
  * GEMM (q4_gemm.h: fp16-grade, not the bits of the steps above), device-

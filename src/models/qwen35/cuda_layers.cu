@@ -15,7 +15,10 @@
  *              routed experts (moe.h: bulk prefill rows on the grouped GEMM,
  *              other runs of <= 16 rows device-driven grouped q4 products,
  *              longer runs host-driven); the shared expert;
- *              fo += sigmoid(s) * shared; x += fo
+ *              fo += sigmoid(s) * shared; x += fo.  When every row is on the
+ *              grouped step and the shared expert has the experts' shape
+ *              (qc_layer.shared_slot), it is one more slot of each row and
+ *              the experts' sum adds x: 6 launches a layer instead of 10
  *
  * A residual add is a q4 product adding into x in its epilogue, or a product
  * into tmp then x = x + tmp: the same bits as the CPU's product accumulating
@@ -213,7 +216,7 @@ static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk) {
             m->xp_src = r0 ? nullptr : m->xn, m->xp_ld = H;
         }
         return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n,
-                                               &m->xp, fo, H, &m->moe, m->stream);
+                                               (int)K, &m->xp, fo, H, nullptr, 0, &m->moe, m->stream);
     }
     return splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n, xn, H, fo, H,
                                    &m->moe, m->stream);
@@ -234,7 +237,25 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
         const qc_prod gates[2] = {{&L->router, m->rlog, 0}, {&L->shared_expert_gate, m->sgate, 0}};
         QC_TRY(f, qc_products(f, m->xn, H, gates, 2));
     }
-    QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, m->topi, m->topw, m->stream));
+    /* Every row on the grouped step (decode, verify: moe_experts' choice):
+     * the shared expert runs as one more slot of each row (expert E, weight
+     * sigmoid of its gate logit) and the experts' sum adds the residual, 6
+     * launches instead of 10 (the shared expert's two products, its silu
+     * prep and the add; the same sums in ffn.c's order). */
+    if (L->shared_slot && R <= SPLASH_Q4_MAX_M && !(f->n_bulk && L->experts_gemm)) {
+        QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, d->experts, sgate, lds,
+                                        m->topi, m->topw, m->stream));
+        if (m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != R) {
+            QC_TRY(f, splash_q4_prep_x(&m->xp, m->xn, R, (int)H, (int)H, m->stream));
+            m->xp_src = m->xn, m->xp_ld = H;
+        }
+        QC_TRY(f, splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + 1, m->topi,
+                                                  m->topw, R, d->top_k + 1, &m->xp, m->fo, H, m->x, H, &m->moe,
+                                                  m->stream));
+        return 0;
+    }
+    QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, -1, nullptr, 0, m->topi,
+                                    m->topw, m->stream));
     int r = 0; /* rows before r are done: bulk prefill ranges on the GEMM, the rest between them */
     for (int i = 0; i < f->n_bulk && L->experts_gemm; i++) {
         QC_TRY(f, moe_experts(f, L, r, m->bulk[i].r0, 0));

@@ -60,8 +60,8 @@ static void plan_scratch(qc_model *m, bump *b) {
     if (d->moe) {
         m->rlog = CARVE_F(b, R * ((size_t)d->experts + 16)); /* a stacked gates_in: E + 1 rows (q4: E rounded up to 16, + 1) */
         m->sgate = CARVE_F(b, R);
-        m->topi = (int32_t *)carve(b, R * (size_t)d->top_k * sizeof(int32_t));
-        m->topw = CARVE_F(b, R * (size_t)d->top_k);
+        m->topi = (int32_t *)carve(b, R * ((size_t)d->top_k + 1) * sizeof(int32_t));
+        m->topw = CARVE_F(b, R * ((size_t)d->top_k + 1));
         m->fo = CARVE_F(b, R * H);
         m->mo = CARVE_F(b, R * H);
     }

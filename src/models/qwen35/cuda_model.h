@@ -94,8 +94,13 @@ typedef struct qc_layer {
     /* MoE */
     qc_matrix router;              /* [E, H] */
     qc_matrix shared_gate, shared_up, shared_down, shared_expert_gate;
-    const splash_q4_matrix *experts_gate, *experts_up, *experts_down; /* host arrays [E] */
+    const splash_q4_matrix *experts_gate, *experts_up, *experts_down; /* host arrays [E + 1] */
     int experts_gemm;              /* every expert fp16-safe: bulk prefill rows take splash_cuda_moe_experts_gemm */
+    /* The shared expert as expert E of the arrays above (q4 and the routed
+     * experts' shapes): shared_gate, shared_up and shared_down are then views
+     * of it, and rows on the grouped step run it as one more slot (one
+     * launch chain for both; qc_moe_layer). */
+    int shared_slot;
     /* The matrices that read one input stacked into one matrix (one
      * launch): one q4 matrix when all are q4 (splash_q4_repack_stacked_host),
      * one dense matrix when all are f32 / bf16 / f16 of one dtype
@@ -114,7 +119,7 @@ typedef struct qc_weights {
     const float *final_norm;       /* [H] */
     const float *inv_freq;         /* [rotary_dim / 2] (splash_cuda_rope_inv_freq) */
     qc_layer *layers;              /* host [n_layers] */
-    splash_q4_matrix *experts;     /* host [n_layers][3][E] */
+    splash_q4_matrix *experts;     /* host [n_layers][3][E + 1] (qc_layer.shared_slot) */
     int max_q4_cols;               /* widest input of a q4 matrix (the xprep capacity) */
 } qc_weights;
 
@@ -205,8 +210,8 @@ typedef struct qc_model {
     float *ff1, *ff2;              /* FFN / shared-expert hidden        [R][max(I, Is)] */
     float *rlog, *sgate;           /* MoE router logits [R][E + 16] (with the shared-expert gate's when
                                       stacked: qc_layer.gates_in), shared-expert gate logit [R] */
-    int32_t *topi;                 /* MoE choice [R][top_k] */
-    float *topw;                   /* its weights [R][top_k] */
+    int32_t *topi;                 /* MoE choice [R][top_k + 1] (+ 1: qc_layer.shared_slot) */
+    float *topw;                   /* its weights [R][top_k + 1] */
     float *fo, *mo;                /* MoE routed sum, shared-expert output [R][H] */
     float *fin;                    /* a stacked matrix's outputs          [R][widest stack] */
     float *logits;                 /* [head_cap][vocab] */

@@ -148,7 +148,7 @@ int put_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, i
     return 0;
 }
 
-/* Stacked experts [E, rows, cols], q4 only. */
+/* Stacked experts [E, rows, cols], q4 only, into out[0..E). */
 int put_experts(Walk *w, const splash_tensor *t, splash_q4_matrix *out, int *gemm) {
     if (t->dtype != SPLASH_Q4)
         return splash_fail(w->err, SPLASH_E_UNSUPPORTED,
@@ -223,6 +223,20 @@ int put_inputs(Walk *w, const splash_tensor *const *t, int n, qc_matrix *stack, 
     return 0;
 }
 
+/* Whether layer L's shared expert can run as expert E (qc_layer.shared_slot):
+ * q4, single matrices of the routed experts' shapes (then the upload puts it
+ * right after them, at the arrays' stride). */
+bool shared_fits(const qwen35_dims *d, const qwen35_layer *L) {
+    const splash_tensor *t[3] = {L->shared_gate, L->shared_up, L->shared_down};
+    const int64_t want[3][2] = {{d->expert_inter, d->hidden}, {d->expert_inter, d->hidden}, {d->hidden, d->expert_inter}};
+    for (int j = 0; j < 3; j++) {
+        int64_t r, c, count;
+        splash_tensor_matrix_dims(t[j], &r, &c, &count);
+        if (t[j]->dtype != SPLASH_Q4 || count != 1 || r != want[j][0] || c != want[j][1]) return false;
+    }
+    return true;
+}
+
 /* The whole walk, in one order for both passes. */
 int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *inv_freq, qc_weights *out) {
     const size_t H = (size_t)d->hidden;
@@ -258,19 +272,30 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
             TRY(put_vec(w, L->gnorm, (size_t)d->dv, "gdn.norm", &o->gnorm));
         }
         if (d->moe) {
-            splash_q4_matrix *ex = out->experts + (size_t)i * 3 * E;
+            splash_q4_matrix *ex = out->experts + (size_t)i * 3 * (E + 1);
             const splash_tensor *gates[2] = {L->router, L->shared_expert_gate};
             qc_matrix *const gates_apart[2] = {&o->router, &o->shared_expert_gate};
             TRY(put_inputs(w, gates, 2, &o->gates_in, gates_apart));
             o->experts_gemm = 1;
-            TRY(put_experts(w, L->experts_gate, ex, &o->experts_gemm));
-            TRY(put_experts(w, L->experts_up, ex + E, &o->experts_gemm));
-            TRY(put_experts(w, L->experts_down, ex + 2 * E, &o->experts_gemm));
-            o->experts_gate = ex, o->experts_up = ex + E, o->experts_down = ex + 2 * E;
-            const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
-            qc_matrix *const apart[2] = {&o->shared_gate, &o->shared_up};
-            TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
-            TRY(put_matrix(w, L->shared_down, &o->shared_down));
+            o->shared_slot = shared_fits(d, L);
+            const splash_tensor *ev[3] = {L->experts_gate, L->experts_up, L->experts_down};
+            const splash_tensor *sv[3] = {L->shared_gate, L->shared_up, L->shared_down};
+            qc_matrix *const sm[3] = {&o->shared_gate, &o->shared_up, &o->shared_down};
+            for (int j = 0; j < 3; j++) {
+                splash_q4_matrix *x = ex + (size_t)j * (E + 1);
+                TRY(put_experts(w, ev[j], x, &o->experts_gemm));
+                if (o->shared_slot) { /* right after expert E - 1: the arrays' stride holds */
+                    TRY(put_matrix(w, sv[j], sm[j]));
+                    x[E] = sm[j]->q4;
+                }
+            }
+            o->experts_gate = ex, o->experts_up = ex + E + 1, o->experts_down = ex + 2 * (E + 1);
+            if (!o->shared_slot) {
+                const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
+                qc_matrix *const apart[2] = {&o->shared_gate, &o->shared_up};
+                TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
+                TRY(put_matrix(w, L->shared_down, &o->shared_down));
+            }
         } else {
             const splash_tensor *in[2] = {L->gate, L->up};
             qc_matrix *const apart[2] = {&o->gate, &o->up};
@@ -293,7 +318,8 @@ int qc_weights_upload(const splash_package *pkg, const qwen35_dims *d, qc_weight
     memset(&w, 0, sizeof w);
     w.err = err;
     out->layers = (qc_layer *)calloc((size_t)d->n_layers, sizeof *out->layers);
-    if (d->moe) out->experts = (splash_q4_matrix *)calloc((size_t)d->n_layers * 3 * d->experts, sizeof *out->experts);
+    if (d->moe)
+        out->experts = (splash_q4_matrix *)calloc((size_t)d->n_layers * 3 * ((size_t)d->experts + 1), sizeof *out->experts);
     if (d->rotary_dim) inv_freq = (float *)malloc((size_t)d->rotary_dim / 2 * sizeof(float));
     if (!out->layers || (d->moe && !out->experts) || (d->rotary_dim && !inv_freq)) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the CUDA weight tables");
