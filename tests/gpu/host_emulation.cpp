@@ -534,8 +534,8 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
 /* ---- MoE ---------------------------------------------------------------------------------------- */
 
 extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int E, int top_k, int norm_topk,
-                                     int shared, const float *sl, size_t lds, int32_t *idx, float *w,
-                                     struct CUstream_st *) {
+                                     int shared, const float *sl, size_t lds, int32_t *idx, float *w, int32_t *,
+                                     struct CUstream_st *) { /* the plan: the emulated grouped step needs none */
     float *p = (float *)malloc(sizeof(float) * E);
     const int stride = top_k + (shared >= 0);
     for (int r = 0; r < rows; r++) {
@@ -657,7 +657,8 @@ extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const 
 
 extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
                                                const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
-                                               int rows, int k, const splash_q4_xprep *xp, float *fo, size_t ldf,
+                                               const int32_t *, int rows, int k, const splash_q4_xprep *xp, float *fo,
+                                               size_t ldf,
                                                float *x, size_t ldx, splash_cuda_moe_scratch *s, struct CUstream_st *) {
     if (rows > SPLASH_Q4_MAX_M || xp->M != rows || k < 1 || k > s->top_k + 1) return SPLASH_E_INVALID;
     int rc = emu_experts(gate, up, down, E, idx, w, rows, k, (const float *)xp->hi, (size_t)xp->cols, fo, ldf, s);

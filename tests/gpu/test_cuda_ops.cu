@@ -1118,14 +1118,15 @@ static void test_moe(const Shape *s, int rows) {
     int32_t *didx = (int32_t *)dmalloc((size_t)rows * k * 4);
     SPLASH_CUDA_CHECK(cudaMemset(didx, 0xFF, (size_t)rows * k * 4));
     poison(dw, (size_t)rows * k * 4);
-    int rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, -1, NULL, 0, didx, dw, NULL);
+    int rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, -1, NULL, 0, didx, dw, NULL, NULL);
     int32_t *gidx = (int32_t *)hmalloc((size_t)rows * k * 4);
     float *gw = hfloats((size_t)rows * k);
     down(gidx, didx, (size_t)rows * k * 4), down(gw, dw, (size_t)rows * k * 4);
     double err = rc ? INFINITY : rel_err(gw, rw, (size_t)rows * k);
     for (size_t i = 0; i < (size_t)rows * k; i++)
         if (gidx[i] != ridx[i]) err = INFINITY;
-    double us = time_us([&](int) { return splash_cuda_moe_route(dlog, E, rows, E, k, 1, -1, NULL, 0, didx, dw, NULL); });
+    double us =
+        time_us([&](int) { return splash_cuda_moe_route(dlog, E, rows, E, k, 1, -1, NULL, 0, didx, dw, NULL, NULL); });
     report("moe_route (ids exact)", sh, err, 1e-6, us, (double)rows * E * 4 + 8.0 * rows * k);
 
     /* experts: weights only for the experts chosen */
@@ -1210,16 +1211,33 @@ static void test_moe(const Shape *s, int rows) {
         poison(dfo, NH * 4);
         if (rows <= SPLASH_Q4_MAX_M) {
         rc = splash_q4_prep_x(&xp, dxn, rows, H, H, NULL);
-        if (!rc) rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, k, &xp, dfo, H, NULL, 0, &sc, NULL);
+        if (!rc)
+            rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, NULL, rows, k, &xp, dfo, H, NULL, 0,
+                                                 &sc, NULL);
         down(gfo, dfo, NH * 4);
         err = rc ? INFINITY : rel_err(gfo, ref, NH);
         if (memcmp(gfo, got, NH * 4)) err = INFINITY; /* the same bits as the host-driven step */
         us = time_us([&](int) {
-            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, rows, k, &xp, dfo, H, NULL, 0, &sc,
-                                                   NULL);
+            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, NULL, rows, k, &xp, dfo, H, NULL, 0,
+                                                   &sc, NULL);
         });
         report("moe_experts (grouped, = host-driven bits)", sh2, err, 1e-5, us,
                3.0 * rows * k * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
+        /* the same with the slots grouped by expert (a plan): the same bits */
+        poison(dfo, NH * 4);
+        rc = splash_q4_group_plan(didx, rows * k, E, sc.plan, NULL);
+        if (!rc)
+            rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, sc.plan, rows, k, &xp, dfo, H, NULL,
+                                                 0, &sc, NULL);
+        down(gfo, dfo, NH * 4);
+        err = rc ? INFINITY : rel_err(gfo, ref, NH);
+        if (memcmp(gfo, got, NH * 4)) err = INFINITY;
+        us = time_us([&](int) {
+            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E, didx, dw, sc.plan, rows, k, &xp, dfo, H, NULL,
+                                                   0, &sc, NULL);
+        });
+        report("moe_experts (grouped by expert, = host-driven bits)", sh2, err, 1e-5, us,
+               3.0 * n_used * splash_q4_tiled_bytes(I, H) + 2.0 * NH * 4);
 
         /* the shared expert as slot k of each row: the route appends (E, sigmoid of
          * its gate logit), the grouped step runs k + 1 slots and adds the residual;
@@ -1239,7 +1257,7 @@ static void test_moe(const Shape *s, int rows) {
         }
         float *dsl = dcopy(sl, rows), *dx0 = dcopy(x0, NH), *dw1 = dfloats((size_t)rows * k1);
         int32_t *didx1 = (int32_t *)dmalloc((size_t)rows * k1 * 4);
-        rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, E, dsl, 1, didx1, dw1, NULL);
+        rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, E, dsl, 1, didx1, dw1, sc.plan, NULL); /* + the plan */
         int32_t *gidx1 = (int32_t *)hmalloc((size_t)rows * k1 * 4);
         float *gw1 = hfloats((size_t)rows * k1);
         down(gidx1, didx1, (size_t)rows * k1 * 4), down(gw1, dw1, (size_t)rows * k1 * 4);
@@ -1255,16 +1273,16 @@ static void test_moe(const Shape *s, int rows) {
         report("moe_route + shared slot (ids exact)", sh, err, 1e-6, -1, 0);
         poison(dfo, NH * 4);
         if (!rc)
-            rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E + 1, didx1, dw1, rows, k1, &xp, dfo, H, dx0, H,
-                                                 &sc, NULL);
+            rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E + 1, didx1, dw1, sc.plan, rows, k1, &xp, dfo, H,
+                                                 dx0, H, &sc, NULL);
         down(gfo, dfo, NH * 4), down(gx, dx0, NH * 4);
         err = rc ? INFINITY : max2(rel_err(gfo, rfo, NH), rel_err(gx, rx, NH));
         SPLASH_CUDA_CHECK(cudaMemcpy(dx0, x0, NH * 4, cudaMemcpyHostToDevice));
         us = time_us([&](int) {
-            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E + 1, didx1, dw1, rows, k1, &xp, dfo, H, dx0,
-                                                   H, &sc, NULL);
+            return splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E + 1, didx1, dw1, sc.plan, rows, k1, &xp, dfo,
+                                                   H, dx0, H, &sc, NULL);
         });
-        report("moe_experts (grouped + shared slot + residual)", sh2, err, 1e-5, us,
+        report("moe_experts (grouped by the route's plan + shared slot + residual)", sh2, err, 1e-5, us,
                3.0 * rows * k1 * splash_q4_tiled_bytes(I, H) + 3.0 * NH * 4);
         free(sl), free(x0), free(rfo), free(rx), free(gx), free(gidx1), free(gw1);
         cudaFree(dsl), cudaFree(dx0), cudaFree(dw1), cudaFree(didx1);
@@ -1444,9 +1462,9 @@ static void test_errors(void) {
     g.hv = 4, g.dk = 96;
     bad += splash_cuda_gdn_recurrent(&g, NULL) != SPLASH_E_UNSUPPORTED;
     bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 9, 1, -1, NULL, 0, (int32_t *)&dummy, (float *)&dummy,
-                                 NULL) != SPLASH_E_INVALID; /* top_k > experts */
+                                 NULL, NULL) != SPLASH_E_INVALID; /* top_k > experts */
     bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 2, 1, 8, NULL, 0, (int32_t *)&dummy, (float *)&dummy,
-                                 NULL) != SPLASH_E_INVALID; /* a shared slot without its logits */
+                                 NULL, NULL) != SPLASH_E_INVALID; /* a shared slot without its logits */
     bad += splash_cuda_rmsnorm((const float *)&dummy, 1, 0, (float *)&dummy, 1, 0, NULL, 1.f, 1, 1, 1, kEps, NULL) !=
            SPLASH_E_INVALID;
     report("argument errors refused", "-", bad, 0, -1, 0);

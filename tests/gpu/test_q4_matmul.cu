@@ -488,10 +488,12 @@ static void test_fused_prep(int cols) {
 
 /* splash_q4_matmul_grouped: slot j = expert idx[j] times x row j / xdiv,
  * bitwise the plain product's row, for x prepared as one activation (gate /
- * up: xdiv 2, two matrix arrays) and as one-row activations (down: xdiv 1,
- * splash_q4_prep_silu_mul_rows); an out-of-range id leaves its slot alone. */
+ * up: xdiv K, two matrix arrays) and as one-row activations (down: xdiv 1,
+ * splash_q4_prep_silu_mul_rows); an out-of-range id leaves its slot alone.
+ * Each slot on its own, and planned (splash_q4_group_plan: expert 3's five
+ * slots in groups of 4 and 1, expert 1's two in one). */
 static void test_grouped(int rows, int cols) {
-    const int E = 5, R = 3, K = 2, S = R * K;
+    const int E = 5, R = 3, K = 4, S = R * K;
     const size_t tb = splash_q4_tiled_bytes(rows, cols), st = (tb + 255) & ~(size_t)255;
     uint8_t *pool[2];
     splash_q4_matrix m[2][5];
@@ -507,10 +509,11 @@ static void test_grouped(int rows, int cols) {
             free(tiled), free(h.blob);
         }
     }
-    const int32_t idx_h[S] = {4, 1, 0, 2, 3, 3};
-    int32_t *idx;
+    const int32_t idx_h[S] = {4, 1, 0, 3, 3, 3, 2, 3, -1, 3, 1, 7};
+    int32_t *idx, *plan;
     SPLASH_CUDA_CHECK(cudaMalloc((void **)&idx, sizeof idx_h));
     SPLASH_CUDA_CHECK(cudaMemcpy(idx, idx_h, sizeof idx_h, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&plan, splash_q4_group_plan_ints(S) * sizeof(int32_t)));
     float *xh = (float *)malloc(sizeof(float) * S * cols);
     for (int i = 0; i < S * cols; i++) xh[i] = rng_uniform(-2.f, 2.f);
     float *xd, *ud, *y, *y2, *yr;
@@ -529,49 +532,66 @@ static void test_grouped(int rows, int cols) {
     splash_q4_xprep_rows_init(&xs, xsm, cols, 32);
     float *g1 = (float *)malloc(sizeof(float) * S * rows), *g2 = (float *)malloc(sizeof(float) * S * rows);
     float *ref = (float *)malloc(sizeof(float) * 16 * rows);
-    /* gate / up: x rows prepared together, slot j reads row j / K */
-    int rc = splash_q4_prep_x(&xp, xd, R, cols, cols, NULL);
-    SPLASH_CUDA_CHECK(cudaMemset(y, 0xFF, sizeof(float) * S * rows));
-    if (!rc) rc = splash_q4_matmul_grouped(&m[0][0], &m[1][0], E, st, idx, S, K, &xp, y, y2, rows, NULL);
-    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
-    SPLASH_CUDA_CHECK(cudaMemcpy(g1, y, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
-    SPLASH_CUDA_CHECK(cudaMemcpy(g2, y2, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
-    int same = !rc, first_bad = -1;
-    for (int a = 0; a < 2; a++)
-        for (int e = 0; e < E; e++) {
-            if (splash_q4_matmul(&m[a][e], &xp, yr, NULL)) same = 0;
-            SPLASH_CUDA_CHECK(cudaMemcpy(ref, yr, sizeof(float) * R * rows, cudaMemcpyDeviceToHost));
-            for (int j = 0; j < S; j++)
-                if (idx_h[j] == e && memcmp((a ? g2 : g1) + (size_t)j * rows, ref + (size_t)(j / K) * rows, sizeof(float) * rows)) {
-                    if (same && first_bad < 0) first_bad = j;
+    int rc = splash_q4_group_plan(idx, S, E, plan, NULL);
+    for (int planned = 0; planned < 2; planned++) {
+        const int32_t *pl = planned ? plan : NULL;
+        const char *how = planned ? "planned" : "slot by slot";
+        /* gate / up: x rows prepared together, slot j reads row j / K */
+        if (!rc) rc = splash_q4_prep_x(&xp, xd, R, cols, cols, NULL);
+        SPLASH_CUDA_CHECK(cudaMemset(y, 0xFF, sizeof(float) * S * rows));
+        SPLASH_CUDA_CHECK(cudaMemset(y2, 0xFF, sizeof(float) * S * rows));
+        if (!rc) rc = splash_q4_matmul_grouped(&m[0][0], &m[1][0], E, st, idx, pl, S, K, &xp, y, y2, rows, NULL);
+        SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        SPLASH_CUDA_CHECK(cudaMemcpy(g1, y, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
+        SPLASH_CUDA_CHECK(cudaMemcpy(g2, y2, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
+        int same = !rc, first_bad = -1;
+        for (int a = 0; a < 2; a++) {
+            for (int e = 0; e < E; e++) {
+                if (splash_q4_matmul(&m[a][e], &xp, yr, NULL)) same = 0;
+                SPLASH_CUDA_CHECK(cudaMemcpy(ref, yr, sizeof(float) * R * rows, cudaMemcpyDeviceToHost));
+                for (int j = 0; j < S; j++)
+                    if (idx_h[j] == e &&
+                        memcmp((a ? g2 : g1) + (size_t)j * rows, ref + (size_t)(j / K) * rows, sizeof(float) * rows)) {
+                        if (same && first_bad < 0) first_bad = j;
+                        same = 0;
+                    }
+            }
+            for (int j = 0; j < S; j++) /* out of range: never written (0xFF bytes: a NaN pattern) */
+                if ((idx_h[j] < 0 || idx_h[j] >= E) && *(const uint32_t *)((a ? g2 : g1) + (size_t)j * rows) != 0xFFFFFFFFu)
                     same = 0;
-                }
         }
-    if (first_bad >= 0)
-        printf("   first slot off: %d (expert %d, x row %d)\n", first_bad, idx_h[first_bad], first_bad / K);
-    result(same, "grouped %dx%d, 2 arrays, %d slots of %d x rows: each slot = the plain product's row, bitwise", rows, cols, S,
-           R);
-    /* down-style: every slot its own prepared row (silu(x) * x), xdiv 1 */
-    rc = splash_q4_prep_silu_mul_rows(&xs, xd, cols, ud, cols, xd, cols, S, cols, NULL);
-    SPLASH_CUDA_CHECK(cudaMemset(y, 0xFF, sizeof(float) * S * rows));
-    if (!rc) rc = splash_q4_matmul_grouped(&m[0][0], NULL, E, st, idx, S, 1, &xs, y, NULL, rows, NULL);
-    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
-    SPLASH_CUDA_CHECK(cudaMemcpy(g1, y, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
-    same = !rc;
-    for (int j = 0; j < S; j++) { /* the plain product of slot j's row, prepared alone */
-        if (splash_q4_prep_x(&xp, xd + (size_t)j * cols, 1, cols, cols, NULL) ||
-            splash_q4_matmul(&m[0][idx_h[j]], &xp, yr, NULL))
-            same = 0;
-        SPLASH_CUDA_CHECK(cudaMemcpy(ref, yr, sizeof(float) * rows, cudaMemcpyDeviceToHost));
-        if (memcmp(g1 + (size_t)j * rows, ref, sizeof(float) * rows)) {
-            if (same) printf("   slot %d: grouped %g, plain %g\n", j, g1[(size_t)j * rows], ref[0]);
-            same = 0;
+        if (first_bad >= 0)
+            printf("   first slot off: %d (expert %d, x row %d)\n", first_bad, idx_h[first_bad], first_bad / K);
+        result(same, "grouped %dx%d %s, 2 arrays, %d slots of %d x rows: each slot = the plain product's row, bitwise",
+               rows, cols, how, S, R);
+        /* down-style: every slot its own prepared row (silu(x) * x), xdiv 1 */
+        if (!rc) rc = splash_q4_prep_silu_mul_rows(&xs, xd, cols, ud, cols, xd, cols, S, cols, NULL);
+        SPLASH_CUDA_CHECK(cudaMemset(y, 0xFF, sizeof(float) * S * rows));
+        if (!rc) rc = splash_q4_matmul_grouped(&m[0][0], NULL, E, st, idx, pl, S, 1, &xs, y, NULL, rows, NULL);
+        SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        SPLASH_CUDA_CHECK(cudaMemcpy(g1, y, sizeof(float) * S * rows, cudaMemcpyDeviceToHost));
+        same = !rc;
+        for (int j = 0; j < S; j++) { /* the plain product of slot j's row, prepared alone */
+            if (idx_h[j] < 0 || idx_h[j] >= E) {
+                if (*(const uint32_t *)(g1 + (size_t)j * rows) != 0xFFFFFFFFu) same = 0;
+                continue;
+            }
+            if (splash_q4_prep_x(&xp, xd + (size_t)j * cols, 1, cols, cols, NULL) ||
+                splash_q4_matmul(&m[0][idx_h[j]], &xp, yr, NULL))
+                same = 0;
+            SPLASH_CUDA_CHECK(cudaMemcpy(ref, yr, sizeof(float) * rows, cudaMemcpyDeviceToHost));
+            if (memcmp(g1 + (size_t)j * rows, ref, sizeof(float) * rows)) {
+                if (same) printf("   slot %d: grouped %g, plain %g\n", j, g1[(size_t)j * rows], ref[0]);
+                same = 0;
+            }
         }
+        result(same, "grouped %dx%d %s, %d one-row activations (prep_silu_mul_rows): each slot bitwise", rows, cols,
+               how, S);
+        SPLASH_CUDA_CHECK(cudaMemcpy(xd, xh, sizeof(float) * S * cols, cudaMemcpyHostToDevice)); /* x again */
     }
-    result(same, "grouped %dx%d, %d one-row activations (prep_silu_mul_rows): each slot bitwise", rows, cols, S);
     free(xh), free(g1), free(g2), free(ref);
-    cudaFree(pool[0]), cudaFree(pool[1]), cudaFree(idx), cudaFree(xd), cudaFree(ud), cudaFree(y), cudaFree(y2);
-    cudaFree(yr), cudaFree(xpm), cudaFree(xsm);
+    cudaFree(pool[0]), cudaFree(pool[1]), cudaFree(idx), cudaFree(plan), cudaFree(xd), cudaFree(ud), cudaFree(y);
+    cudaFree(y2), cudaFree(yr), cudaFree(xpm), cudaFree(xsm);
 }
 
 /* The prefill GEMM (q4_gemm.h) at R rows of x: relative L2 against fp64 over

@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/q4_plan.cuh"
 
 using namespace splash_cuda;
 
@@ -27,14 +28,10 @@ namespace {
 constexpr int kRouteWarps = 4;
 constexpr int kGroup = SPLASH_Q4_MAX_M; /* rows of one expert product */
 
-__global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int E, int k, int norm, int shared,
-                                 const float *sl, size_t lds, int32_t *idx, float *wout) {
-    pdl_begin();
-    extern __shared__ float probs[]; /* [kRouteWarps][E] */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r = blockIdx.x * kRouteWarps + warp;
-    if (r >= rows) return; /* whole warps: no block barrier below */
-    float *p = probs + (size_t)warp * E;
+/* Row r's choice by one warp, p its probabilities' scratch [E]. */
+__device__ void route_row(const float *logits, size_t ldl, int r, int E, int k, int norm, int shared, const float *sl,
+                          size_t lds, int32_t *idx, float *wout, float *p) {
+    const int lane = threadIdx.x & 31;
     const float *x = logits + (size_t)r * ldl;
     float mx = -INFINITY;
     for (int e = lane; e < E; e += 32) mx = fmaxf(mx, x[e]);
@@ -98,6 +95,22 @@ __global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int 
         idx[(size_t)r * stride + k] = shared;
         wout[(size_t)r * stride + k] = sigmoidf_(sl[(size_t)r * lds]);
     }
+}
+
+/* A warp a row; plan (not NULL: one block holds every row) then groups the
+ * block's slots by expert for the grouped products (q4_plan.cuh), in the
+ * same launch. */
+__global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int E, int k, int norm, int shared,
+                                 const float *sl, size_t lds, int32_t *idx, float *wout, int32_t *plan) {
+    pdl_begin();
+    extern __shared__ float probs[]; /* [warps][E] */
+    const int warp = threadIdx.x >> 5, r = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (r < rows) route_row(logits, ldl, r, E, k, norm, shared, sl, lds, idx, wout, probs + (size_t)warp * E);
+    if (!plan) return;
+    __shared__ int32_t sid[kPlanSlots];
+    __shared__ int lead[kPlanSlots];
+    const int n_ids = shared >= E ? shared + 1 : E; /* ids the grouped products take */
+    group_plan_block(idx, rows * (k + (shared >= 0)), n_ids, plan, sid, lead);
 }
 
 struct RowList {
@@ -232,15 +245,17 @@ int run_group(const splash_q4_matrix *gate, const splash_q4_matrix *up, const sp
 
 extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int n_experts, int top_k,
                                      int norm_topk, int shared, const float *sl, size_t lds, int32_t *idx, float *w,
-                                     struct CUstream_st *stream) {
+                                     int32_t *plan, struct CUstream_st *stream) {
     if (!logits || !idx || !w || rows < 0 || n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS ||
-        top_k < 1 || top_k > SPLASH_CUDA_MOE_MAX_TOPK || top_k > n_experts || (shared >= 0 && !sl))
+        top_k < 1 || top_k > SPLASH_CUDA_MOE_MAX_TOPK || top_k > n_experts || (shared >= 0 && !sl) ||
+        (plan && (rows > kGroup || shared >= SPLASH_CUDA_MOE_MAX_EXPERTS)))
         return SPLASH_E_INVALID;
     if (!rows) return SPLASH_OK;
-    const unsigned blocks = (unsigned)((rows + kRouteWarps - 1) / kRouteWarps);
-    SPLASH_CUDA_TRY(launch_kernel(moe_route_kernel, blocks, kRouteWarps * 32,
-                                  (size_t)kRouteWarps * n_experts * sizeof(float), (cudaStream_t)stream, logits, ldl,
-                                  rows, n_experts, top_k, norm_topk, shared, sl, lds, idx, w));
+    const int warps = plan ? rows : kRouteWarps; /* a plan: every row in one block */
+    const unsigned blocks = (unsigned)((rows + warps - 1) / warps);
+    SPLASH_CUDA_TRY(launch_kernel(moe_route_kernel, blocks, warps * 32, (size_t)warps * n_experts * sizeof(float),
+                                  (cudaStream_t)stream, logits, ldl, rows, n_experts, top_k, norm_topk, shared, sl, lds,
+                                  idx, w, plan));
     return SPLASH_OK;
 }
 
@@ -260,8 +275,9 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
     const int slots = kGroup * (top_k + 1);
     const size_t bxs = align256(splash_q4_xprep_rows_bytes(inter, slots));
     const size_t bsI = align256((size_t)slots * inter * sizeof(float)), bsH = align256((size_t)slots * hidden * sizeof(float));
+    const size_t bpl = align256(splash_q4_group_plan_ints(slots) * sizeof(int32_t));
     uint8_t *d;
-    SPLASH_CUDA_TRY(cudaMalloc((void **)&d, bxh + bxi + 2 * bH + 2 * bI + bxs + 2 * bsI + bsH));
+    SPLASH_CUDA_TRY(cudaMalloc((void **)&d, bxh + bxi + 2 * bH + 2 * bI + bxs + 2 * bsI + bsH + bpl));
     s->dev = d;
     splash_q4_xprep_init(&s->xh, d, hidden);
     splash_q4_xprep_init(&s->xi, d + bxh, inter);
@@ -274,6 +290,7 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
     s->sg = (float *)(g + bxs);
     s->su = (float *)(g + bxs + bsI);
     s->smo = (float *)(g + bxs + 2 * bsI);
+    s->plan = (int32_t *)(g + bxs + 2 * bsI + bsH);
     /* the GEMM step works in chunks of gemm_rows rows (splash_cuda_moe_experts_gemm) */
     s->gemm_rows = max_rows < kGemmChunkRows ? max_rows : kGemmChunkRows;
     if (s->gemm_rows > 65535 / top_k) s->gemm_rows = 65535 / top_k;
@@ -369,7 +386,8 @@ extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splas
 
 extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
                                                const splash_q4_matrix *down, int n_experts, const int32_t *idx,
-                                               const float *w, int rows, int K, const splash_q4_xprep *xp, float *fo,
+                                               const float *w, const int32_t *plan, int rows, int K,
+                                               const splash_q4_xprep *xp, float *fo,
                                                size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
                                                struct CUstream_st *stream) {
     if (!gate || !up || !down || !idx || !w || !xp || !fo || !s || !s->dev || rows < 0 || rows > kGroup ||
@@ -384,9 +402,11 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
     if (rc) return rc;
     const cudaStream_t st = (cudaStream_t)stream;
     /* gate and up of every (row, k) slot in one launch, x row = slot / K */
-    rc = splash_q4_matmul_grouped(gate, up, n_experts, sg, idx, S, K, xp, s->sg, s->su, (size_t)I, stream);
+    rc = splash_q4_matmul_grouped(gate, up, n_experts, sg, idx, plan, S, K, xp, s->sg, s->su, (size_t)I, stream);
     if (!rc) rc = splash_q4_prep_silu_mul_rows(&s->xs, s->sg, I, s->su, I, s->sg, I, S, I, stream);
-    if (!rc) rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, S, 1, &s->xs, s->smo, nullptr, (size_t)H, stream);
+    if (!rc)
+        rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, plan, S, 1, &s->xs, s->smo, nullptr, (size_t)H,
+                                      stream);
     if (rc) return rc;
     SPLASH_CUDA_TRY(launch_kernel(combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st, fo,
                                   ldf, s->smo, nullptr, w, H, K, x, ldx));

@@ -45,9 +45,13 @@ struct CUstream_st;
  * run as one more slot a row (splash_cuda_moe_experts_grouped): idx and w
  * are [rows][top_k + 1], slot top_k holding expert id `shared` with weight
  * sigmoid(sl[r * lds]), its gate logit (the weight ffn.c gives it; the id
- * must be above every routed one, so the sum adds it last as ffn.c does). */
+ * must be above every routed one, so the sum adds it last as ffn.c does).
+ * plan (not NULL; rows <= 16): the same launch also writes the slots'
+ * grouping by expert (splash_q4_group_plan's, over ids below n_experts, or
+ * below shared + 1) for splash_cuda_moe_experts_grouped; the scratch's plan
+ * holds one. */
 int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int n_experts, int top_k, int norm_topk,
-                          int shared, const float *sl, size_t lds, int32_t *idx, float *w,
+                          int shared, const float *sl, size_t lds, int32_t *idx, float *w, int32_t *plan,
                           struct CUstream_st *stream);
 
 /* Scratch of the experts step: device buffers for 16 gathered rows and two
@@ -65,6 +69,7 @@ typedef struct splash_cuda_moe_scratch {
     splash_q4_xprep xs;       /* each slot's hidden state prepared alone (rows_cap 16 * (top_k + 1)) */
     float *sg, *su;           /* [slots][inter] gate (then silu(gate) * up) and up outputs */
     float *smo;               /* [slots][hidden] down outputs */
+    int32_t *plan;            /* the slots grouped by expert (splash_cuda_moe_route's plan) */
     /* the GEMM step (splash_cuda_moe_experts_gemm): gemm_rows * top_k slots sorted by expert */
     int gemm_rows;            /* rows per chunk of the GEMM step: min(max_rows, 2048, 65535 / top_k) */
     void *dev2;
@@ -103,13 +108,15 @@ int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix
  * experts must be laid out as the loader does (every stride equal; else
  * SPLASH_E_UNSUPPORTED).  fo: the same bits as splash_cuda_moe_experts
  * (every product and the sum in its order).  x (not NULL): x += fo after,
- * the residual, as splash_cuda_moe_shared_add adds it.  Each slot reads its
- * expert's weights, so rows sharing an expert read it once each (the
- * host-driven step reads it once per 16 of its rows). */
+ * the residual, as splash_cuda_moe_shared_add adds it.  plan (not NULL: the
+ * route's over these idx, or splash_q4_group_plan's): the slots grouped by
+ * expert, each expert read once per 4 of its slots (the host-driven step:
+ * once per 16 of its rows; without a plan, once per slot). */
 int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
                                     const splash_q4_matrix *down, int n_experts, const int32_t *idx, const float *w,
-                                    int rows, int k, const splash_q4_xprep *xp, float *fo, size_t ldf, float *x,
-                                    size_t ldx, splash_cuda_moe_scratch *s, struct CUstream_st *stream);
+                                    const int32_t *plan, int rows, int k, const splash_q4_xprep *xp, float *fo,
+                                    size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
+                                    struct CUstream_st *stream);
 
 /* The same step for the rows of bulk prefill lanes, on the tensor-core
  * GEMM (q4_gemm.h: fp16-grade, not the bits of the steps above), device-

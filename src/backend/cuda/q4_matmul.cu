@@ -48,6 +48,9 @@
  * - Grouped (MoE experts, splash_q4_matmul_grouped): grid.z is a (row,
  *   expert) slot; make_view reads the slot's expert id on the device and
  *   points the block at that expert's matrix, its x row and its output, M = 1.
+ *   Or, with a plan (splash_q4_group_plan), grid.z is a group of up to 4
+ *   slots of one expert: M = the group's size, x rows and outputs per slot,
+ *   so an expert that several rows chose is read once (a verify block).
  *   No host synchronisation, so a MoE layer runs inside a CUDA graph.
  *
  * C++ used: templates (the tile shape per instantiation), nothing from the
@@ -64,6 +67,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/q4_matmul.h"
+#include "backend/cuda/q4_plan.cuh"
 #include "backend/cuda/q4_tile.cuh"
 
 namespace cg = cooperative_groups;
@@ -92,6 +96,7 @@ struct Params {
      * estride (its sb sboff further), x row j / xdiv, M = 1, into y (y2) +
      * j * yslot */
     const int32_t *idx;
+    const int32_t *plan;    /* not NULL: block z takes group z / nmat of the plan (splash_q4_group_plan) */
     const uint8_t *codes2;
     float *y2;
     size_t estride, sboff, yslot;
@@ -108,14 +113,19 @@ struct View {
     const uint16_t *xhi, *xlo;
     const float *gsum, *ginv;
     float *y;
+    const int32_t *gslot; /* a planned group's slots (their outputs); NULL: result m at y + m * rows */
     int M;
+    int xr, xt;           /* MODE 0: this lane's x row of hi / lo (B operand), and of the group sums */
 };
+
+/* x row m's results: y + m * rows, or a planned group's slot m's output */
+__device__ __forceinline__ float *out_row(const Params &p, const View &v, int m) {
+    return v.gslot ? v.y + (size_t)__ldg(v.gslot + m) * p.yslot : v.y + (size_t)m * p.rows;
+}
 
 /* Where a result goes: y = r, or y = y + r (no fused multiply-add: the
  * same bits as a separate add kernel). */
-__device__ __forceinline__ void store_y(const Params &p, const View &v, size_t i, float r) {
-    v.y[i] = p.add ? __fadd_rn(v.y[i], r) : r;
-}
+__device__ __forceinline__ void store_y(const Params &p, float *y, float r) { *y = p.add ? __fadd_rn(*y, r) : r; }
 
 /* ---- small device helpers ------------------------------------------------ */
 
@@ -220,7 +230,7 @@ __device__ __forceinline__ void compute_step(const Params &p, const View &v, flo
 #pragma unroll
     for (int u = 0; u < UU; u++) {
         XFrag<MODE, NT> x;
-        load_group_x<MODE, NT>(x, p, v, xa, xb, G + u, lane & 3, live);
+        load_group_x<MODE, NT>(x, p, v, xa, xb, G + u, v.xt, live);
 #pragma unroll
         for (int r = 0; r < R; r++)
             if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x, cw[r][u], sbw[r][u]);
@@ -232,26 +242,40 @@ __device__ __forceinline__ void compute_step(const Params &p, const View &v, flo
 __host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size_t)warps * r * 16 * 16 * 4; }
 
 /* A block's view: Params' own pointers, or for a grouped block (Params'
- * grouped fields) its slot's matrix, x row and output; false when the slot's
- * expert id is out of range (the block then writes nothing: every block of
- * its cluster has the same slot). */
+ * grouped fields) its slot's matrix, x row and output, or its planned
+ * group's; false when the slot's expert id is out of range or the group
+ * does not exist (the block then writes nothing: every block of its cluster
+ * has the same slot / group). */
 template <bool GROUPED>
-__device__ __forceinline__ bool make_view(const Params &p, View &v) {
+__device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
+    v.xr = (lane >> 2) >> 1, v.xt = lane & 3, v.gslot = nullptr;
     if (!GROUPED) {
         v.codes = p.codes, v.sb = p.sb, v.xhi = p.xhi, v.xlo = p.xlo;
         v.gsum = p.gsum, v.ginv = p.ginv, v.y = p.y, v.M = p.M;
         return true;
     }
     const int j = blockIdx.z / p.nmat, mat = blockIdx.z % p.nmat;
-    const int e = __ldg(p.idx + j);
+    int e;
+    if (p.plan) {
+        if (j >= __ldg(p.plan)) return false;
+        const int32_t *gp = p.plan + 1 + kPlanInts * j; /* expert, size, slots */
+        e = __ldg(gp), v.M = __ldg(gp + 1), v.gslot = gp + 2;
+        /* x rows by slot (lanes past the group's size read its first: their
+         * columns are dead, but must be finite) */
+        v.xr = __ldg(v.gslot + min(v.xr, v.M - 1)) / p.xdiv, v.xt = __ldg(v.gslot + min(v.xt, v.M - 1)) / p.xdiv;
+        v.xhi = p.xhi, v.xlo = p.xlo, v.gsum = p.gsum, v.ginv = p.ginv;
+        v.y = mat ? p.y2 : p.y;
+    } else {
+        e = __ldg(p.idx + j);
+        const int row = j / p.xdiv; /* MODE 0 reads x rows row..row+3: only row's results are kept */
+        v.xhi = p.xhi + (size_t)row * p.cols, v.xlo = p.xlo + (size_t)row * p.cols;
+        v.gsum = p.gsum + row, v.ginv = p.ginv + row;
+        v.y = (mat ? p.y2 : p.y) + (size_t)j * p.yslot;
+        v.M = 1;
+    }
     if (e < 0 || e >= p.n_experts) return false;
     v.codes = (mat ? p.codes2 : p.codes) + (size_t)e * p.estride;
     v.sb = v.codes + p.sboff;
-    const int row = j / p.xdiv;
-    v.xhi = p.xhi + (size_t)row * p.cols, v.xlo = p.xlo + (size_t)row * p.cols;
-    v.gsum = p.gsum + row, v.ginv = p.ginv + row;
-    v.y = (mat ? p.y2 : p.y) + (size_t)j * p.yslot;
-    v.M = 1;
     return true;
 }
 
@@ -268,8 +292,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
      * (device_util.cuh). */
     pdl_launch_dependents();
     View v;
-    if (!make_view<GROUPED>(p, v)) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    if (!make_view<GROUPED>(p, v, lane)) return;
     const int g = lane >> 2, t = lane & 3;
     const int rank = blockIdx.x; /* column slice = rank in the cluster */
     const int wr = nwarps / p.wk, wrow = warp % wr, wkk = warp / wr; /* row tiles / group slice of this warp */
@@ -283,7 +307,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     const uint16_t *xa, *xb;
     unsigned live;
     if (MODE == 0) {
-        xa = ((g & 1) ? v.xlo : v.xhi) + (size_t)(g >> 1) * p.cols + 16 * t;
+        xa = ((g & 1) ? v.xlo : v.xhi) + (size_t)v.xr * p.cols + 16 * t;
         xb = xa;
         live = (g >> 1) < v.M;
     } else {
@@ -349,7 +373,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     if (p.ksplit == 1 && p.wk == 1) {
         Q4_EACH_RESULT({
             const int row = blockIdx.y * rb + lrow;
-            if (m < v.M && row < p.rows) store_y(p, v, (size_t)m * p.rows + row, a_);
+            if (m < v.M && row < p.rows) store_y(p, out_row(p, v, m) + row, a_);
         })
         return;
     }
@@ -368,7 +392,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
             for (int q = 1; q < p.wk; q++) s += part[(q * rb + lrow) * 16 + m];
             if (p.ksplit == 1) {
                 const int row = blockIdx.y * rb + lrow;
-                if (row < p.rows) store_y(p, v, (size_t)m * p.rows + row, s);
+                if (row < p.rows) store_y(p, out_row(p, v, m) + row, s);
             } else {
                 part[lrow * 16 + m] = s; /* only this thread reads or writes this slot */
             }
@@ -384,7 +408,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         float s = 0.f;
         for (int q = 0; q < p.ksplit; q++) s += cluster.map_shared_rank(part, q)[lrow * 16 + m];
         const int row = blockIdx.y * rb + lrow;
-        if (row < p.rows) store_y(p, v, (size_t)m * p.rows + row, s);
+        if (row < p.rows) store_y(p, out_row(p, v, m) + row, s);
     }
     cluster.sync(); /* keep this block's partials alive until every rank has read them */
 }
@@ -471,6 +495,18 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
         const float s = warp_sum(v.x + v.y);
         if (lane == 0) a.gsum[(size_t)G * a.gstride + m] = s, a.ginv[(size_t)G * a.gstride + m] = inv;
     }
+}
+
+/* ---- the group plan (q4_plan.cuh) ---------------------------------------------- */
+
+constexpr int kPlanThreads = 256;
+
+__global__ void __launch_bounds__(kPlanThreads) group_plan_kernel(const int32_t *idx, int S, int n_experts,
+                                                                 int32_t *plan) {
+    pdl_begin();
+    __shared__ int32_t sid[kPlanSlots];
+    __shared__ int lead[kPlanSlots];
+    group_plan_block(idx, S, n_experts, plan, sid, lead);
 }
 
 /* ---- instantiations and dispatch -------------------------------------------- */
@@ -900,11 +936,23 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
     return picked(w, xp, y, 1, stream);
 }
 
+extern "C" size_t splash_q4_group_plan_ints(int slots) {
+    return slots >= 1 && slots <= kPlanSlots ? 1 + (size_t)kPlanInts * slots : 0;
+}
+
+extern "C" int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts, int32_t *plan,
+                                    struct CUstream_st *stream) {
+    if (!idx || !plan || n_experts < 1) return SPLASH_E_INVALID;
+    if (slots < 1 || slots > kPlanSlots) return SPLASH_E_UNSUPPORTED;
+    SPLASH_CUDA_TRY(launch_kernel(group_plan_kernel, 1, kPlanThreads, 0, (cudaStream_t)stream, idx, slots, n_experts, plan));
+    return SPLASH_OK;
+}
+
 extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
-                                        size_t stride, const int32_t *idx, int slots, int xdiv,
+                                        size_t stride, const int32_t *idx, const int32_t *plan, int slots, int xdiv,
                                         const splash_q4_xprep *xp, float *y, float *y2, size_t ldy,
                                         struct CUstream_st *stream) {
-    if (!first || !idx || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 || (first2 && !y2) ||
+    if (!first || !(idx || plan) || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 || (first2 && !y2) ||
         ldy < (size_t)first->rows || (size_t)slots * (first2 ? 2 : 1) > 65535 || (n_experts > 1 && !stride))
         return SPLASH_E_INVALID;
     if (xp->cols != first->cols || (slots - 1) / xdiv >= xp->M ||
@@ -923,9 +971,9 @@ extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const spl
     p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.ginv = xp->ginv;
     p.y = y, p.y2 = y2, p.yslot = ldy;
     p.rows = first->rows, p.tiles = first->tiles, p.groups = first->groups, p.cols = first->cols;
-    p.M = slots; /* the launch's grid.z; each block's view has M = 1 */
+    p.M = slots; /* the launch's grid.z (slots, or at most as many groups); each block's view has its own M */
     p.ksplit = cfg.ksplit, p.wk = cfg.wk, p.gstride = xp->rows_cap;
-    p.idx = idx, p.n_experts = n_experts, p.xdiv = xdiv, p.nmat = first2 ? 2 : 1;
+    p.idx = idx, p.plan = plan, p.n_experts = n_experts, p.xdiv = xdiv, p.nmat = first2 ? 2 : 1;
     const int per_block = cfg.warps / cfg.wk * cfg.r;
     return fn(p, cfg.warps, cfg.ksplit, (first->tiles + per_block - 1) / per_block, (cudaStream_t)stream);
 }

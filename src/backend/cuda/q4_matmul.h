@@ -155,8 +155,17 @@ int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_xprep *xp, f
  * leave their slot's y unwritten.  Each slot's result is the bits
  * splash_q4_matmul gives for that row (the shape's preset, M-independent). */
 int splash_q4_matmul_grouped(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
-                             size_t stride, const int32_t *idx, int slots, int xdiv, const splash_q4_xprep *xp,
-                             float *y, float *y2, size_t ldy, struct CUstream_st *stream);
+                             size_t stride, const int32_t *idx, const int32_t *plan, int slots, int xdiv,
+                             const splash_q4_xprep *xp, float *y, float *y2, size_t ldy, struct CUstream_st *stream);
+
+/* The plan of a grouped product (plan, not NULL, above; idx is then not
+ * read): idx's slots of each expert in groups of up to 4, so one block
+ * reads an expert for up to 4 slots (the slots' x rows as M <= 4 rows: the
+ * same bits per slot).  plan: device int32 of splash_q4_group_plan_ints(slots)
+ * (0: more slots than one plan takes, 1,024), written on the device (graphs:
+ * no host synchronisation); reused by every product over the same idx. */
+size_t splash_q4_group_plan_ints(int slots);
+int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts, int32_t *plan, struct CUstream_st *stream);
 
 #ifdef __cplusplus
 }

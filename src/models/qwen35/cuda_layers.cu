@@ -197,7 +197,7 @@ int qc_ffn_layer(qc_fwd *f, const qc_layer *L) {
  * GEMM; up to 16 rows device-driven (no host sync: graphs), on xn's prepared
  * form from the norm when it holds these rows; more host-driven.  The last
  * two give the same bits, so a row's numbers depend on its lane only. */
-static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk) {
+static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, const int32_t *plan) {
     qc_model *m = f->m;
     const qwen35_dims *d = &m->d;
     const size_t H = (size_t)d->hidden, K = (size_t)d->top_k;
@@ -215,8 +215,8 @@ static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk) {
             if (rc) return rc;
             m->xp_src = r0 ? nullptr : m->xn, m->xp_ld = H;
         }
-        return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n,
-                                               (int)K, &m->xp, fo, H, nullptr, 0, &m->moe, m->stream);
+        return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, plan,
+                                               n, (int)K, &m->xp, fo, H, nullptr, 0, &m->moe, m->stream);
     }
     return splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n, xn, H, fo, H,
                                    &m->moe, m->stream);
@@ -242,27 +242,31 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
      * sigmoid of its gate logit) and the experts' sum adds the residual, 6
      * launches instead of 10 (the shared expert's two products, its silu
      * prep and the add; the same sums in ffn.c's order). */
-    if (L->shared_slot && R <= SPLASH_Q4_MAX_M && !(f->n_bulk && L->experts_gemm)) {
+    const int grouped_all = R <= SPLASH_Q4_MAX_M && !(f->n_bulk && L->experts_gemm); /* one grouped run, rows [0, R) */
+    /* several rows: the route also groups the slots by expert, so an expert
+     * chosen by several rows is read once for up to 4 of them (verify) */
+    int32_t *plan = grouped_all && R > 1 ? m->moe.plan : nullptr;
+    if (L->shared_slot && grouped_all) {
         QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, d->experts, sgate, lds,
-                                        m->topi, m->topw, m->stream));
+                                        m->topi, m->topw, plan, m->stream));
         if (m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != R) {
             QC_TRY(f, splash_q4_prep_x(&m->xp, m->xn, R, (int)H, (int)H, m->stream));
             m->xp_src = m->xn, m->xp_ld = H;
         }
         QC_TRY(f, splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + 1, m->topi,
-                                                  m->topw, R, d->top_k + 1, &m->xp, m->fo, H, m->x, H, &m->moe,
+                                                  m->topw, plan, R, d->top_k + 1, &m->xp, m->fo, H, m->x, H, &m->moe,
                                                   m->stream));
         return 0;
     }
     QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, -1, nullptr, 0, m->topi,
-                                    m->topw, m->stream));
+                                    m->topw, plan, m->stream));
     int r = 0; /* rows before r are done: bulk prefill ranges on the GEMM, the rest between them */
     for (int i = 0; i < f->n_bulk && L->experts_gemm; i++) {
-        QC_TRY(f, moe_experts(f, L, r, m->bulk[i].r0, 0));
-        QC_TRY(f, moe_experts(f, L, m->bulk[i].r0, m->bulk[i].r1, 1));
+        QC_TRY(f, moe_experts(f, L, r, m->bulk[i].r0, 0, nullptr));
+        QC_TRY(f, moe_experts(f, L, m->bulk[i].r0, m->bulk[i].r1, 1, nullptr));
         r = m->bulk[i].r1;
     }
-    QC_TRY(f, moe_experts(f, L, r, R, 0));
+    QC_TRY(f, moe_experts(f, L, r, R, 0, plan)); /* plan: r == 0 here (grouped_all) */
     float *h;
     size_t ldh;
     int rc = swiglu(f, &L->ffn_in, &L->shared_gate, &L->shared_up, d->shared_inter, &h, &ldh);
