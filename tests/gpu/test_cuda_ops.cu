@@ -1317,6 +1317,47 @@ static void test_moe(const Shape *s, int rows) {
     cudaFree(dlog), cudaFree(dw), cudaFree(didx), cudaFree(dxn), cudaFree(dfo);
 }
 
+/* The route's plan at its widest (16 rows of 1,023 experts and a shared
+ * one, id 1,023: ~64 KB of probabilities in one block): ids as the CPU's,
+ * and every slot in exactly one group of its expert, groups of <= 4 in slot
+ * order. */
+static void test_route_plan_wide(void) {
+    const int rows = 16, E = SPLASH_CUDA_MOE_MAX_EXPERTS - 1, k = 8, k1 = k + 1, S = rows * k1;
+    float *logits = hfloats((size_t)rows * E), *sl = hfloats(rows);
+    for (size_t i = 0; i < (size_t)rows * E; i++) logits[i] = 2.0f * rnd_normal();
+    for (int r = 0; r < rows; r++) logits[(size_t)r * E + 5] += 12.0f; /* one expert for every row: 4 groups */
+    fill(sl, rows, -3, 3);
+    int *ridx = (int *)hmalloc((size_t)rows * k * sizeof(int));
+    float *rw = hfloats((size_t)rows * k);
+    for (int r = 0; r < rows; r++) cpu_route(logits + (size_t)r * E, E, k, 1, ridx + (size_t)r * k, rw + (size_t)r * k);
+    float *dlog = dcopy(logits, (size_t)rows * E), *dsl = dcopy(sl, rows), *dw = dfloats(S);
+    int32_t *didx = (int32_t *)dmalloc((size_t)S * 4), *dplan = (int32_t *)dmalloc(splash_q4_group_plan_ints(S) * 4);
+    const int rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, E, dsl, 1, didx, dw, dplan, NULL);
+    int32_t *gidx = (int32_t *)hmalloc((size_t)S * 4), *plan = (int32_t *)hmalloc(splash_q4_group_plan_ints(S) * 4);
+    down(gidx, didx, (size_t)S * 4), down(plan, dplan, splash_q4_group_plan_ints(S) * 4);
+    double err = rc ? INFINITY : 0.0;
+    for (int r = 0; r < rows; r++)
+        for (int kk = 0; kk < k1; kk++)
+            if (gidx[r * k1 + kk] != (kk < k ? ridx[r * k + kk] : E)) err = INFINITY;
+    int *seen = (int *)hmalloc(S * sizeof(int));
+    memset(seen, 0, S * sizeof(int));
+    const int ng = plan[0];
+    for (int g = 0; g < ng && g <= S; g++) {
+        const int32_t *gp = plan + 1 + 6 * g;
+        if (gp[1] < 1 || gp[1] > 4) err = INFINITY;
+        for (int i = 0; i < gp[1] && i < 4; i++) {
+            const int sl_ = gp[2 + i];
+            if (sl_ < 0 || sl_ >= S || gidx[sl_] != gp[0] || (i && sl_ <= gp[1 + i])) err = INFINITY;
+            else seen[sl_]++;
+        }
+    }
+    for (int i = 0; i < S; i++)
+        if (seen[i] != 1) err = INFINITY;
+    report("moe_route + plan (16 x 1,023 + 1 experts)", "ids = CPU, each slot in one group", err, 0, -1, 0);
+    free(logits), free(sl), free(ridx), free(rw), free(gidx), free(plan), free(seen);
+    cudaFree(dlog), cudaFree(dsl), cudaFree(dw), cudaFree(didx), cudaFree(dplan);
+}
+
 /* silu(g) * u and the shared-expert add, at a model's FFN widths */
 static void test_elementwise(const Shape *s, int rows, int inter) {
     const size_t NI = (size_t)rows * inter, NH = (size_t)rows * s->hidden;
@@ -1465,6 +1506,9 @@ static void test_errors(void) {
                                  NULL, NULL) != SPLASH_E_INVALID; /* top_k > experts */
     bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 2, 1, 8, NULL, 0, (int32_t *)&dummy, (float *)&dummy,
                                  NULL, NULL) != SPLASH_E_INVALID; /* a shared slot without its logits */
+    bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 2, 1, SPLASH_CUDA_MOE_MAX_EXPERTS, (const float *)&dummy,
+                                 1, (int32_t *)&dummy, (float *)&dummy, (int32_t *)&dummy,
+                                 NULL) != SPLASH_E_INVALID; /* a planned shared id past what the grouped step takes */
     bad += splash_cuda_rmsnorm((const float *)&dummy, 1, 0, (float *)&dummy, 1, 0, NULL, 1.f, 1, 1, 1, kEps, NULL) !=
            SPLASH_E_INVALID;
     report("argument errors refused", "-", bad, 0, -1, 0);
@@ -1579,6 +1623,7 @@ int main(int argc, char **argv) {
     test_moe(&kTinyMoe, 40); /* every row on expert 3: groups of 16, 16, 8 */
     test_moe(&kTinyMoe, 100); /* expert 3 in two tiles of the GEMM step */
     test_moe(&kMoeK8, 2100);  /* the GEMM step in chunks of 2,048 rows */
+    test_route_plan_wide();
     test_elementwise(&kTiny, 16, 192);
     test_dense("tiny", SPLASH_BF16, 8, 128, 16, 128); /* the moe-tiny router */
     test_dense("odd", SPLASH_BF16, 37, 100, 3, 101);

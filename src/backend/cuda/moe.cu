@@ -1,10 +1,12 @@
-/* moe.cu - MoE routing and the host-driven grouped expert product (moe.h).
+/* moe.cu - MoE routing and the expert steps (moe.h).
  *
  * route: one warp per row, the row's probabilities in shared memory.  The
  * softmax is the CPU's (max subtracted, expf, divided by the sum; the sum is
  * a warp tree here, not a sequential loop), the top-k is k rounds of a warp
  * argmax (larger p, then lower id), and the renormalising sum runs in the
  * order of selection as the CPU's does.  Lane 0 sorts the choice by id.
+ * With a plan the block (then every row) groups the slots by expert after
+ * a barrier (q4_plan.cuh): no launch of its own.
  *
  * experts: see moe.h.  Gather and scatter take their row lists by value (a
  * kernel argument of 16 rows), so nothing is copied to the device per expert.
@@ -253,6 +255,13 @@ extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, 
     if (!rows) return SPLASH_OK;
     const int warps = plan ? rows : kRouteWarps; /* a plan: every row in one block */
     const unsigned blocks = (unsigned)((rows + warps - 1) / warps);
+    /* the most a launch takes: 16 rows x 1,024 experts (64 KB); once (setting it again is harmless) */
+    static bool attr_set = false;
+    if (!attr_set) {
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(kGroup * SPLASH_CUDA_MOE_MAX_EXPERTS * sizeof(float))));
+        attr_set = true;
+    }
     SPLASH_CUDA_TRY(launch_kernel(moe_route_kernel, blocks, warps * 32, (size_t)warps * n_experts * sizeof(float),
                                   (cudaStream_t)stream, logits, ldl, rows, n_experts, top_k, norm_topk, shared, sl, lds,
                                   idx, w, plan));

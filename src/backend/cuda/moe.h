@@ -20,7 +20,9 @@
  * (rows <= 16) is the device-driven step that can.
  *
  * The shared expert is three plain q4 products plus splash_cuda_moe_shared_add
- * (act.h).
+ * (act.h), or, on the device-driven step when it has the routed experts'
+ * shapes, one more slot of each row (the route's `shared`), its weight the
+ * sigmoid of its gate logit, the residual added by the step's sum.
  */
 #ifndef SPLASH_CUDA_MOE_H
 #define SPLASH_CUDA_MOE_H

@@ -225,8 +225,10 @@ int put_inputs(Walk *w, const splash_tensor *const *t, int n, qc_matrix *stack, 
 
 /* Whether layer L's shared expert can run as expert E (qc_layer.shared_slot):
  * q4, single matrices of the routed experts' shapes (then the upload puts it
- * right after them, at the arrays' stride). */
+ * right after them, at the arrays' stride), and E + 1 experts within what
+ * the grouped step takes. */
 bool shared_fits(const qwen35_dims *d, const qwen35_layer *L) {
+    if (d->experts + 1 > SPLASH_CUDA_MOE_MAX_EXPERTS) return false;
     const splash_tensor *t[3] = {L->shared_gate, L->shared_up, L->shared_down};
     const int64_t want[3][2] = {{d->expert_inter, d->hidden}, {d->expert_inter, d->hidden}, {d->hidden, d->expert_inter}};
     for (int j = 0; j < 3; j++) {
