@@ -658,8 +658,8 @@ extern "C" int splash_cuda_moe_experts_gemm(const splash_q4_matrix *gate, const 
 extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
                                                const splash_q4_matrix *down, int E, const int32_t *idx, const float *w,
                                                const int32_t *, int rows, int k, const splash_q4_xprep *xp, float *fo,
-                                               size_t ldf,
-                                               float *x, size_t ldx, splash_cuda_moe_scratch *s, struct CUstream_st *) {
+                                               size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
+                                               struct CUstream_st *) {
     if (rows > SPLASH_Q4_MAX_M || xp->M != rows || k < 1 || k > s->top_k + 1) return SPLASH_E_INVALID;
     int rc = emu_experts(gate, up, down, E, idx, w, rows, k, (const float *)xp->hi, (size_t)xp->cols, fo, ldf, s);
     for (int r = 0; x && !rc && r < rows; r++)

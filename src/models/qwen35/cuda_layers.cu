@@ -196,11 +196,13 @@ int qc_ffn_layer(qc_fwd *f, const qc_layer *L) {
 /* The routed experts of rows [r0, r1) into fo: bulk prefill rows on the
  * GEMM; up to 16 rows device-driven (no host sync: graphs), on xn's prepared
  * form from the norm when it holds these rows; more host-driven.  The last
- * two give the same bits, so a row's numbers depend on its lane only. */
-static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, const int32_t *plan) {
+ * two give the same bits, so a row's numbers depend on its lane only.
+ * shared (device-driven rows only): the route appended the shared expert
+ * (expert E) to each row, and the sum also adds x += fo. */
+static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, const int32_t *plan, int shared) {
     qc_model *m = f->m;
     const qwen35_dims *d = &m->d;
-    const size_t H = (size_t)d->hidden, K = (size_t)d->top_k;
+    const size_t H = (size_t)d->hidden, K = (size_t)d->top_k + (shared ? 1 : 0); /* slots a row */
     const int n = r1 - r0;
     if (n <= 0) return 0;
     const int32_t *idx = m->topi + (size_t)r0 * K;
@@ -215,8 +217,9 @@ static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, c
             if (rc) return rc;
             m->xp_src = r0 ? nullptr : m->xn, m->xp_ld = H;
         }
-        return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, plan,
-                                               n, (int)K, &m->xp, fo, H, nullptr, 0, &m->moe, m->stream);
+        return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + shared, idx,
+                                               w, plan, n, (int)K, &m->xp, fo, H, shared ? m->x + (size_t)r0 * H : nullptr,
+                                               H, &m->moe, m->stream);
     }
     return splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n, xn, H, fo, H,
                                    &m->moe, m->stream);
@@ -246,27 +249,20 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
     /* several rows: the route also groups the slots by expert, so an expert
      * chosen by several rows is read once for up to 4 of them (verify) */
     int32_t *plan = grouped_all && R > 1 ? m->moe.plan : nullptr;
-    if (L->shared_slot && grouped_all) {
-        QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, d->experts, sgate, lds,
-                                        m->topi, m->topw, plan, m->stream));
-        if (m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != R) {
-            QC_TRY(f, splash_q4_prep_x(&m->xp, m->xn, R, (int)H, (int)H, m->stream));
-            m->xp_src = m->xn, m->xp_ld = H;
-        }
-        QC_TRY(f, splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + 1, m->topi,
-                                                  m->topw, plan, R, d->top_k + 1, &m->xp, m->fo, H, m->x, H, &m->moe,
-                                                  m->stream));
+    const int shared = L->shared_slot && grouped_all;
+    QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, shared ? d->experts : -1,
+                                    sgate, lds, m->topi, m->topw, plan, m->stream));
+    if (shared) {
+        QC_TRY(f, moe_experts(f, L, 0, R, 0, plan, 1));
         return 0;
     }
-    QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, -1, nullptr, 0, m->topi,
-                                    m->topw, plan, m->stream));
     int r = 0; /* rows before r are done: bulk prefill ranges on the GEMM, the rest between them */
     for (int i = 0; i < f->n_bulk && L->experts_gemm; i++) {
-        QC_TRY(f, moe_experts(f, L, r, m->bulk[i].r0, 0, nullptr));
-        QC_TRY(f, moe_experts(f, L, m->bulk[i].r0, m->bulk[i].r1, 1, nullptr));
+        QC_TRY(f, moe_experts(f, L, r, m->bulk[i].r0, 0, nullptr, 0));
+        QC_TRY(f, moe_experts(f, L, m->bulk[i].r0, m->bulk[i].r1, 1, nullptr, 0));
         r = m->bulk[i].r1;
     }
-    QC_TRY(f, moe_experts(f, L, r, R, 0, plan)); /* plan: r == 0 here (grouped_all) */
+    QC_TRY(f, moe_experts(f, L, r, R, 0, plan, 0)); /* plan: r == 0 here (grouped_all) */
     float *h;
     size_t ldh;
     int rc = swiglu(f, &L->ffn_in, &L->shared_gate, &L->shared_up, d->shared_inter, &h, &ldh);
