@@ -20,11 +20,7 @@
 #include "base/mem.h"
 #include "models/dflash/dflash_ctx.h"
 
-typedef struct dlayer2 {
-    float *attn_base, *ffn_base;    /* [2][K][H] conv base kernels */
-    const splash_tensor *attn_proj; /* [2*K*G, H] kernel projection */
-    const splash_tensor *ffn_proj;  /* [2*K*G, H] */
-} dlayer2;
+typedef splash_dflash2_conv_weights dlayer2;
 
 struct splash_dflash2 {
     splash_dflash_ctx c;              /* shared with v1: context cache, attention, Qwen3 layers, scratch */
@@ -97,6 +93,32 @@ static int top_candidates(const float *l, int vocab, int top_k, const uint32_t *
     return n;
 }
 
+int splash_dflash2_pick(const float *score, int n, float T, float u, float *q) {
+    int pick = 0;
+    if (T > 0) {
+        float mx = -INFINITY, sum = 0;
+        for (int k = 0; k < n; k++) {
+            q[k] = score[k] / T;
+            if (q[k] > mx) mx = q[k];
+        }
+        for (int k = 0; k < n; k++) sum += q[k] = expf(q[k] - mx);
+        float cum = 0;
+        pick = -1;
+        for (int k = 0; k < n; k++) {
+            q[k] /= sum;
+            cum += q[k];
+            if (pick < 0 && u < cum) pick = k;
+        }
+        if (pick < 0)
+            for (pick = n - 1; pick > 0 && !(q[pick] > 0); pick--) {}
+    } else {
+        for (int k = 1; k < n; k++)
+            if (score[k] > score[pick]) pick = k;
+        for (int k = 0; k < n; k++) q[k] = k == pick ? 1.0f : 0.0f;
+    }
+    return pick;
+}
+
 int splash_dflash2_walk(const splash_dflash2_selector *sel, const float *gate, const float *logits, int32_t anchor,
                         int rows, const splash_dflash2_select_args *a, splash_dflash2_row *out, void *scratch,
                         splash_error *err) {
@@ -134,32 +156,10 @@ int splash_dflash2_walk(const splash_dflash2_selector *sel, const float *gate, c
             cpu_dequant_row(sel->succ_codebook, o->cand[k], e);
             o->score[k] = unary[k] + cpu_dot(g, e, R);
         }
-        int pick = 0;
-        if (T > 0) {
-            float u = a->uniform[row];
-            if (!(u >= 0.0f && u < 1.0f))
-                return splash_fail(err, SPLASH_E_INVALID, "dflash2 select: uniform %g of row %d outside [0, 1)", (double)u,
-                                   row);
-            float mx = -INFINITY, sum = 0;
-            for (int k = 0; k < n; k++) {
-                o->q[k] = o->score[k] / T;
-                if (o->q[k] > mx) mx = o->q[k];
-            }
-            for (int k = 0; k < n; k++) sum += o->q[k] = expf(o->q[k] - mx);
-            float cum = 0;
-            pick = -1;
-            for (int k = 0; k < n; k++) {
-                o->q[k] /= sum;
-                cum += o->q[k];
-                if (pick < 0 && u < cum) pick = k;
-            }
-            if (pick < 0)
-                for (pick = n - 1; pick > 0 && !(o->q[pick] > 0); pick--) {}
-        } else {
-            for (int k = 1; k < n; k++)
-                if (o->score[k] > o->score[pick]) pick = k;
-            for (int k = 0; k < n; k++) o->q[k] = k == pick ? 1.0f : 0.0f;
-        }
+        float u = T > 0 ? a->uniform[row] : 0.0f;
+        if (T > 0 && !(u >= 0.0f && u < 1.0f))
+            return splash_fail(err, SPLASH_E_INVALID, "dflash2 select: uniform %g of row %d outside [0, 1)", (double)u, row);
+        int pick = splash_dflash2_pick(o->score, n, T, u, o->q);
         o->pick = pick;
         o->token = o->cand[pick];
         prefix[row + 1] = o->token;
@@ -276,6 +276,9 @@ void splash_dflash2_free(splash_dflash2 *m) {
 splash_dflash_ctx *splash_dflash2_ctx_of(splash_dflash2 *m) { return &m->c; }
 splash_dflash_kv *splash_dflash2_kv_of(splash_dflash2_state *s) { return &s->kv; }
 const splash_dflash2_dims *splash_dflash2_get_dims(const splash_dflash2 *d) { return &d->d; }
+const splash_dflash2_conv_weights *splash_dflash2_layer_conv(const splash_dflash2 *d, int l) { return &d->layers[l]; }
+const splash_tensor *splash_dflash2_hidden_proj(const splash_dflash2 *d) { return d->hidden_proj; }
+const splash_dflash2_selector *splash_dflash2_get_selector(const splash_dflash2 *d) { return &d->sel; }
 int splash_dflash2_max_block(const splash_dflash2 *d) { return d->c.max_block; }
 size_t splash_dflash2_weight_bytes(const splash_dflash2 *d) { return d->c.weight_bytes; }
 

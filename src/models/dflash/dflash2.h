@@ -161,6 +161,12 @@ int splash_dflash2_select(splash_dflash2 *d, const float *hidden, const float *l
 void splash_dflash2_conv(const float *x, size_t ldx, int rows, int hidden, const float *base, const float *dyn,
                          size_t lddyn, int side, int kernel, int group, float *out, size_t ldo);
 
+/* The pick of a row from its candidates' scores (n >= 1): greedy (T <= 0)
+ * the first of the largest, q 1 there and 0 elsewhere; sampling q =
+ * softmax(score / T), the first k with u < q_0 + ... + q_k (the last of
+ * positive q if rounding leaves none).  q: out [n]. */
+int splash_dflash2_pick(const float *score, int n, float T, float u, float *q);
+
 /* l = l * mult, then (cap > 0) l = tanh(l / cap) * cap, in place. */
 void splash_dflash2_logits_transform(float *logits, size_t n, float mult, float cap);
 
@@ -175,5 +181,16 @@ size_t splash_dflash2_walk_scratch(int vocab, int rank);
 int splash_dflash2_walk(const splash_dflash2_selector *sel, const float *gate, const float *logits, int32_t anchor,
                         int rows, const splash_dflash2_select_args *a, splash_dflash2_row *out, void *scratch,
                         splash_error *err);
+
+/* ---- the bound weights, for other backends (models/dflash/cuda_dflash.cu) ---------- */
+
+typedef struct splash_dflash2_conv_weights {
+    float *attn_base, *ffn_base;    /* [2][K][H] conv base kernels, fp32 */
+    const splash_tensor *attn_proj; /* [2*K*G, H] kernel projection */
+    const splash_tensor *ffn_proj;  /* [2*K*G, H] */
+} splash_dflash2_conv_weights;
+const splash_dflash2_conv_weights *splash_dflash2_layer_conv(const splash_dflash2 *d, int layer);
+const splash_tensor *splash_dflash2_hidden_proj(const splash_dflash2 *d); /* [rank, H] */
+const splash_dflash2_selector *splash_dflash2_get_selector(const splash_dflash2 *d);
 
 #endif

@@ -197,27 +197,32 @@ void splash_dflash_ctx_release(splash_dflash_ctx *c) {
 
 /* ---- a lane's context cache ------------------------------------------------------ */
 
-int splash_dflash_kv_init(splash_dflash_kv *s, const splash_dflash_ctx *c, splash_error *err) {
+void splash_dflash_kv_shape(splash_dflash_kv *s, const splash_dflash_ctx *c) {
     const splash_dflash_dims *d = &c->d;
+    memset(s, 0, sizeof *s);
     s->name = c->name;
     s->snap_magic = c->snap_magic;
-    s->n_ctx = s->lo = 0;
     s->n_layers = d->n_layers;
     s->kvw = d->kv_heads * d->head_dim;
-    size_t total = 0;
     for (int l = 0; l < d->n_layers; l++) {
         s->cap[l] = d->sliding[l] && d->sliding_window < c->max_context ? d->sliding_window : c->max_context;
-        total += 2 * (size_t)s->cap[l] * (size_t)s->kvw;
+        s->bytes += 2 * (size_t)s->cap[l] * (size_t)s->kvw * sizeof(float);
     }
-    s->mem = calloc(total, sizeof(float)); /* zeroed: a snapshot copies slots never written too */
-    if (!s->mem)
-        return splash_fail(err, SPLASH_E_NOMEM, "%s: out of memory for a draft state (%zu bytes)", c->name, total * 4);
-    float *p = s->mem;
-    for (int l = 0; l < d->n_layers; l++) {
-        s->k[l] = p, p += (size_t)s->cap[l] * s->kvw;
-        s->v[l] = p, p += (size_t)s->cap[l] * s->kvw;
+}
+
+void splash_dflash_kv_place(splash_dflash_kv *s, float *mem) {
+    s->mem = mem;
+    for (int l = 0; l < s->n_layers; l++) {
+        s->k[l] = mem, mem += (size_t)s->cap[l] * s->kvw;
+        s->v[l] = mem, mem += (size_t)s->cap[l] * s->kvw;
     }
-    s->bytes = total * sizeof(float);
+}
+
+int splash_dflash_kv_init(splash_dflash_kv *s, const splash_dflash_ctx *c, splash_error *err) {
+    splash_dflash_kv_shape(s, c);
+    float *mem = calloc(1, s->bytes); /* zeroed: a snapshot copies slots never written too */
+    if (!mem) return splash_fail(err, SPLASH_E_NOMEM, "%s: out of memory for a draft state (%zu bytes)", c->name, s->bytes);
+    splash_dflash_kv_place(s, mem);
     return SPLASH_OK;
 }
 
@@ -241,21 +246,36 @@ typedef struct snap_header {
 
 size_t splash_dflash_kv_snapshot_bytes(const splash_dflash_kv *s) { return sizeof(snap_header) + s->bytes; }
 
-void splash_dflash_kv_save(const splash_dflash_kv *s, void *dst) {
+_Static_assert(sizeof(snap_header) == SPLASH_DFLASH_SNAP_HEADER, "the snapshot header's size");
+
+void splash_dflash_kv_save_header(const splash_dflash_kv *s, void *dst) {
     snap_header h = {s->snap_magic, (uint32_t)s->n_layers, s->n_ctx, s->lo, s->bytes, {0}};
     memcpy(dst, &h, sizeof h);
-    memcpy((char *)dst + sizeof h, s->mem, s->bytes);
 }
 
-int splash_dflash_kv_load(splash_dflash_kv *s, const void *src, splash_error *err) {
+int splash_dflash_kv_load_header(splash_dflash_kv *s, const void *src, splash_error *err) {
     snap_header h;
     memcpy(&h, src, sizeof h);
     if (h.magic != s->snap_magic || h.n_layers != (uint32_t)s->n_layers || h.bytes != s->bytes || h.n_ctx < h.lo ||
         h.lo < 0)
         return splash_fail(err, SPLASH_E_INVALID, "%s: the snapshot is not one of this draft's states", s->name);
-    memcpy(s->mem, (const char *)src + sizeof h, s->bytes);
     s->n_ctx = h.n_ctx;
     s->lo = h.lo;
+    return SPLASH_OK;
+}
+
+void splash_dflash_kv_save(const splash_dflash_kv *s, void *dst) {
+    splash_dflash_kv_save_header(s, dst);
+    memcpy((char *)dst + sizeof(snap_header), s->mem, s->bytes);
+}
+
+int splash_dflash_kv_load(splash_dflash_kv *s, const void *src, splash_error *err) {
+    splash_dflash_kv tmp = *s; /* the rings change only with a header that fits */
+    int rc = splash_dflash_kv_load_header(&tmp, src, err);
+    if (rc) return rc;
+    memcpy(s->mem, (const char *)src + sizeof(snap_header), s->bytes);
+    s->n_ctx = tmp.n_ctx;
+    s->lo = tmp.lo;
     return SPLASH_OK;
 }
 

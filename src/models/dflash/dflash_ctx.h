@@ -110,8 +110,20 @@ void splash_dflash_ctx_release(splash_dflash_ctx *c);
 /* ---- a lane's context cache ---------------------------------------------------- */
 
 int splash_dflash_kv_init(splash_dflash_kv *s, const splash_dflash_ctx *c, splash_error *err);
+/* kv_init in two steps, for rings in other memory (the CUDA draft's device
+ * memory): shape fills everything but the memory (empty, caps, bytes);
+ * place points the rings into mem (bytes of it, each layer's k then v). */
+void splash_dflash_kv_shape(splash_dflash_kv *s, const splash_dflash_ctx *c);
+void splash_dflash_kv_place(splash_dflash_kv *s, float *mem);
 void splash_dflash_kv_release(splash_dflash_kv *s);
 int splash_dflash_kv_seek(const splash_dflash_ctx *c, splash_dflash_kv *s, int pos, splash_error *err);
+/* A snapshot is a SPLASH_DFLASH_SNAP_HEADER-byte header (magic, layers,
+ * n_ctx, lo, bytes), then the rings exactly as mem holds them (each layer's
+ * k then v).  The header alone: for a backend whose rings live elsewhere
+ * (models/dflash/cuda_dflash.cu); load_header checks it and sets n_ctx, lo. */
+#define SPLASH_DFLASH_SNAP_HEADER 64
+void splash_dflash_kv_save_header(const splash_dflash_kv *s, void *dst);
+int splash_dflash_kv_load_header(splash_dflash_kv *s, const void *src, splash_error *err);
 size_t splash_dflash_kv_snapshot_bytes(const splash_dflash_kv *s);
 void splash_dflash_kv_save(const splash_dflash_kv *s, void *dst);
 int splash_dflash_kv_load(splash_dflash_kv *s, const void *src, splash_error *err);

@@ -35,7 +35,8 @@
 
 /* Non-q4 matrices of p over all R rows; returns the q4 matrices' columns (0:
  * none) in *q4_cols. */
-static int dense_products(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n, int *q4_cols) {
+static int dense_products(struct CUstream_st *stream, const float *x, size_t ldx, int R, const qc_prod *p, int n,
+                          int *q4_cols) {
     *q4_cols = 0;
     for (int j = 0; j < n; j++) {
         const qc_matrix *w = p[j].w;
@@ -45,36 +46,44 @@ static int dense_products(qc_model *m, const float *x, size_t ldx, int R, const 
             continue;
         }
         if (p[j].add) return SPLASH_E_INVALID; /* adding products are q4 (cuda_layers.cu's residual) */
-        int rc = splash_cuda_dense_matmul(&w->dense, x, ldx, R, p[j].y, (size_t)w->rows, m->stream);
+        int rc = splash_cuda_dense_matmul(&w->dense, x, ldx, R, p[j].y, (size_t)w->rows, stream);
         if (rc) return rc;
     }
     return 0;
 }
 
 /* Rows [r0, r1) through the q4 matrices of p (those with gemm == 0 only when
- * skip_gemm), 16 rows a launch. */
-static int q4_by16(qc_model *m, const float *x, size_t ldx, int r0, int r1, const qc_prod *p, int n, int q4_cols,
-                   int skip_gemm) {
-    const cudaStream_t s = (cudaStream_t)m->stream;
+ * skip_gemm), 16 rows a launch, each 16 rows prepared once in xp.  *xp_src
+ * (ld xp_ld): what a fused producer already prepared in xp (rows 0..15), NULL
+ * for nothing; set to NULL once xp holds something else. */
+static int q4_by16(splash_q4_xprep *xp, const float **xp_src, size_t xp_ld, struct CUstream_st *stream,
+                   const float *x, size_t ldx, int r0, int r1, const qc_prod *p, int n, int q4_cols, int skip_gemm) {
+    const cudaStream_t s = (cudaStream_t)stream;
     for (int a = r0; a < r1; a += SPLASH_Q4_MAX_M) {
         const int M = r1 - a < SPLASH_Q4_MAX_M ? r1 - a : SPLASH_Q4_MAX_M;
         int rc = 0, prepped = 0;
         for (int j = 0; j < n; j++) {
             const qc_matrix *w = p[j].w;
             if (!w->is_q4 || (skip_gemm && w->gemm)) continue;
-            if (!prepped) { /* the fused producers prepare rows 0..15: xp_src */
-                if (a || x != m->xp_src || ldx != m->xp_ld || m->xp.cols != q4_cols || m->xp.M != M) {
-                    m->xp_src = nullptr; /* xp now holds what no fused producer made */
-                    if ((rc = splash_q4_prep_x(&m->xp, x + (size_t)a * ldx, M, q4_cols, (int)ldx, s))) return rc;
+            if (!prepped) {
+                if (a || x != *xp_src || ldx != xp_ld || xp->cols != q4_cols || xp->M != M) {
+                    *xp_src = nullptr;
+                    if ((rc = splash_q4_prep_x(xp, x + (size_t)a * ldx, M, q4_cols, (int)ldx, s))) return rc;
                 }
                 prepped = 1;
             }
             float *y = p[j].y + (size_t)a * w->rows;
-            if ((rc = p[j].add ? splash_q4_matmul_add(&w->q4, &m->xp, y, s) : splash_q4_matmul(&w->q4, &m->xp, y, s)))
+            if ((rc = p[j].add ? splash_q4_matmul_add(&w->q4, xp, y, s) : splash_q4_matmul(&w->q4, xp, y, s)))
                 return rc;
         }
     }
     return 0;
+}
+
+/* The model's q4 rows: its xprep, which the fused producers fill (xp_src). */
+static int model_by16(qc_model *m, const float *x, size_t ldx, int r0, int r1, const qc_prod *p, int n, int q4_cols,
+                      int skip_gemm) {
+    return q4_by16(&m->xp, &m->xp_src, m->xp_ld, m->stream, x, ldx, r0, r1, p, n, q4_cols, skip_gemm);
 }
 
 /* Rows [r0, r1) through the q4 matrices of p that take the GEMM: x prepared
@@ -88,23 +97,30 @@ static int q4_gemm_rows(qc_model *m, const float *x, size_t ldx, int r0, int r1,
 }
 
 int qc_products_rows(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n) {
-    int q4_cols, rc = dense_products(m, x, ldx, R, p, n, &q4_cols);
-    return rc || !q4_cols ? rc : q4_by16(m, x, ldx, 0, R, p, n, q4_cols, 0);
+    int q4_cols, rc = dense_products(m->stream, x, ldx, R, p, n, &q4_cols);
+    return rc || !q4_cols ? rc : model_by16(m, x, ldx, 0, R, p, n, q4_cols, 0);
+}
+
+int qc_products_xp(splash_q4_xprep *xp, struct CUstream_st *stream, const float *x, size_t ldx, int R,
+                   const qc_prod *p, int n) {
+    const float *none = nullptr;
+    int q4_cols, rc = dense_products(stream, x, ldx, R, p, n, &q4_cols);
+    return rc || !q4_cols ? rc : q4_by16(xp, &none, 0, stream, x, ldx, 0, R, p, n, q4_cols, 0);
 }
 
 int qc_products(qc_fwd *f, const float *x, size_t ldx, const qc_prod *p, int n) {
     qc_model *m = f->m;
-    int q4_cols, rc = dense_products(m, x, ldx, f->R, p, n, &q4_cols);
+    int q4_cols, rc = dense_products(m->stream, x, ldx, f->R, p, n, &q4_cols);
     if (rc || !q4_cols) return rc;
     int r = 0; /* rows before r are done */
     for (int i = 0; i < f->n_bulk; i++) {
         const qc_rows b = m->bulk[i];
-        if ((rc = q4_by16(m, x, ldx, r, b.r0, p, n, q4_cols, 0))) return rc;
+        if ((rc = model_by16(m, x, ldx, r, b.r0, p, n, q4_cols, 0))) return rc;
         if ((rc = q4_gemm_rows(m, x, ldx, b.r0, b.r1, p, n, q4_cols))) return rc;
-        if ((rc = q4_by16(m, x, ldx, b.r0, b.r1, p, n, q4_cols, 1))) return rc; /* matrices the GEMM refuses */
+        if ((rc = model_by16(m, x, ldx, b.r0, b.r1, p, n, q4_cols, 1))) return rc; /* matrices the GEMM refuses */
         r = b.r1;
     }
-    return q4_by16(m, x, ldx, r, f->R, p, n, q4_cols, 0);
+    return model_by16(m, x, ldx, r, f->R, p, n, q4_cols, 0);
 }
 
 /* ---- validation (forward.c's rules, shared) ------------------------------------------------ */

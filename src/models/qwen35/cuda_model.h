@@ -124,6 +124,26 @@ typedef struct qc_weights {
 } qc_weights;
 
 int qc_weights_upload(const splash_package *pkg, const qwen35_dims *d, qc_weights *w, splash_error *err);
+/* Uploading into one device allocation (cuda_weights.cu; also the DFlash
+ * draft's, models/dflash/cuda_dflash.cu): a walk over the tensors runs
+ * twice, first adding up sizes (dev NULL: nothing is copied), then copying
+ * into the one cudaMalloc; every part 256-byte aligned. */
+typedef struct qc_upload {
+    uint8_t *dev;                  /* base of the allocation, or NULL while sizing */
+    size_t off;                    /* next free byte */
+    uint8_t *stage;                /* host staging for repacks */
+    size_t stage_bytes;
+    int max_q4_cols;
+    splash_error *err;
+} qc_upload;
+/* A matrix: q4 repacked to the kernel's tiles, else bytes as stored. */
+int qc_upload_matrix(qc_upload *w, const splash_tensor *t, qc_matrix *out);
+/* n fp32 values; *out their device address (NULL while sizing). */
+int qc_upload_vec(qc_upload *w, const float *src, size_t n, const char *name, const float **out);
+/* Runs walk(w, ctx) to size, allocates *dev (*bytes), runs it again to copy;
+ * *max_q4_cols (when not NULL): the widest q4 matrix's inputs. */
+int qc_upload_run(int (*walk)(qc_upload *, void *), void *ctx, void **dev, size_t *bytes, int *max_q4_cols,
+                  splash_error *err);
 void qc_weights_free(qc_weights *w);
 
 /* ---- the per-forward descriptor ------------------------------------------------- */
@@ -287,6 +307,10 @@ typedef struct qc_prod {
 int qc_products(qc_fwd *f, const float *x, size_t ldx, const qc_prod *p, int n);
 /* R rows that belong to no lane (the LOGITS rows of the head): 16 at a time. */
 int qc_products_rows(qc_model *m, const float *x, size_t ldx, int R, const qc_prod *p, int n);
+/* The same for a caller with its own prepared activation (the DFlash draft):
+ * xp (capacity >= the q4 matrices' columns) and stream. */
+int qc_products_xp(splash_q4_xprep *xp, struct CUstream_st *stream, const float *x, size_t ldx, int R,
+                   const qc_prod *p, int n);
 
 /* 1 when rows of `cols` floats can be made by a fused producer into m->xp
  * (splash_q4_prep_rmsnorm / _silu_mul), which then records m->xp_src. */

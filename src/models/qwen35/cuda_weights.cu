@@ -36,24 +36,14 @@ constexpr size_t kAlign = 256;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
-/* One pass of the walk: sizing (dev == NULL) or copying. */
-struct Walk {
-    uint8_t *dev;      /* base of the allocation, or NULL while sizing */
-    size_t off;        /* next free byte */
-    uint8_t *stage;    /* host staging for repacks */
-    size_t stage_bytes;
-    int max_q4_cols;
-    splash_error *err;
-};
-
 /* Reserves n bytes; the device address (NULL while sizing). */
-uint8_t *reserve(Walk *w, size_t n) {
+uint8_t *reserve(qc_upload *w, size_t n) {
     uint8_t *p = w->dev ? w->dev + w->off : nullptr;
     w->off += align_up(n);
     return p;
 }
 
-int copy_up(Walk *w, uint8_t *dst, const void *src, size_t n, const char *name) {
+int copy_up(qc_upload *w, uint8_t *dst, const void *src, size_t n, const char *name) {
     if (!w->dev) return 0;
     cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
     if (e != cudaSuccess)
@@ -62,7 +52,7 @@ int copy_up(Walk *w, uint8_t *dst, const void *src, size_t n, const char *name) 
 }
 
 /* A staging buffer of at least n bytes (the copying pass only). */
-int stage(Walk *w, size_t n) {
+int stage(qc_upload *w, size_t n) {
     if (!w->dev || w->stage_bytes >= n) return 0;
     uint8_t *p = (uint8_t *)realloc(w->stage, n);
     if (!p) return splash_fail(w->err, SPLASH_E_NOMEM, "out of memory staging %zu bytes of weights", n);
@@ -72,7 +62,7 @@ int stage(Walk *w, size_t n) {
 
 /* One q4 matrix (rows x cols canonical at src) tiled onto the device;
  * *gemm (when not NULL): whether the prefill GEMM may read it. */
-int put_q4(Walk *w, const uint8_t *src, int rows, int cols, const char *name, splash_q4_matrix *out, int *gemm) {
+int put_q4(qc_upload *w, const uint8_t *src, int rows, int cols, const char *name, splash_q4_matrix *out, int *gemm) {
     if (cols > SPLASH_Q4_MAX_COLS)
         return splash_fail(w->err, SPLASH_E_UNSUPPORTED, "tensor %s: %d inputs; the CUDA q4 kernels take at most %d",
                            name, cols, SPLASH_Q4_MAX_COLS);
@@ -90,7 +80,9 @@ int put_q4(Walk *w, const uint8_t *src, int rows, int cols, const char *name, sp
     return 0;
 }
 
-int put_matrix(Walk *w, const splash_tensor *t, qc_matrix *out) {
+} /* namespace */
+
+int qc_upload_matrix(qc_upload *w, const splash_tensor *t, qc_matrix *out) {
     int64_t rows, cols, count;
     splash_tensor_matrix_dims(t, &rows, &cols, &count);
     memset(out, 0, sizeof *out);
@@ -110,10 +102,12 @@ int put_matrix(Walk *w, const splash_tensor *t, qc_matrix *out) {
     return 0;
 }
 
+namespace {
+
 /* The tensors t[0..n) (n <= 4) stacked into one q4 matrix when they can be
  * (all single q4 matrices with the same columns): 1 in *stacked and out
  * filled; else 0 and nothing reserved (the caller puts them one by one). */
-int put_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, int *stacked) {
+int put_stacked(qc_upload *w, const splash_tensor *const *t, int n, qc_matrix *out, int *stacked) {
     const uint8_t *src[4];
     int rows[4];
     int64_t r, c, count, cols = -1;
@@ -149,7 +143,7 @@ int put_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, i
 }
 
 /* Stacked experts [E, rows, cols], q4 only, into out[0..E). */
-int put_experts(Walk *w, const splash_tensor *t, splash_q4_matrix *out, int *gemm) {
+int put_experts(qc_upload *w, const splash_tensor *t, splash_q4_matrix *out, int *gemm) {
     if (t->dtype != SPLASH_Q4)
         return splash_fail(w->err, SPLASH_E_UNSUPPORTED,
                            "tensor %s: experts stored as %s; the CUDA backend runs q4 experts only (pack with --weights q4)",
@@ -166,11 +160,15 @@ int put_experts(Walk *w, const splash_tensor *t, splash_q4_matrix *out, int *gem
     return 0;
 }
 
-int put_vec(Walk *w, const float *src, size_t n, const char *name, const float **out) {
+} /* namespace */
+
+int qc_upload_vec(qc_upload *w, const float *src, size_t n, const char *name, const float **out) {
     uint8_t *d = reserve(w, n * sizeof(float));
     *out = (const float *)d;
     return copy_up(w, d, src, n * sizeof(float), name);
 }
+
+namespace {
 
 #define TRY(x)                                                                                                         \
     do {                                                                                                               \
@@ -185,7 +183,7 @@ int put_vec(Walk *w, const float *src, size_t n, const char *name, const float *
  * the MoE router and the shared-expert gate (bf16 [E, H] and [1, H]): one
  * launch instead of two, the second a one-block kernel (3.3 us of a
  * 35B-A3B layer, NOTES.md). */
-int put_dense_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *out, int *stacked) {
+int put_dense_stacked(qc_upload *w, const splash_tensor *const *t, int n, qc_matrix *out, int *stacked) {
     int64_t r, c, count, cols = -1, rows = 0;
     *stacked = 0;
     memset(out, 0, sizeof *out);
@@ -215,11 +213,11 @@ int put_dense_stacked(Walk *w, const splash_tensor *const *t, int n, qc_matrix *
 /* The tensors that read one input: one stacked matrix when they can be
  * (put_stacked: q4, else put_dense_stacked), else each its own (apart[i]);
  * the stack's rows are 0 when not stacked. */
-int put_inputs(Walk *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart) {
+int put_inputs(qc_upload *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart) {
     int st;
     TRY(put_stacked(w, t, n, stack, &st));
     if (!st) TRY(put_dense_stacked(w, t, n, stack, &st));
-    for (int i = 0; !st && i < n; i++) TRY(put_matrix(w, t[i], apart[i]));
+    for (int i = 0; !st && i < n; i++) TRY(qc_upload_matrix(w, t[i], apart[i]));
     return 0;
 }
 
@@ -240,38 +238,38 @@ bool shared_fits(const qwen35_dims *d, const qwen35_layer *L) {
 }
 
 /* The whole walk, in one order for both passes. */
-int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *inv_freq, qc_weights *out) {
+int walk(qc_upload *w, const qwen35_dims *d, const qwen35_weights *hw, const float *inv_freq, qc_weights *out) {
     const size_t H = (size_t)d->hidden;
-    TRY(put_matrix(w, hw->embed, &out->embed));
+    TRY(qc_upload_matrix(w, hw->embed, &out->embed));
     if (hw->lm_head == hw->embed)
         out->lm_head = out->embed;
     else
-        TRY(put_matrix(w, hw->lm_head, &out->lm_head));
-    TRY(put_vec(w, hw->final_norm, H, "final_norm", &out->final_norm));
-    if (d->rotary_dim) TRY(put_vec(w, inv_freq, (size_t)d->rotary_dim / 2, "inv_freq", &out->inv_freq));
+        TRY(qc_upload_matrix(w, hw->lm_head, &out->lm_head));
+    TRY(qc_upload_vec(w, hw->final_norm, H, "final_norm", &out->final_norm));
+    if (d->rotary_dim) TRY(qc_upload_vec(w, inv_freq, (size_t)d->rotary_dim / 2, "inv_freq", &out->inv_freq));
     const size_t E = (size_t)d->experts;
     for (int i = 0; i < d->n_layers; i++) {
         const qwen35_layer *L = &hw->layers[i];
         qc_layer *o = &out->layers[i];
         o->is_attn = L->is_attn, o->index = L->index;
-        TRY(put_vec(w, L->input_norm, H, "input_norm", &o->input_norm));
-        TRY(put_vec(w, L->post_norm, H, "post_norm", &o->post_norm));
+        TRY(qc_upload_vec(w, L->input_norm, H, "input_norm", &o->input_norm));
+        TRY(qc_upload_vec(w, L->post_norm, H, "post_norm", &o->post_norm));
         if (L->is_attn) {
             const splash_tensor *in[3] = {L->q_proj, L->k_proj, L->v_proj};
             qc_matrix *const apart[3] = {&o->q_proj, &o->k_proj, &o->v_proj};
             TRY(put_inputs(w, in, 3, &o->attn_in, apart));
-            TRY(put_matrix(w, L->o_proj, &o->o_proj));
-            TRY(put_vec(w, L->q_norm, (size_t)d->head_dim, "q_norm", &o->q_norm));
-            TRY(put_vec(w, L->k_norm, (size_t)d->head_dim, "k_norm", &o->k_norm));
+            TRY(qc_upload_matrix(w, L->o_proj, &o->o_proj));
+            TRY(qc_upload_vec(w, L->q_norm, (size_t)d->head_dim, "q_norm", &o->q_norm));
+            TRY(qc_upload_vec(w, L->k_norm, (size_t)d->head_dim, "k_norm", &o->k_norm));
         } else {
             const splash_tensor *in[4] = {L->in_qkv, L->in_z, L->in_b, L->in_a};
             qc_matrix *const apart[4] = {&o->in_qkv, &o->in_z, &o->in_b, &o->in_a};
             TRY(put_inputs(w, in, 4, &o->gdn_in, apart));
-            TRY(put_matrix(w, L->out_proj, &o->out_proj));
-            TRY(put_vec(w, L->conv_t, (size_t)d->conv_kernel * d->conv_dim, "conv", &o->conv_t));
-            TRY(put_vec(w, L->neg_a, (size_t)d->hv, "A_log", &o->neg_a));
-            TRY(put_vec(w, L->dt_bias, (size_t)d->hv, "dt_bias", &o->dt_bias));
-            TRY(put_vec(w, L->gnorm, (size_t)d->dv, "gdn.norm", &o->gnorm));
+            TRY(qc_upload_matrix(w, L->out_proj, &o->out_proj));
+            TRY(qc_upload_vec(w, L->conv_t, (size_t)d->conv_kernel * d->conv_dim, "conv", &o->conv_t));
+            TRY(qc_upload_vec(w, L->neg_a, (size_t)d->hv, "A_log", &o->neg_a));
+            TRY(qc_upload_vec(w, L->dt_bias, (size_t)d->hv, "dt_bias", &o->dt_bias));
+            TRY(qc_upload_vec(w, L->gnorm, (size_t)d->dv, "gdn.norm", &o->gnorm));
         }
         if (d->moe) {
             splash_q4_matrix *ex = out->experts + (size_t)i * 3 * (E + 1);
@@ -287,7 +285,7 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
                 splash_q4_matrix *x = ex + (size_t)j * (E + 1);
                 TRY(put_experts(w, ev[j], x, &o->experts_gemm));
                 if (o->shared_slot) { /* right after expert E - 1: the arrays' stride holds */
-                    TRY(put_matrix(w, sv[j], sm[j]));
+                    TRY(qc_upload_matrix(w, sv[j], sm[j]));
                     x[E] = sm[j]->q4;
                 }
             }
@@ -296,16 +294,61 @@ int walk(Walk *w, const qwen35_dims *d, const qwen35_weights *hw, const float *i
                 const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
                 qc_matrix *const apart[2] = {&o->shared_gate, &o->shared_up};
                 TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
-                TRY(put_matrix(w, L->shared_down, &o->shared_down));
+                TRY(qc_upload_matrix(w, L->shared_down, &o->shared_down));
             }
         } else {
             const splash_tensor *in[2] = {L->gate, L->up};
             qc_matrix *const apart[2] = {&o->gate, &o->up};
             TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
-            TRY(put_matrix(w, L->down, &o->down));
+            TRY(qc_upload_matrix(w, L->down, &o->down));
         }
     }
     return 0;
+}
+
+} /* namespace */
+
+int qc_upload_run(int (*walk)(qc_upload *, void *), void *ctx, void **dev, size_t *bytes, int *max_q4_cols,
+                  splash_error *err) {
+    qc_upload w;
+    memset(&w, 0, sizeof w);
+    w.err = err;
+    *dev = nullptr;
+    int rc = walk(&w, ctx); /* sizes */
+    if (!rc) {
+        *bytes = w.off;
+        cudaError_t e = cudaMalloc(dev, w.off ? w.off : 1);
+        if (e != cudaSuccess) {
+            *dev = nullptr;
+            rc = splash_fail(err, SPLASH_E_NOMEM, "cudaMalloc of %zu MiB of weights: %s", w.off >> 20,
+                             cudaGetErrorString(e));
+        }
+    }
+    if (!rc) {
+        w.dev = (uint8_t *)*dev, w.off = 0, w.max_q4_cols = 0;
+        rc = walk(&w, ctx); /* copies */
+        if (max_q4_cols) *max_q4_cols = w.max_q4_cols;
+    }
+    free(w.stage);
+    if (rc && *dev) {
+        cudaFree(*dev);
+        *dev = nullptr;
+    }
+    return rc;
+}
+
+namespace {
+
+struct TargetWalk {
+    const qwen35_dims *d;
+    const qwen35_weights *hw;
+    const float *inv_freq;
+    qc_weights *out;
+};
+
+int target_walk(qc_upload *w, void *ctx) {
+    const TargetWalk *t = (const TargetWalk *)ctx;
+    return walk(w, t->d, t->hw, t->inv_freq, t->out);
 }
 
 } /* namespace */
@@ -316,34 +359,17 @@ int qc_weights_upload(const splash_package *pkg, const qwen35_dims *d, qc_weight
     int rc = qwen35_weights_bind(pkg, d, &hw, err);
     if (rc) return rc;
     float *inv_freq = nullptr;
-    Walk w;
-    memset(&w, 0, sizeof w);
-    w.err = err;
     out->layers = (qc_layer *)calloc((size_t)d->n_layers, sizeof *out->layers);
     if (d->moe)
         out->experts = (splash_q4_matrix *)calloc((size_t)d->n_layers * 3 * ((size_t)d->experts + 1), sizeof *out->experts);
     if (d->rotary_dim) inv_freq = (float *)malloc((size_t)d->rotary_dim / 2 * sizeof(float));
     if (!out->layers || (d->moe && !out->experts) || (d->rotary_dim && !inv_freq)) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the CUDA weight tables");
-        goto done;
+    } else {
+        if (d->rotary_dim) splash_cuda_rope_inv_freq(inv_freq, d->rotary_dim, d->rope_theta);
+        TargetWalk t = {d, &hw, inv_freq, out};
+        rc = qc_upload_run(target_walk, &t, &out->dev, &out->bytes, &out->max_q4_cols, err);
     }
-    if (d->rotary_dim) splash_cuda_rope_inv_freq(inv_freq, d->rotary_dim, d->rope_theta);
-    if ((rc = walk(&w, d, &hw, inv_freq, out))) goto done; /* sizes */
-    out->bytes = w.off;
-    {
-        cudaError_t e = cudaMalloc(&out->dev, out->bytes);
-        if (e != cudaSuccess) {
-            out->dev = nullptr;
-            rc = splash_fail(err, SPLASH_E_NOMEM, "cudaMalloc of %zu MiB of weights: %s", out->bytes >> 20,
-                             cudaGetErrorString(e));
-            goto done;
-        }
-    }
-    w.dev = (uint8_t *)out->dev, w.off = 0, w.max_q4_cols = 0;
-    if ((rc = walk(&w, d, &hw, inv_freq, out))) goto done; /* copies */
-    out->max_q4_cols = w.max_q4_cols;
-done:
-    free(w.stage);
     free(inv_freq);
     qwen35_weights_free(&hw, d);
     if (rc) qc_weights_free(out);
