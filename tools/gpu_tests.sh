@@ -77,7 +77,8 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 PKGS="libpcre2-8 libutf8proc libcrypto libmicrohttpd libcurl zlib"
 
-# The fixture packages test_cuda_model loads: <dir>/<fixture>-<weights>.
+# The fixture packages test_cuda_model loads: <dir>/<fixture>-<weights>; and
+# test_cuda_draft's: dense-tiny with a draft, <dir>/<draft>-<weights>.
 pack_fixtures() { # splash-binary dir
     for spec in dense-tiny:q4 moe-tiny:q4 dense-tiny:bf16; do
         fx=${spec%%:*} w=${spec##*:}
@@ -85,6 +86,20 @@ pack_fixtures() { # splash-binary dir
         [ -d "tests/fixtures/$fx" ] || continue
         "$1" pack --from "tests/fixtures/$fx" --out "$2/$fx-$w" --weights "$w" --force --quiet || return 1
     done
+    for spec in dflash:q4 dflash:bf16 dflash2:q4 dflash2:bf16; do
+        dr=${spec%%:*} w=${spec##*:}
+        [ -f "$2/$dr-$w/manifest.json" ] && continue
+        [ -d "tests/fixtures/$dr-tiny" ] || continue
+        "$1" pack --from tests/fixtures/dense-tiny --draft "tests/fixtures/$dr-tiny" --out "$2/$dr-$w" --weights "$w" \
+            --force --quiet || return 1
+    done
+}
+
+# show_model_test LOG: the summary of test_cuda_model's or test_cuda_draft's log
+show_model_test() { # log
+    grep -E '^(device|FAIL|SKIP|FATAL)' "$1" | head -n 30
+    sed -n '/^| fixture /,$p' "$1"
+    grep -q '^| fixture ' "$1" || tail -n 20 "$1"
 }
 
 if [ $PREPARE = 1 ]; then
@@ -105,21 +120,25 @@ if [ $EMULATE = 1 ]; then
     mkdir -p "$B/emu" "$OUT"
     make -s BUILD="$B" CUDA=0 -j"$JOBS" "$B/libsplash.a" "$B/splash" || exit 1
     objs="" pids=""
-    for f in src/models/qwen35/cuda_*.cu tests/gpu/test_cuda_model.cu tests/gpu/host_emulation.cpp; do
+    for f in src/models/qwen35/cuda_*.cu src/models/dflash/cuda_*.cu tests/gpu/host_emulation.cpp \
+        tests/gpu/test_cuda_model.cu tests/gpu/test_cuda_draft.cu; do
         o="$B/emu/$(basename "${f%.*}").o"
         $NVCC -std=c++17 -O1 -Isrc -Xcompiler -Wall,-Wextra -Werror all-warnings -c "$f" -o "$o" &
-        pids="$pids $!" objs="$objs $o"
+        pids="$pids $!"
+        case "$f" in tests/gpu/test_*) ;; *) objs="$objs $o" ;; esac
     done
     for p in $pids; do wait "$p" || { echo "emulation build failed"; exit 1; }; done
-    $NVCC -cudart none $objs "$B/libsplash.a" $(pkg-config --libs $PKGS) -lm -lpthread -o "$B/emu/test_cuda_model" ||
-        { echo "emulation link failed"; exit 1; }
+    for t in test_cuda_model test_cuda_draft; do
+        $NVCC -cudart none "$B/emu/$t.o" $objs "$B/libsplash.a" $(pkg-config --libs $PKGS) -lm -lpthread \
+            -o "$B/emu/$t" || { echo "emulation link failed"; exit 1; }
+    done
     pack_fixtures "$B/splash" "$B/test-packages" || { echo "packing failed"; exit 1; }
-    stamp "run: test_cuda_model (emulated)"
-    SPLASH_ROOT="$PWD" "$B/emu/test_cuda_model" "$B/test-packages" >"$OUT/test_cuda_model_emulated.log" 2>&1
-    rc=$?
-    grep -E '^(device|FAIL|SKIP|FATAL)' "$OUT/test_cuda_model_emulated.log" | head -n 30
-    sed -n '/^| fixture /,$p' "$OUT/test_cuda_model_emulated.log"
-    grep -q '^| fixture ' "$OUT/test_cuda_model_emulated.log" || tail -n 20 "$OUT/test_cuda_model_emulated.log"
+    rc=0
+    for t in test_cuda_model test_cuda_draft; do
+        stamp "run: $t (emulated)"
+        SPLASH_ROOT="$PWD" "$B/emu/$t" "$B/test-packages" >"$OUT/${t}_emulated.log" 2>&1 || rc=1
+        show_model_test "$OUT/${t}_emulated.log"
+    done
     stamp "done (rc $rc)"
     exit $rc
 fi
@@ -158,7 +177,7 @@ stamp "build: CUDA sources (sm_90a)"
 CU_OBJS="" MODEL_OBJS=""
 pids=""
 rm -f "$B"/cuda/*.log
-for f in src/backend/cuda/*.cu src/models/qwen35/cuda_*.cu; do
+for f in src/backend/cuda/*.cu src/models/qwen35/cuda_*.cu src/models/dflash/cuda_*.cu; do
     n=$(basename "$f" .cu)
     $NVCC $FLAGS -Xptxas -v -c "$f" -o "$B/cuda/$n.o" >"$B/cuda/$n.log" 2>&1 &
     pids="$pids $!"
@@ -189,6 +208,9 @@ if [ -n "$MODEL_LIBS" ]; then
     $NVCC $FLAGS tests/gpu/test_cuda_model.cu $CU_OBJS $MODEL_OBJS "$REFLIB" $MODEL_LIBS -o "$B/test_cuda_model" \
         >>"$OUT/build.log" 2>&1 &
     p4=$!
+    $NVCC $FLAGS tests/gpu/test_cuda_draft.cu $CU_OBJS $MODEL_OBJS "$REFLIB" $MODEL_LIBS -o "$B/test_cuda_draft" \
+        >>"$OUT/build.log" 2>&1 &
+    p4="$p4 $!"
 fi
 bad=0
 for p in $p1 $p2 $p3 $p4; do wait "$p" || bad=1; done
@@ -232,6 +254,11 @@ if [ $SAN = 1 ]; then
                 "$B/test_cuda_model" --quick "$PACKAGES" || rc=1
             grep -E '^(FAIL|=========)' "$OUT/sanitize_model.log" | head -n 30
             tail -n 1 "$OUT/sanitize_model.log"
+            stamp "run: compute-sanitizer test_cuda_draft"
+            SPLASH_ROOT="$PWD" step "$OUT/sanitize_draft.log" compute-sanitizer --tool memcheck --error-exitcode 9 \
+                "$B/test_cuda_draft" "$PACKAGES" || rc=1
+            grep -E '^(FAIL|=========)' "$OUT/sanitize_draft.log" | head -n 30
+            tail -n 1 "$OUT/sanitize_draft.log"
         fi
     else
         echo "    compute-sanitizer not found"
@@ -253,11 +280,11 @@ sed -n '/^| op /,$p' "$OUT/test_cuda_ops.log"
 # a crash before the table: show the end of the log
 grep -q '^| op ' "$OUT/test_cuda_ops.log" || tail -n 20 "$OUT/test_cuda_ops.log"
 if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
-    stamp "run: test_cuda_model $PACKAGES"
-    SPLASH_ROOT="$PWD" step "$OUT/test_cuda_model.log" "$B/test_cuda_model" "$PACKAGES" || rc=1
-    grep -E '^(device|FAIL|SKIP|FATAL)' "$OUT/test_cuda_model.log" | head -n 30
-    sed -n '/^| fixture /,$p' "$OUT/test_cuda_model.log"
-    grep -q '^| fixture ' "$OUT/test_cuda_model.log" || tail -n 20 "$OUT/test_cuda_model.log"
+    for t in test_cuda_model test_cuda_draft; do
+        stamp "run: $t $PACKAGES"
+        SPLASH_ROOT="$PWD" step "$OUT/$t.log" "$B/$t" "$PACKAGES" || rc=1
+        show_model_test "$OUT/$t.log"
+    done
 fi
 stamp "done (rc $rc)"
 exit $rc

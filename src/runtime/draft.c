@@ -12,12 +12,25 @@
 #include "models/dflash/dflash2_draft.h"
 #include "package/package.h"
 
+#ifdef SPLASH_CUDA
+#define SPLASH_CUDA_REF
+#else
+#define SPLASH_CUDA_REF __attribute__((weak))
+#endif
+/* models/dflash/cuda_dflash.cu: both DFlash versions on the GPU (NULL when not linked in) */
+int splash_dflash_cuda_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out,
+                            splash_error *err) SPLASH_CUDA_REF;
+
+typedef int (*draft_open_fn)(splash_package *pkg, const splash_draft_options *opt, splash_draft **out,
+                             splash_error *err);
+
 static const struct {
     const char *name;
-    int (*open)(splash_package *pkg, const splash_draft_options *opt, splash_draft **out, splash_error *err);
+    draft_open_fn open; /* device "cpu" */
+    draft_open_fn cuda; /* device "cuda" */
 } drafts[] = {
-    {"dflash", splash_dflash_draft_open},
-    {"dflash2", splash_dflash2_draft_open},
+    {"dflash", splash_dflash_draft_open, splash_dflash_cuda_open},
+    {"dflash2", splash_dflash2_draft_open, splash_dflash_cuda_open},
 };
 
 int splash_draft_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out, splash_error *err) {
@@ -26,8 +39,15 @@ int splash_draft_open(splash_package *pkg, const splash_draft_options *opt, spla
     if (!o || o->type != JSON_OBJECT)
         return splash_fail(err, SPLASH_E_NOTFOUND, "%s: the package has no draft", splash_package_dir(pkg));
     const char *arch = json_get_string(o, "architecture", "");
-    for (size_t i = 0; i < sizeof drafts / sizeof drafts[0]; i++)
-        if (!strcmp(arch, drafts[i].name)) return drafts[i].open(pkg, opt, out, err);
+    int cuda = opt->device && !strcmp(opt->device, "cuda");
+    for (size_t i = 0; i < sizeof drafts / sizeof drafts[0]; i++) {
+        if (strcmp(arch, drafts[i].name)) continue;
+        if (!cuda) return drafts[i].open(pkg, opt, out, err);
+        if (!drafts[i].cuda)
+            return splash_fail(err, SPLASH_E_UNSUPPORTED, "draft \"%s\" on device cuda: this build has no CUDA backend",
+                               arch);
+        return drafts[i].cuda(pkg, opt, out, err);
+    }
     return splash_fail(err, SPLASH_E_UNSUPPORTED, "%s: draft architecture \"%s\" is not one Splash runs (dflash, dflash2)",
                        splash_package_dir(pkg), arch);
 }

@@ -89,6 +89,7 @@ typedef struct splash_draft_options {
     int lanes;       /* lane states to keep */
     int window;      /* context positions (0 = 2048) */
     int max_block;   /* most rows of a block (0 = the draft's own block size) */
+    const char *device; /* "cuda": the draft on the GPU (models/dflash/cuda_dflash.h); NULL or "cpu": the CPU */
 } splash_draft_options;
 
 /* The package's draft (manifest "draft"), by its architecture.

@@ -968,17 +968,6 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     if ((rc = splash_device_resolve(opt->device, &e->device, e->device_name, sizeof e->device_name, &device_free,
                                     err)))
         goto fail;
-    /* The DFlash drafts run on the CPU backend only: beside a CUDA target a
-     * draft forward (its lm_head over the whole vocabulary, on the CPU) costs
-     * more than the target's own step, so a CUDA engine decodes with block 1
-     * until the draft has a CUDA forward. */
-    int no_device_draft = !strcmp(e->device, "cuda") && !opt->test_draft;
-    if (no_device_draft && opt->block_size > 1) {
-        rc = splash_fail(err, SPLASH_E_UNSUPPORTED,
-                         "block size %d on device cuda: the DFlash draft runs on the CPU only for now (block 1 on cuda)",
-                         opt->block_size);
-        goto fail;
-    }
     /* the block size asked for: the option, else the package's serving.block_size (pack
      * --default-block-size), else 0 = the draft's own */
     int want_block = opt->block_size;
@@ -989,9 +978,10 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     }
     if (opt->test_draft) {
         e->draft = opt->test_draft;
-    } else if (want_block != 1 && !no_device_draft) {
+    } else if (want_block != 1) { /* the draft runs where the target does (models/dflash/cuda_dflash.h on cuda) */
         splash_draft_options dopt = {.threads = opt->threads, .act = opt->cpu_activations, .lanes = e->max_lanes,
-                                     .window = opt->draft_window, .max_block = SPLASH_DRAFT_MAX_BLOCK};
+                                     .window = opt->draft_window, .max_block = SPLASH_DRAFT_MAX_BLOCK,
+                                     .device = e->device};
         rc = splash_draft_open(e->pkg, &dopt, &e->draft, err);
         if (rc == SPLASH_E_NOTFOUND) rc = 0;
         else if (rc) goto fail;

@@ -213,9 +213,7 @@ int splash_cmd_serve(int argc, char **argv) {
     if (strcmp(est.draft, "none")) splash_say("Draft · %s · block %d", est.draft, est.block_size);
     else if (json_get(splash_engine_manifest(srv.engine), "draft"))
         splash_say("Draft · in the package, not used: block 1 (%s)",
-                   !strcmp(est.device, "cuda") ? "the draft runs on the CPU only for now"
-                   : eo.block_size == 1        ? "--block-size 1"
-                                               : "the package's default; --block-size N uses it");
+                   eo.block_size == 1 ? "--block-size 1" : "the package's default; --block-size N uses it");
     char *tmpl = NULL, diff[256];
     size_t tlen = 0;
     char tdir[PATH_MAX];

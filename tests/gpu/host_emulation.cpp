@@ -32,6 +32,7 @@
 extern "C" {
 #include "backend/cpu/cpu.h"
 #include "package/tensor.h"
+#include "models/dflash/dflash2.h"
 }
 #include "backend/cuda/act.h"
 #include "backend/cuda/argmax.h"
@@ -39,6 +40,7 @@ extern "C" {
 #include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_matmul.h"
+#include "backend/cuda/dflash.h"
 #include "backend/cuda/gdn.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/norm.h"
@@ -682,4 +684,122 @@ extern "C" int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size
                                        float *y, size_t ldy, int rows, int cols, struct CUstream_st *s) {
     int rc = splash_cuda_silu_mul(g, ldg, u, ldu, y, ldy, rows, cols, s);
     return rc ? rc : splash_q4_prep_x(xp, y, rows < SPLASH_Q4_MAX_M ? rows : SPLASH_Q4_MAX_M, cols, (int)ldy, s);
+}
+
+extern "C" int splash_cuda_rope(float *x, size_t ldx, int rows, int heads, int head_dim, int rot_dim,
+                                const float *inv_freq, const int32_t *pos, struct CUstream_st *) {
+    const int half = rot_dim / 2;
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < heads; h++) {
+            float *v = x + r * ldx + (size_t)h * head_dim;
+            for (int i = 0; i < half; i++) {
+                const float ang = (float)pos[r] * inv_freq[i], c = cosf(ang), s = sinf(ang);
+                const float x1 = v[i], x2 = v[i + half];
+                v[i] = x1 * c - x2 * s;
+                v[i + half] = x2 * c + x1 * s;
+            }
+        }
+    return 0;
+}
+
+/* ---- the DFlash draft's ops (dflash.h): dflash2.c's and dflash_ctx.c's arithmetic ------------ */
+
+extern "C" int splash_cuda_dflash_conv(const float *x, size_t ldx, int rows, int hidden, const float *base,
+                                       const float *dyn, size_t lddyn, int side, int kernel, int group, float *out,
+                                       size_t ldo, struct CUstream_st *) {
+    splash_dflash2_conv(x, ldx, rows, hidden, base, dyn, lddyn, side, kernel, group, out, ldo);
+    return 0;
+}
+extern "C" int splash_cuda_dflash_ring_write(const float *src, size_t lds, int rows, int width, float *ring, int cap,
+                                             int pos0, struct CUstream_st *) {
+    for (int r = 0; r < rows; r++)
+        memcpy(ring + (size_t)((pos0 + r) % cap) * width, src + r * lds, (size_t)width * sizeof(float));
+    return 0;
+}
+/* dflash_ctx.c attn_task: scores in key order, cpu_softmax, cpu_axpy in key order. */
+extern "C" int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *a, struct CUstream_st *) {
+    const int hd = a->head_dim, g = a->heads / a->kv_heads, W = a->window;
+    const size_t kvw = (size_t)a->kv_heads * hd;
+    float *sc = (float *)malloc(((size_t)a->cap + a->block) * sizeof(float));
+    for (int i = 0; i < a->block; i++)
+        for (int h = 0; h < a->heads; h++) {
+            const int kh = h / g, start = a->n_ctx, qp = start + i;
+            const float *q = a->q + i * a->ldq + (size_t)h * hd;
+            int c0 = a->lo;
+            if (start - a->cap > c0) c0 = start - a->cap;
+            if (W > 0 && qp - W + 1 > c0) c0 = qp - W + 1;
+            const int nc = start > c0 ? start - c0 : 0;
+            int n = 0, b0 = 0, b1 = a->causal ? i + 1 : a->block;
+            if (W > 0) {
+                if (i - W + 1 > b0) b0 = i - W + 1;
+                if (!a->causal && i + W < b1) b1 = i + W;
+            }
+            for (int p = c0; p < start; p++)
+                sc[n++] = cpu_dot(q, a->ring_k + (size_t)(p % a->cap) * kvw + (size_t)kh * hd, hd) * a->scale;
+            for (int b = b0; b < b1; b++) sc[n++] = cpu_dot(q, a->k + b * a->ldkv + (size_t)kh * hd, hd) * a->scale;
+            cpu_softmax(sc, n);
+            float *o = a->o + i * a->ldo + (size_t)h * hd;
+            memset(o, 0, (size_t)hd * sizeof *o);
+            for (int t = 0; t < nc; t++)
+                cpu_axpy(sc[t], a->ring_v + (size_t)((c0 + t) % a->cap) * kvw + (size_t)kh * hd, o, hd);
+            for (int b = b0; b < b1; b++) cpu_axpy(sc[nc + b - b0], a->v + b * a->ldkv + (size_t)kh * hd, o, hd);
+        }
+    free(sc);
+    return 0;
+}
+extern "C" int splash_cuda_dflash_logits_transform(float *x, size_t ldx, int rows, int n, float mult, float cap,
+                                                   struct CUstream_st *) {
+    for (int r = 0; r < rows; r++) splash_dflash2_logits_transform(x + r * ldx, (size_t)n, mult, cap);
+    return 0;
+}
+extern "C" size_t splash_cuda_dflash_topk_workspace_bytes(int rows, int n, int k) {
+    return rows > 0 && n > 0 && k > 0 ? 256 : 0;
+}
+/* dflash2.c's candidates: insertion in column order, equal values keep the lower column. */
+extern "C" int splash_cuda_dflash_topk(const float *x, size_t ldx, int rows, int n, int k, int32_t *cand, float *val,
+                                       size_t ldc, int32_t *n_cand, void *, size_t, struct CUstream_st *) {
+    for (int r = 0; r < rows; r++) {
+        int32_t *c = cand + r * ldc;
+        float *v = val + r * ldc;
+        int m = 0;
+        for (int t = 0; t < n; t++) {
+            const float xv = x[r * ldx + t];
+            if (!(xv > -INFINITY) || (m == k && !(xv > v[m - 1]))) continue;
+            int i = m < k ? m++ : m - 1;
+            for (; i > 0 && xv > v[i - 1]; i--) v[i] = v[i - 1], c[i] = c[i - 1];
+            v[i] = xv, c[i] = t;
+        }
+        for (int j = m; j < k; j++) c[j] = -1, v[j] = -INFINITY;
+        n_cand[r] = m;
+    }
+    return 0;
+}
+extern "C" int splash_cuda_dflash_edges(const float *gate, const float *pred, const float *succ, const float *val,
+                                        const int32_t *n_cand, int rows, int k, int rank, float *edges,
+                                        struct CUstream_st *) {
+    float *g = (float *)malloc((size_t)rank * sizeof(float));
+    for (int i = 0; i < rows; i++)
+        for (int p = 0; p < (i ? n_cand[i - 1] : 1); p++) {
+            const float *pr = pred + (size_t)(i ? 1 + (size_t)(i - 1) * k + p : 0) * rank;
+            for (int r = 0; r < rank; r++) g[r] = pr[r] * gate[(size_t)i * rank + r];
+            for (int j = 0; j < n_cand[i]; j++)
+                edges[((size_t)i * k + p) * k + j] = val[(size_t)i * k + j] + cpu_dot(g, succ + ((size_t)i * k + j) * rank, rank);
+        }
+    free(g);
+    return 0;
+}
+
+/* ---- argmax (argmax.h): the greedy rule, largest value, ties to the lowest index ---------------- */
+
+extern "C" size_t splash_cuda_argmax_workspace_bytes(int rows, int n) { return rows > 0 && n > 0 ? 256 : 0; }
+extern "C" int splash_cuda_argmax(const float *x, size_t ldx, int rows, int n, int32_t *idx, float *val, void *, size_t,
+                                  struct CUstream_st *) {
+    for (int r = 0; r < rows; r++) {
+        int best = -1;
+        for (int c = 0; c < n; c++)
+            if (x[r * ldx + c] > -INFINITY && (best < 0 || x[r * ldx + c] > x[r * ldx + best])) best = c;
+        idx[r] = best;
+        if (val) val[r] = best >= 0 ? x[r * ldx + best] : -INFINITY;
+    }
+    return 0;
 }

@@ -1,0 +1,95 @@
+/* dflash.h - the ops of a DFlash draft on the GPU that the target's kernels
+ * do not cover (the draft's Qwen3 layers otherwise use norm.h, rope.h,
+ * q4_matmul.h, dense_matmul.h, act.h and rows.h):
+ *
+ *   conv        DFlash 2's grouped dynamic causal conv over a block's rows
+ *               (splash_dflash2_conv: the same fmaf chain in tap order, so
+ *               the result is the CPU's bit for bit);
+ *   ring write  rows of context K or V into a lane's ring (slot = pos % cap);
+ *   attention   the block's queries over the context ring and the block's own
+ *               keys, with the per-layer mask of dflash_ctx.c (sliding window,
+ *               causal or not inside the block), one online softmax per
+ *               (row, head);
+ *   transform   l = l * mult, then tanh(l / cap) * cap (cap > 0), in place
+ *               (splash_dflash2_logits_transform);
+ *   top-k       each row's top k finite logits, descending, equal values by
+ *               lower id (dflash2.c's candidates): exact, no arithmetic;
+ *   edges       the selector's scores for every (previous pick, candidate)
+ *               pair of a block: unary + < pred[prev] * gate_row, succ[cand] >,
+ *               so the greedy or sampled walk over them is a few comparisons
+ *               on the host.
+ *
+ * Every pointer is device memory unless marked host; [rows][width] arrays
+ * with a row stride in floats.  Nothing is allocated; workspaces are the
+ * caller's.  Errors: SPLASH_E_INVALID for bad arguments, SPLASH_E_IO when a
+ * launch fails.
+ */
+#ifndef SPLASH_CUDA_DFLASH_H
+#define SPLASH_CUDA_DFLASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st;
+
+#define SPLASH_CUDA_DFLASH_MAX_TOPK 64
+#define SPLASH_CUDA_DFLASH_MAX_RANK 1024
+
+/* out_t[c] = sum_{o<K, o<=t} (base[o][c] + dyn_t[side][o][c / group]) * x_{t-o}[c]
+ * (base: the side's [K][hidden]; dyn row t at dyn + t * lddyn, [2][K][hidden / group]). */
+int splash_cuda_dflash_conv(const float *x, size_t ldx, int rows, int hidden, const float *base, const float *dyn,
+                            size_t lddyn, int side, int kernel, int group, float *out, size_t ldo,
+                            struct CUstream_st *stream);
+
+/* ring[(pos0 + r) % cap] = src[r] for r < rows (width floats a row). */
+int splash_cuda_dflash_ring_write(const float *src, size_t lds, int rows, int width, float *ring, int cap, int pos0,
+                                  struct CUstream_st *stream);
+
+typedef struct splash_cuda_dflash_attn_args {
+    const float *q;                /* [block][heads * hd] normed, roped */
+    size_t ldq;
+    const float *k, *v;            /* the block's own keys / values [block][kv_heads * hd] */
+    size_t ldkv;
+    const float *ring_k, *ring_v;  /* the lane's context [cap][kv_heads * hd]; position p at slot p % cap */
+    float *o;                      /* [block][heads * hd] */
+    size_t ldo;
+    int block, heads, kv_heads, head_dim;
+    int n_ctx;                     /* the block's row 0 is at position n_ctx; context positions < n_ctx */
+    int lo;                        /* the first context position held */
+    int cap;                       /* the ring's positions */
+    int window;                    /* sliding window (a query at t sees keys > t - window); 0: none */
+    int causal;                    /* inside the block: keys up to the query's row, else all rows */
+    float scale;
+} splash_cuda_dflash_attn_args;
+int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *a, struct CUstream_st *stream);
+
+int splash_cuda_dflash_logits_transform(float *x, size_t ldx, int rows, int n, float mult, float cap,
+                                        struct CUstream_st *stream);
+
+/* Each row's top k (<= SPLASH_CUDA_DFLASH_MAX_TOPK) finite values of x [rows][n]:
+ * cand[r * ldc + j] their columns, val[r * ldc + j] their values, descending
+ * (equal values: lower column first); entries past n_cand[r] are -1 / -inf. */
+size_t splash_cuda_dflash_topk_workspace_bytes(int rows, int n, int k);
+int splash_cuda_dflash_topk(const float *x, size_t ldx, int rows, int n, int k, int32_t *cand, float *val,
+                            size_t ldc, int32_t *n_cand, void *workspace, size_t workspace_bytes,
+                            struct CUstream_st *stream);
+
+/* The selector's edge scores of a block of `rows` rows, k candidates a row:
+ *   edges[(i * k + p) * k + j] = val[i][j] + sum_r (pred_p[r] * gate[i][r]) * succ[i * k + j][r]
+ * for p < (i ? n_cand[i - 1] : 1), j < n_cand[i]; others are left as they
+ * are.  pred_p is row 0 of pred (the anchor's codebook row) for i = 0, else
+ * row 1 + (i - 1) * k + p (row i-1's candidate p); succ [rows * k][rank] the
+ * candidates' successor rows; gate [rows][rank]; val, n_cand as topk wrote. */
+int splash_cuda_dflash_edges(const float *gate, const float *pred, const float *succ, const float *val,
+                             const int32_t *n_cand, int rows, int k, int rank, float *edges,
+                             struct CUstream_st *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

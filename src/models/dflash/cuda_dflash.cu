@@ -1,0 +1,637 @@
+/* cuda_dflash.cu - the DFlash drafts on the CUDA backend (see cuda_dflash.h).
+ *
+ * The forward is dflash.c's / dflash2.c's, op for op:
+ *   block input   [anchor, MASK x (B-1)] embedded on the host (the anchor's
+ *                 row dequantised as dflash_ctx.c does, the MASK row once),
+ *                 times the v2 embedding scale, two rows uploaded and
+ *                 gathered into the block;
+ *   each layer    norm; (v2: kernel projection, conv side 0); q, k, v; q/k
+ *                 norm and rotary; block attention over the lane's ring and
+ *                 the block; o_proj (v2: conv side 1); residual; the same
+ *                 around the SwiGLU MLP;
+ *   the head      final norm, lm_head over rows 1..B-1, then per version
+ *                 (cuda_dflash.h).
+ * The draft's weights are its own upload; the target's embedding stays on
+ * the host (two rows a block) and its lm_head is uploaded once more here
+ * (the target model does not share its device weights; ~0.6 GB on the 27B).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backend/cpu/cpu.h"
+#include "models/dflash/dflash.h"
+#include "models/dflash/dflash2.h"
+#include "models/dflash/dflash2_draft.h"
+#include "models/dflash/dflash_ctx.h"
+#include "models/dflash/dflash_lanes.h"
+#include "runtime/draft.h"
+}
+#include "backend/cuda/act.h"
+#include "backend/cuda/argmax.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/dflash.h"
+#include "backend/cuda/norm.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/rows.h"
+#include "models/dflash/cuda_dflash.h"
+#include "models/qwen35/cuda_model.h"
+
+namespace {
+
+/* One layer's weights on the device. */
+struct DLayer {
+    const float *input_norm, *post_norm, *q_norm, *k_norm; /* fp32 factors */
+    qc_matrix q, k, v, o, gate, up, down;
+    const float *attn_base, *ffn_base;                      /* v2: [2][K][H] */
+    qc_matrix attn_proj, ffn_proj;                          /* v2: [2*K*G, H] */
+};
+
+/* The per-call descriptor: pinned on the host, mirrored on the device,
+ * uploaded with one copy.  Byte offsets (256-aligned). */
+struct Desc {
+    size_t pos;   /* int32 [R] positions of the rows (block, or an append chunk) */
+    size_t gidx;  /* int32 [max_block] 0 for the anchor row, 1 for the MASK rows */
+    size_t emb;   /* float [2][H] the anchor's and the MASK's input rows */
+    size_t ids;   /* int32 [1 + max_block * top_k] v2: anchor, then each row's candidates (top-k writes them) */
+    size_t bytes;
+};
+
+struct CDraft {
+    splash_dflash_lanes ln;          /* first: dflash_lanes.c's ops take the impl as it */
+    splash_dflash *m1;               /* the CPU draft (v1), or */
+    splash_dflash2 *m2;              /* (v2): dims and bound tensors */
+    splash_dflash_ctx *c;
+    int v2;
+    splash_dflash_kv *kv;            /* [lanes] rings in device memory */
+    void *rings;                     /* the lanes' rings, one allocation */
+    cudaStream_t stream;
+    /* weights */
+    void *wdev;
+    size_t wbytes;
+    int max_q4_cols;
+    qc_matrix fc, lm_head, hidden_proj, pred, succ;
+    const float *hidden_norm, *norm, *inv_freq;
+    DLayer layers[SPLASH_DFLASH_MAX_LAYERS];
+    /* dims */
+    int H, qw, kvw, I, P, K, group, rank, top_k, V, R, max_block, n_in;
+    float embed_scale, mult, softcap;
+    /* scratch (one device allocation) */
+    void *scratch;
+    float *x, *xn, *xc, *t, *q, *k, *v, *o, *ff, *ff2, *dyn, *in, *logits, *gate, *pv, *sv, *edges, *cval;
+    int32_t *ncand, *tok;
+    void *ws;
+    size_t ws_bytes;
+    splash_q4_xprep xp;
+    /* descriptor and results (pinned) */
+    Desc dp;
+    uint8_t *desc_h, *desc_d;
+    int32_t *h_tok, *h_ncand, *h_cand;
+    float *h_edges;
+    float *mask_row;                 /* host [H] */
+    void *pinned;
+    splash_dflash2_row rows[SPLASH_DRAFT_MAX_BLOCK];
+};
+
+size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        int rc_ = (x);                                                                                                 \
+        if (rc_) return rc_;                                                                                           \
+    } while (0)
+
+/* ---- weights ---------------------------------------------------------------------- */
+
+int upload_walk(qc_upload *w, void *ctx) {
+    CDraft *d = (CDraft *)ctx;
+    const splash_dflash_ctx *c = d->c;
+    const splash_dflash_dims *dm = &c->d;
+    const size_t H = (size_t)dm->hidden, hd = (size_t)dm->head_dim;
+    TRY(qc_upload_matrix(w, c->fc, &d->fc));
+    TRY(qc_upload_matrix(w, c->lm_head, &d->lm_head));
+    TRY(qc_upload_vec(w, c->hidden_norm, H, "draft.hidden_norm", &d->hidden_norm));
+    TRY(qc_upload_vec(w, c->norm, H, "draft.norm", &d->norm));
+    float inv[SPLASH_CUDA_MAX_HEAD_DIM / 2];
+    splash_cuda_rope_inv_freq(inv, dm->head_dim, dm->rope_theta);
+    TRY(qc_upload_vec(w, inv, hd / 2, "draft inv_freq", &d->inv_freq));
+    for (int l = 0; l < dm->n_layers; l++) {
+        const splash_dflash_layer *L = &c->layers[l];
+        DLayer *o = &d->layers[l];
+        TRY(qc_upload_vec(w, L->input_norm, H, "draft input_norm", &o->input_norm));
+        TRY(qc_upload_vec(w, L->post_norm, H, "draft post_norm", &o->post_norm));
+        TRY(qc_upload_vec(w, L->q_norm, hd, "draft q_norm", &o->q_norm));
+        TRY(qc_upload_vec(w, L->k_norm, hd, "draft k_norm", &o->k_norm));
+        TRY(qc_upload_matrix(w, L->q_proj, &o->q));
+        TRY(qc_upload_matrix(w, L->k_proj, &o->k));
+        TRY(qc_upload_matrix(w, L->v_proj, &o->v));
+        TRY(qc_upload_matrix(w, L->o_proj, &o->o));
+        TRY(qc_upload_matrix(w, L->gate, &o->gate));
+        TRY(qc_upload_matrix(w, L->up, &o->up));
+        TRY(qc_upload_matrix(w, L->down, &o->down));
+        if (d->v2) {
+            const splash_dflash2_conv_weights *cw = splash_dflash2_layer_conv(d->m2, l);
+            const size_t base = 2 * (size_t)d->K * H;
+            TRY(qc_upload_vec(w, cw->attn_base, base, "draft attn_conv.base", &o->attn_base));
+            TRY(qc_upload_vec(w, cw->ffn_base, base, "draft ffn_conv.base", &o->ffn_base));
+            TRY(qc_upload_matrix(w, cw->attn_proj, &o->attn_proj));
+            TRY(qc_upload_matrix(w, cw->ffn_proj, &o->ffn_proj));
+        }
+    }
+    if (d->v2) {
+        const splash_dflash2_selector *sel = splash_dflash2_get_selector(d->m2);
+        TRY(qc_upload_matrix(w, splash_dflash2_hidden_proj(d->m2), &d->hidden_proj));
+        TRY(qc_upload_matrix(w, sel->pred_codebook, &d->pred));
+        TRY(qc_upload_matrix(w, sel->succ_codebook, &d->succ));
+    }
+    return 0;
+}
+
+/* ---- products ------------------------------------------------------------------------ */
+
+int prod(CDraft *d, const float *x, size_t ldx, int R, const qc_matrix *w, float *y) {
+    const qc_prod p = {w, y, 0};
+    return qc_products_xp(&d->xp, d->stream, x, ldx, R, &p, 1);
+}
+
+/* y += W x (the residual): q4 adds in the product's epilogue; others through t. */
+int prod_add(CDraft *d, const float *x, size_t ldx, int R, const qc_matrix *w, float *y) {
+    if (w->is_q4) {
+        const qc_prod p = {w, y, 1};
+        return qc_products_xp(&d->xp, d->stream, x, ldx, R, &p, 1);
+    }
+    TRY(prod(d, x, ldx, R, w, d->t));
+    return splash_cuda_add_rows(y, (size_t)d->H, d->t, (size_t)d->H, R, d->H, d->stream);
+}
+
+/* y = rmsnorm(x) * w per row (w: factors, as the CPU draft stores them). */
+int norm_rows(CDraft *d, const float *x, float *y, const float *w, int rows) {
+    return splash_cuda_rmsnorm(x, (size_t)d->H, 0, y, (size_t)d->H, 0, w, 0.0f, d->H, rows, 1, d->c->d.rms_eps,
+                               d->stream);
+}
+
+/* q/k norm per head and rotary of `rows` rows of k (and q when q is set) at positions pos. */
+int qk_prep(CDraft *d, const DLayer *L, float *q, float *k, int rows, const int32_t *pos) {
+    const splash_dflash_dims *dm = &d->c->d;
+    const int hd = dm->head_dim;
+    TRY(splash_cuda_rmsnorm(k, (size_t)d->kvw, (size_t)hd, k, (size_t)d->kvw, (size_t)hd, L->k_norm, 0.0f, hd, rows,
+                            dm->kv_heads, dm->rms_eps, d->stream));
+    TRY(splash_cuda_rope(k, (size_t)d->kvw, rows, dm->kv_heads, hd, hd, d->inv_freq, pos, d->stream));
+    if (!q) return 0;
+    TRY(splash_cuda_rmsnorm(q, (size_t)d->qw, (size_t)hd, q, (size_t)d->qw, (size_t)hd, L->q_norm, 0.0f, hd, rows,
+                            dm->heads, dm->rms_eps, d->stream));
+    return splash_cuda_rope(q, (size_t)d->qw, rows, dm->heads, hd, hd, d->inv_freq, pos, d->stream);
+}
+
+/* v2: dyn = proj(xn); xc = conv(src, side) with the layer's base of that sublayer. */
+int conv(CDraft *d, const float *base, int side, const float *src, int rows) {
+    return splash_cuda_dflash_conv(src, (size_t)d->H, rows, d->H, base + (size_t)side * d->K * d->H, d->dyn,
+                                   (size_t)d->P, side, d->K, d->group, d->xc, (size_t)d->H,
+                                   d->stream);
+}
+
+
+/* ---- one block ------------------------------------------------------------------------- */
+
+/* The block [anchor, MASK x (B-1)] of lane kv through every layer; x holds
+ * the residual after, xn its final norm (rows 1..B-1 are the hidden states). */
+int block_forward(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B) {
+    const splash_dflash_ctx *c = d->c;
+    const splash_dflash_dims *dm = &c->d;
+    const size_t H = (size_t)d->H;
+    int32_t *pos = (int32_t *)(d->desc_h + d->dp.pos), *gidx = (int32_t *)(d->desc_h + d->dp.gidx);
+    float *emb = (float *)(d->desc_h + d->dp.emb);
+    for (int i = 0; i < B; i++) pos[i] = kv->n_ctx + i, gidx[i] = i ? 1 : 0;
+    cpu_dequant_row(c->embed, anchor, emb); /* dflash_ctx.c's embedding, then the v2 scale */
+    if (d->embed_scale != 1.0f)
+        for (size_t i = 0; i < H; i++) emb[i] *= d->embed_scale;
+    memcpy(emb + H, d->mask_row, H * sizeof(float));
+    ((int32_t *)(d->desc_h + d->dp.ids))[0] = anchor;
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
+    const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
+    TRY(splash_cuda_gather_rows((const float *)(d->desc_d + d->dp.emb), H, (const int32_t *)(d->desc_d + d->dp.gidx), B,
+                                d->x, H, d->H, d->stream));
+    const float scale = (float)pow((double)dm->head_dim, -0.5);
+    for (int l = 0; l < dm->n_layers; l++) {
+        const DLayer *L = &d->layers[l];
+        /* attention */
+        TRY(norm_rows(d, d->x, d->xn, L->input_norm, B));
+        const float *ain = d->xn;
+        if (d->v2) {
+            TRY(prod(d, d->xn, H, B, &L->attn_proj, d->dyn));
+            TRY(conv(d, L->attn_base, 0, d->xn, B));
+            ain = d->xc;
+        }
+        const qc_prod qkv[3] = {{&L->q, d->q, 0}, {&L->k, d->k, 0}, {&L->v, d->v, 0}};
+        TRY(qc_products_xp(&d->xp, d->stream, ain, H, B, qkv, 3));
+        TRY(qk_prep(d, L, d->q, d->k, B, pos_d));
+        splash_cuda_dflash_attn_args a = {};
+        a.q = d->q, a.ldq = (size_t)d->qw, a.k = d->k, a.v = d->v, a.ldkv = (size_t)d->kvw;
+        a.ring_k = kv->k[l], a.ring_v = kv->v[l], a.o = d->o, a.ldo = (size_t)d->qw;
+        a.block = B, a.heads = dm->heads, a.kv_heads = dm->kv_heads, a.head_dim = dm->head_dim;
+        a.n_ctx = kv->n_ctx, a.lo = kv->lo, a.cap = kv->cap[l], a.window = dm->sliding[l] ? dm->sliding_window : 0;
+        a.causal = dm->causal[l], a.scale = scale;
+        TRY(splash_cuda_dflash_attention(&a, d->stream));
+        if (d->v2) {
+            TRY(prod(d, d->o, (size_t)d->qw, B, &L->o, d->t));
+            TRY(conv(d, L->attn_base, 1, d->t, B));
+            TRY(splash_cuda_add_rows(d->x, H, d->xc, H, B, d->H, d->stream));
+        } else {
+            TRY(prod_add(d, d->o, (size_t)d->qw, B, &L->o, d->x));
+        }
+        /* MLP */
+        TRY(norm_rows(d, d->x, d->xn, L->post_norm, B));
+        const float *fin = d->xn;
+        if (d->v2) {
+            TRY(prod(d, d->xn, H, B, &L->ffn_proj, d->dyn));
+            TRY(conv(d, L->ffn_base, 0, d->xn, B));
+            fin = d->xc;
+        }
+        const qc_prod gu[2] = {{&L->gate, d->ff, 0}, {&L->up, d->ff2, 0}};
+        TRY(qc_products_xp(&d->xp, d->stream, fin, H, B, gu, 2));
+        TRY(splash_cuda_silu_mul(d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, B, d->I, d->stream));
+        if (d->v2) {
+            TRY(prod(d, d->ff, (size_t)d->I, B, &L->down, d->t));
+            TRY(conv(d, L->ffn_base, 1, d->t, B));
+            TRY(splash_cuda_add_rows(d->x, H, d->xc, H, B, d->H, d->stream));
+        } else {
+            TRY(prod_add(d, d->ff, (size_t)d->I, B, &L->down, d->x));
+        }
+    }
+    return norm_rows(d, d->x, d->xn, d->norm, B);
+}
+
+/* logits [B-1][V] of the hidden rows (v2: transformed). */
+int block_logits(CDraft *d, int B) {
+    TRY(prod(d, d->xn + d->H, (size_t)d->H, B - 1, &d->lm_head, d->logits));
+    if (d->v2)
+        TRY(splash_cuda_dflash_logits_transform(d->logits, (size_t)d->V, B - 1, d->V, d->mult, d->softcap, d->stream));
+    return 0;
+}
+
+int codebook_rows(CDraft *d, const qc_matrix *w, const int32_t *ids, int n, float *out) {
+    if (w->is_q4) return splash_cuda_embed_rows_q4(&w->q4, ids, n, out, (size_t)d->rank, d->stream);
+    return splash_cuda_embed_rows_dense(&w->dense, ids, n, out, (size_t)d->rank, d->stream);
+}
+
+/* v2: candidates and edge scores of rows 1..B-1 to the host (h_ncand, h_cand, h_edges). */
+int select_edges(CDraft *d, int B) {
+    const int n = B - 1, k = d->top_k;
+    int32_t *ids = (int32_t *)(d->desc_d + d->dp.ids);
+    TRY(splash_cuda_dflash_topk(d->logits, (size_t)d->V, n, d->V, k, ids + 1, d->cval, (size_t)k, d->ncand, d->ws,
+                                d->ws_bytes, d->stream));
+    TRY(prod(d, d->xn + d->H, (size_t)d->H, n, &d->hidden_proj, d->gate));
+    TRY(codebook_rows(d, &d->pred, ids, 1 + (n - 1) * k, d->pv));
+    TRY(codebook_rows(d, &d->succ, ids + 1, n * k, d->sv));
+    TRY(splash_cuda_dflash_edges(d->gate, d->pv, d->sv, d->cval, d->ncand, n, k, d->rank, d->edges, d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_ncand, d->ncand, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
+    SPLASH_CUDA_TRY(
+        cudaMemcpyAsync(d->h_cand, ids + 1, (size_t)n * k * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_edges, d->edges, (size_t)n * k * k * sizeof(float), cudaMemcpyDeviceToHost,
+                                    d->stream));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    return 0;
+}
+
+/* The selector's walk over the edge scores (dflash2.c's rule, splash_dflash2_pick). */
+int walk(CDraft *d, int n, const splash_dflash2_select_args *a, splash_error *err) {
+    const int k = d->top_k;
+    int prev = 0; /* row 0's predecessor: the anchor (pred row 0) */
+    for (int i = 0; i < n; i++) {
+        splash_dflash2_row *o = &d->rows[i];
+        const int nc = d->h_ncand[i];
+        if (nc < 1 || nc > k) return splash_fail(err, SPLASH_E_INVALID, "dflash2 draft: row %d has no candidate", i);
+        o->n_cand = nc;
+        for (int j = 0; j < SPLASH_DFLASH2_MAX_TOPK; j++) {
+            o->cand[j] = j < nc ? d->h_cand[(size_t)i * k + j] : -1;
+            o->score[j] = j < nc ? d->h_edges[((size_t)i * k + prev) * k + j] : -INFINITY;
+            o->q[j] = 0;
+        }
+        const float u = a->temperature > 0 ? a->uniform[i] : 0.0f;
+        o->pick = splash_dflash2_pick(o->score, nc, a->temperature, u, o->q);
+        o->token = o->cand[o->pick];
+        prev = o->pick;
+    }
+    return 0;
+}
+
+int fail_gpu(splash_error *err, int rc, const char *what) {
+    return splash_fail(err, rc, "draft on the GPU: %s failed (%s)", what, splash_status_name(rc));
+}
+
+/* ---- the draft ops ---------------------------------------------------------------------- */
+
+int cd_propose(void *impl, const splash_draft_req *r, float *logits, int32_t *tokens, splash_error *err) {
+    CDraft *d = (CDraft *)impl;
+    int rc = splash_dflash_lanes_reach(&d->ln, r->lane, r->n_seq - 1, err);
+    if (rc) return rc;
+    const int32_t anchor = r->seq[r->n_seq - 1];
+    const int B = r->n + 1;
+    splash_dflash_kv *kv = d->ln.kv[r->lane];
+    if ((rc = splash_dflash_ctx_check(d->c, kv, anchor, B, d->ln.hidden, err))) return rc;
+    if (B > d->max_block) return splash_fail(err, SPLASH_E_INVALID, "draft: block %d past %d", B, d->max_block);
+    if ((rc = block_forward(d, kv, anchor, B)) || (rc = block_logits(d, B))) return fail_gpu(err, rc, "the block");
+    if (d->v2) {
+        if (!r->q) return splash_fail(err, SPLASH_E_INVALID, "dflash2 draft: no q buffer");
+        if ((rc = select_edges(d, B))) return fail_gpu(err, rc, "the selector");
+        float u[SPLASH_DRAFT_MAX_BLOCK];
+        splash_dflash2_select_args a;
+        splash_dflash2_draft_args(r->sp, (uint64_t)r->n_seq, r->n, u, &a);
+        if ((rc = walk(d, r->n, &a, err))) return rc;
+        splash_dflash2_draft_rows(d->rows, r->n, tokens, r->q);
+        return SPLASH_DRAFT_SPARSE;
+    }
+    if (r->sp->temperature > 0) { /* the runtime samples from the logits */
+        if (!logits) return splash_fail(err, SPLASH_E_INVALID, "dflash draft: no logits buffer");
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(logits, d->logits, (size_t)r->n * d->V * sizeof(float), cudaMemcpyDeviceToHost,
+                                        d->stream));
+        SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+        return SPLASH_DRAFT_LOGITS;
+    }
+    if ((rc = splash_cuda_argmax(d->logits, (size_t)d->V, r->n, d->V, d->tok, nullptr, d->ws, d->ws_bytes, d->stream)))
+        return fail_gpu(err, rc, "the argmax");
+    SPLASH_CUDA_TRY(
+        cudaMemcpyAsync(d->h_tok, d->tok, (size_t)r->n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    for (int i = 0; i < r->n; i++) {
+        if (d->h_tok[i] < 0) return splash_fail(err, SPLASH_E_INVALID, "dflash draft: row %d has no finite logit", i);
+        tokens[i] = d->h_tok[i];
+    }
+    return SPLASH_DRAFT_TOKENS;
+}
+
+/* Up to R committed rows of taps at positions pos0.. into the lane's rings
+ * (dflash_ctx.c's append: a layer computes only the positions its ring keeps). */
+int append_chunk(CDraft *d, splash_dflash_kv *kv, const float *taps, int rows, int pos0, int end) {
+    const splash_dflash_dims *dm = &d->c->d;
+    const size_t H = (size_t)d->H;
+    int32_t *pos = (int32_t *)(d->desc_h + d->dp.pos);
+    for (int r = 0; r < rows; r++) pos[r] = pos0 + r;
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->in, taps, (size_t)rows * d->n_in * sizeof(float), cudaMemcpyHostToDevice,
+                                    d->stream));
+    TRY(prod(d, d->in, (size_t)d->n_in, rows, &d->fc, d->x));
+    TRY(norm_rows(d, d->x, d->xn, d->hidden_norm, rows));
+    const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
+    for (int l = 0; l < dm->n_layers; l++) {
+        const DLayer *L = &d->layers[l];
+        const int keep_from = end - kv->cap[l], skip = keep_from > pos0 ? keep_from - pos0 : 0;
+        if (skip >= rows) continue;
+        const int nr = rows - skip;
+        const qc_prod kvp[2] = {{&L->k, d->k, 0}, {&L->v, d->v, 0}};
+        TRY(qc_products_xp(&d->xp, d->stream, d->xn + (size_t)skip * H, H, nr, kvp, 2));
+        TRY(qk_prep(d, L, nullptr, d->k, nr, pos_d + skip));
+        TRY(splash_cuda_dflash_ring_write(d->k, (size_t)d->kvw, nr, d->kvw, kv->k[l], kv->cap[l], pos0 + skip, d->stream));
+        TRY(splash_cuda_dflash_ring_write(d->v, (size_t)d->kvw, nr, d->kvw, kv->v[l], kv->cap[l], pos0 + skip, d->stream));
+    }
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream)); /* the descriptor is written again by the next chunk */
+    return 0;
+}
+
+int cd_append(void *impl, int lane, int pos, const float *taps, int n, splash_error *err) {
+    CDraft *d = (CDraft *)impl;
+    int rc = splash_dflash_lanes_reach(&d->ln, lane, pos, err);
+    if (rc || n <= 0) return rc;
+    splash_dflash_kv *kv = d->ln.kv[lane];
+    if (!taps) return splash_fail(err, SPLASH_E_INVALID, "%s append: bad rows", d->ln.name);
+    if (!d->c->window && (int64_t)kv->n_ctx + n > d->c->max_context)
+        return splash_fail(err, SPLASH_E_INVALID, "%s append: %d + %d positions exceed max_context %d", d->ln.name,
+                           kv->n_ctx, n, d->c->max_context);
+    for (int r0 = 0; r0 < n; r0 += SPLASH_DFLASH_APPEND_CHUNK) {
+        const int rows = n - r0 < SPLASH_DFLASH_APPEND_CHUNK ? n - r0 : SPLASH_DFLASH_APPEND_CHUNK;
+        if ((rc = append_chunk(d, kv, taps + (size_t)r0 * d->n_in, rows, kv->n_ctx + r0, kv->n_ctx + n))) {
+            cudaStreamSynchronize(d->stream);
+            return fail_gpu(err, rc, "the append");
+        }
+    }
+    kv->n_ctx += n;
+    return 0;
+}
+
+void cd_snapshot(void *impl, int lane, void *dst) {
+    CDraft *d = (CDraft *)impl;
+    if (lane < 0 || lane >= d->ln.lanes) return;
+    const splash_dflash_kv *kv = d->ln.kv[lane];
+    splash_dflash_kv_save_header(kv, dst);
+    cudaError_t e = cudaMemcpyAsync((char *)dst + SPLASH_DFLASH_SNAP_HEADER, kv->mem, kv->bytes,
+                                    cudaMemcpyDeviceToHost, d->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(d->stream);
+    if (e != cudaSuccess) { /* the op has no status: a snapshot that cannot be read back says so when restored */
+        SPLASH_CUDA_REPORT_("draft snapshot", e);
+        memset(dst, 0, SPLASH_DFLASH_SNAP_HEADER);
+    }
+}
+
+int cd_restore(void *impl, int lane, const void *src, splash_error *err) {
+    CDraft *d = (CDraft *)impl;
+    if (lane < 0 || lane >= d->ln.lanes)
+        return splash_fail(err, SPLASH_E_RANGE, "%s draft: lane %d outside [0, %d)", d->ln.name, lane, d->ln.lanes);
+    splash_dflash_kv *kv = d->ln.kv[lane], tmp = *kv;
+    int rc = splash_dflash_kv_load_header(&tmp, src, err);
+    if (rc) return rc;
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(kv->mem, (const char *)src + SPLASH_DFLASH_SNAP_HEADER, kv->bytes,
+                                    cudaMemcpyHostToDevice, d->stream));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    kv->n_ctx = tmp.n_ctx, kv->lo = tmp.lo;
+    return 0;
+}
+
+void cd_free(void *impl) {
+    CDraft *d = (CDraft *)impl;
+    if (!d) return;
+    if (d->stream) cudaStreamSynchronize(d->stream);
+    if (d->wdev) cudaFree(d->wdev);
+    if (d->scratch) cudaFree(d->scratch);
+    if (d->rings) cudaFree(d->rings);
+    if (d->desc_d) cudaFree(d->desc_d);
+    if (d->pinned) cudaFreeHost(d->pinned);
+    if (d->stream) cudaStreamDestroy(d->stream);
+    free(d->kv);
+    free(d->mask_row);
+    splash_dflash_lanes_release(&d->ln);
+    splash_dflash_free(d->m1);
+    splash_dflash2_free(d->m2);
+    free(d);
+}
+
+const splash_draft_ops cd_ops = {cd_propose, cd_append, splash_dflash_lanes_reset, cd_snapshot, cd_restore, cd_free};
+
+/* ---- open ----------------------------------------------------------------------------------- */
+
+/* What the kernels take, checked once with the reason. */
+int check_dims(const CDraft *d, splash_error *err) {
+    const splash_dflash_dims *dm = &d->c->d;
+    if (dm->head_dim % 32 || dm->head_dim > 256 || dm->heads / dm->kv_heads > 32)
+        return splash_fail(err, SPLASH_E_UNSUPPORTED,
+                           "%s draft on the GPU: head_dim %d (a multiple of 32 up to 256) or %d query heads per kv head "
+                           "(at most 32)",
+                           d->ln.name, dm->head_dim, dm->heads / dm->kv_heads);
+    if (d->v2 && (d->top_k > SPLASH_CUDA_DFLASH_MAX_TOPK || d->rank > SPLASH_CUDA_DFLASH_MAX_RANK ||
+                  !splash_cuda_dflash_topk_workspace_bytes(1, d->V, d->top_k) ||
+                  (size_t)(d->V + 4095) / 4096 * d->top_k > 5888))
+        return splash_fail(err, SPLASH_E_UNSUPPORTED,
+                           "dflash2 draft on the GPU: selector top_k %d (at most %d), rank %d (at most %d), vocabulary "
+                           "%d",
+                           d->top_k, SPLASH_CUDA_DFLASH_MAX_TOPK, d->rank, SPLASH_CUDA_DFLASH_MAX_RANK, d->V);
+    return 0;
+}
+
+/* The activations [R][width] and the head's buffers, one device allocation. */
+int alloc_scratch(CDraft *d, splash_error *err) {
+    const size_t R = (size_t)d->R, H = (size_t)d->H, nb = (size_t)d->max_block, k = (size_t)d->top_k;
+    size_t ws = splash_cuda_argmax_workspace_bytes((int)nb, d->V);
+    if (d->v2) {
+        const size_t t = splash_cuda_dflash_topk_workspace_bytes((int)nb, d->V, (int)k);
+        if (t > ws) ws = t;
+    }
+    const size_t sizes[] = {R * H,  R * H, R * H, R * H, R * d->qw, R * d->kvw, R * d->kvw, R * d->qw, R * d->I,
+                            R * d->I, R * d->P, R * d->n_in, nb * d->V, nb * d->rank, (1 + nb * k) * d->rank,
+                            nb * k * d->rank, nb * k * k, nb * k};
+    float **ptrs[] = {&d->x,  &d->xn, &d->xc, &d->t,  &d->q,  &d->k,    &d->v,  &d->o,  &d->ff,
+                      &d->ff2, &d->dyn, &d->in, &d->logits, &d->gate, &d->pv, &d->sv, &d->edges, &d->cval};
+    const size_t n = sizeof sizes / sizeof sizes[0];
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += up256(sizes[i] * sizeof(float));
+    const size_t xp = splash_q4_xprep_bytes(d->max_q4_cols > 0 ? d->max_q4_cols : 64);
+    total += up256(2 * nb * sizeof(int32_t)) + up256(ws) + up256(xp);
+    cudaError_t e = cudaMalloc(&d->scratch, total);
+    if (e != cudaSuccess) {
+        d->scratch = nullptr;
+        return splash_fail(err, SPLASH_E_NOMEM, "draft on the GPU: cudaMalloc of %zu MiB of scratch: %s", total >> 20,
+                           cudaGetErrorString(e));
+    }
+    uint8_t *p = (uint8_t *)d->scratch;
+    for (size_t i = 0; i < n; i++) *ptrs[i] = (float *)p, p += up256(sizes[i] * sizeof(float));
+    d->ncand = (int32_t *)p, d->tok = d->ncand + nb, p += up256(2 * nb * sizeof(int32_t));
+    d->ws = p, d->ws_bytes = ws, p += up256(ws);
+    if (splash_q4_xprep_init(&d->xp, p, d->max_q4_cols > 0 ? d->max_q4_cols : 64))
+        return splash_fail(err, SPLASH_E_INVALID, "draft on the GPU: the q4 activation of %d columns", d->max_q4_cols);
+    /* the descriptor and the results */
+    Desc &dp = d->dp;
+    size_t off = 0;
+    dp.pos = off, off += up256(R * sizeof(int32_t));
+    dp.gidx = off, off += up256(nb * sizeof(int32_t));
+    dp.emb = off, off += up256(2 * H * sizeof(float));
+    dp.ids = off, off += up256((1 + nb * k) * sizeof(int32_t));
+    dp.bytes = off;
+    const size_t res = up256(2 * nb * sizeof(int32_t)) + up256(nb * k * sizeof(int32_t)) + nb * k * k * sizeof(float);
+    if ((e = cudaMalloc(&d->desc_d, dp.bytes)) != cudaSuccess || (e = cudaMallocHost(&d->pinned, dp.bytes + res)) != cudaSuccess) {
+        d->pinned = nullptr;
+        return splash_fail(err, SPLASH_E_NOMEM, "draft on the GPU: the descriptor: %s", cudaGetErrorString(e));
+    }
+    memset(d->pinned, 0, dp.bytes + res);
+    d->desc_h = (uint8_t *)d->pinned;
+    uint8_t *h = d->desc_h + dp.bytes;
+    d->h_tok = (int32_t *)h, d->h_ncand = d->h_tok + nb, h += up256(2 * nb * sizeof(int32_t));
+    d->h_cand = (int32_t *)h, h += up256(nb * k * sizeof(int32_t));
+    d->h_edges = (float *)h;
+    return 0;
+}
+
+/* Each lane's rings in one zeroed device allocation (a snapshot copies never-written slots too). */
+int alloc_rings(CDraft *d, int lanes, splash_error *err) {
+    d->kv = (splash_dflash_kv *)calloc((size_t)lanes, sizeof *d->kv);
+    if (!d->kv) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    for (int i = 0; i < lanes; i++) splash_dflash_kv_shape(&d->kv[i], d->c);
+    const size_t per = d->kv[0].bytes;
+    cudaError_t e = cudaMalloc(&d->rings, per * lanes);
+    if (e == cudaSuccess) e = cudaMemset(d->rings, 0, per * lanes);
+    if (e != cudaSuccess)
+        return splash_fail(err, SPLASH_E_NOMEM, "draft on the GPU: %d lanes' context rings (%zu MiB): %s", lanes,
+                           per * lanes >> 20, cudaGetErrorString(e));
+    for (int i = 0; i < lanes; i++) {
+        splash_dflash_kv_place(&d->kv[i], (float *)((uint8_t *)d->rings + per * i));
+        d->ln.kv[i] = &d->kv[i];
+    }
+    return 0;
+}
+
+int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, int *window, splash_error *err) {
+    int lanes;
+    splash_dflash_options o = splash_dflash_lanes_options(opt, window, &lanes);
+    o.threads = 1; /* the CPU draft only binds and describes; its forward never runs */
+    o.act = CPU_ACT_F32;
+    const char *arch = json_get_string(json_get(splash_package_manifest(pkg), "draft"), "architecture", "");
+    d->v2 = !strcmp(arch, "dflash2");
+    int rc;
+    if (d->v2) {
+        const int want = opt->max_block > SPLASH_DRAFT_MAX_BLOCK ? SPLASH_DRAFT_MAX_BLOCK : opt->max_block;
+        o.max_block = want > 0 ? want : 0;
+        if ((rc = splash_dflash2_load(pkg, &o, &d->m2, err))) return rc;
+        d->c = splash_dflash2_ctx_of(d->m2);
+        const splash_dflash2_dims *d2 = splash_dflash2_get_dims(d->m2);
+        d->K = d2->conv_kernel, d->group = d2->conv_group, d->rank = d2->sel_rank, d->top_k = d2->sel_top_k;
+        d->embed_scale = d2->embed_scale, d->mult = d2->output_multiplier, d->softcap = d2->softcap;
+        d->P = 2 * d->K * (d2->hidden / d->group);
+    } else {
+        o.max_block = opt->max_block > 0 ? opt->max_block : 0;
+        if ((rc = splash_dflash_load(pkg, &o, &d->m1, err))) return rc;
+        d->c = splash_dflash_ctx_of(d->m1);
+        d->embed_scale = 1.0f, d->mult = 1.0f, d->rank = 1, d->top_k = 1, d->P = 1;
+    }
+    const splash_dflash_dims *dm = &d->c->d;
+    if ((rc = splash_dflash_lanes_init(&d->ln, d->v2 ? "dflash2" : "dflash", d->c, lanes, err))) return rc;
+    d->H = dm->hidden, d->qw = dm->heads * dm->head_dim, d->kvw = dm->kv_heads * dm->head_dim;
+    d->I = dm->intermediate, d->V = dm->vocab, d->n_in = dm->n_taps * dm->hidden;
+    d->max_block = d->ln.max_block;
+    d->R = d->max_block > SPLASH_DFLASH_APPEND_CHUNK ? d->max_block : SPLASH_DFLASH_APPEND_CHUNK;
+    if ((rc = check_dims(d, err))) return rc;
+    d->mask_row = (float *)malloc((size_t)d->H * sizeof(float));
+    if (!d->mask_row) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    cpu_dequant_row(d->c->embed, dm->mask_token_id, d->mask_row);
+    if (d->embed_scale != 1.0f)
+        for (int i = 0; i < d->H; i++) d->mask_row[i] *= d->embed_scale;
+    cudaError_t e = cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        d->stream = nullptr;
+        return splash_fail(err, SPLASH_E_IO, "draft on the GPU: a stream: %s", cudaGetErrorString(e));
+    }
+    if ((rc = qc_upload_run(upload_walk, d, &d->wdev, &d->wbytes, &d->max_q4_cols, err))) return rc;
+    if ((rc = alloc_scratch(d, err))) return rc;
+    return alloc_rings(d, lanes, err);
+}
+
+} /* namespace */
+
+extern "C" int splash_dflash_cuda_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out,
+                                       splash_error *err) {
+    *out = nullptr;
+    CDraft *d = (CDraft *)calloc(1, sizeof(CDraft));
+    splash_draft *dr = (splash_draft *)calloc(1, sizeof *dr);
+    if (!d || !dr) {
+        free(d);
+        free(dr);
+        return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    }
+    int window = 0;
+    int rc = open_draft(d, pkg, opt, &window, err);
+    if (!rc) rc = splash_dflash_lanes_describe(&d->ln, &cd_ops, d, window, dr, err);
+    if (rc) {
+        cd_free(d);
+        free(dr);
+        return rc;
+    }
+    *out = dr;
+    return 0;
+}
+
+extern "C" int splash_dflash_cuda_forward(splash_draft *dr, int lane, int32_t anchor, int block, float *hidden,
+                                          float *logits, splash_error *err) {
+    CDraft *d = (CDraft *)dr->impl;
+    if (lane < 0 || lane >= d->ln.lanes) return splash_fail(err, SPLASH_E_RANGE, "draft: lane %d", lane);
+    const splash_dflash_kv *kv = d->ln.kv[lane];
+    int rc = splash_dflash_ctx_check(d->c, kv, anchor, block, hidden, err);
+    if (rc) return rc;
+    if (block > d->max_block) return splash_fail(err, SPLASH_E_INVALID, "draft: block %d past %d", block, d->max_block);
+    if ((rc = block_forward(d, kv, anchor, block)) || (logits && (rc = block_logits(d, block))))
+        return fail_gpu(err, rc, "the block");
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(hidden, d->xn + d->H, (size_t)(block - 1) * d->H * sizeof(float),
+                                    cudaMemcpyDeviceToHost, d->stream));
+    if (logits)
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(logits, d->logits, (size_t)(block - 1) * d->V * sizeof(float),
+                                        cudaMemcpyDeviceToHost, d->stream));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    return 0;
+}

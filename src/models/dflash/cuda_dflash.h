@@ -1,0 +1,58 @@
+/* cuda_dflash.h - the DFlash drafts (v1 and v2) on the CUDA backend, behind
+ * runtime/draft.h's ops: what a CUDA engine proposes with.
+ *
+ * The CPU draft (dflash.c / dflash2.c, loaded with one thread) binds and
+ * checks the package's draft and keeps the dimensions; this file uploads its
+ * weights into one device allocation (q4 matrices in the q4 kernel's tiles,
+ * others as stored, vectors fp32: cuda_model.h's qc_upload) and runs the same
+ * forward with the backend's kernels (norm, rope, q4 / dense products,
+ * SwiGLU, rows) and the draft's own (backend/cuda/dflash.h: conv, ring
+ * write, block attention, logit transform, top-k, selector edges).
+ *
+ * Per lane, the context K/V rings live on the device in the CPU's layout
+ * (dflash_ctx.h's splash_dflash_kv with device memory), so a snapshot is the
+ * CPU's bytes and the lane glue (dflash_lanes.c: reach, reset, describe) is
+ * shared.  append takes the target's tap rows from the host (the engine's
+ * batch), one 64-row chunk at a time.
+ *
+ * propose:
+ *   v2: logits -> transform -> top-k candidates, the selector's gate and the
+ *       edge scores of every (previous pick, candidate) pair on the device;
+ *       the walk over them (greedy or sampled with the keyed DRAFT stream)
+ *       on the host with dflash2.c's splash_dflash2_pick: SPLASH_DRAFT_SPARSE.
+ *   v1: greedy: the argmax on the device, SPLASH_DRAFT_TOKENS (the runtime's
+ *       greedy selection of the same logits would pick the same tokens);
+ *       sampling: the logits to the host, SPLASH_DRAFT_LOGITS.
+ * Nothing is allocated after open.  One stream; every op ends with a
+ * synchronisation before it returns (the engine reads the proposals).
+ */
+#ifndef SPLASH_CUDA_DFLASH_DRAFT_H
+#define SPLASH_CUDA_DFLASH_DRAFT_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct splash_package;
+struct splash_draft;
+struct splash_draft_options;
+
+/* The package's draft (v1 or v2) on the GPU; as splash_draft_open. */
+int splash_dflash_cuda_open(struct splash_package *pkg, const struct splash_draft_options *opt,
+                            struct splash_draft **out, splash_error *err);
+
+/* Tests: the block forward of a lane as splash_dflash_draft / _dflash2_draft
+ * compute it: hidden [block-1][hidden] and (when not NULL) logits
+ * [block-1][vocab] (v2: transformed) to the host; the lane is not changed. */
+int splash_dflash_cuda_forward(struct splash_draft *d, int lane, int32_t anchor, int block, float *hidden,
+                               float *logits, splash_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

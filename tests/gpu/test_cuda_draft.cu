@@ -1,0 +1,327 @@
+/* test_cuda_draft.cu - the DFlash drafts on the GPU (models/dflash/cuda_dflash.cu)
+ * against the CPU drafts (dflash.c, dflash2.c), through runtime/draft.h's
+ * ops, on the tiny fixtures: dense-tiny packed with dflash-tiny (v1: a
+ * sliding and a full layer) and with dflash2-tiny (v2: conv, embedding
+ * scale, logit transform, selector), each as q4 and bf16.
+ *
+ * The packages are made beforehand (tools/gpu_tests.sh packs them):
+ * <packages>/dflash-q4, dflash-bf16, dflash2-q4, dflash2-bf16.  Both drafts
+ * open the same package with 2 lanes and a 40-position window (the sliding
+ * layers hold 16); the CPU with fp32 activations, its exact path.  The taps
+ * are random (the drafts do not care where they come from).  Cases:
+ *   block after 37           append 37 positions, draft a block of 8
+ *   block after the wrap     append 50 more (both rings wrap), a block of 16
+ *   seek                     lane 1 jumps to position 10, appends 20, block 4
+ *   propose greedy           the tokens (v1: the GPU's argmax against the
+ *                            CPU's logits; v2: the selector's walk) equal
+ *   propose T=1              v2: tokens equal, q within 1e-4; v1: logits
+ *   snapshot                 the GPU's bytes against the CPU's (header
+ *                            equal, rings within 1e-5); a GPU snapshot
+ *                            restored into lane 1 drafts the same bits as
+ *                            lane 0; a CPU snapshot restored on the GPU
+ *                            drafts what the CPU drafts
+ *   append behind            refused by both
+ * Hidden states and logits are compared row by row (relative L2, worst row,
+ * bound 1e-4).  Prints one line per check, then a table; exits 1 if a check
+ * failed.  Usage: test_cuda_draft PACKAGES (or $SPLASH_TEST_PACKAGES).
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "models/dflash/dflash.h"
+#include "models/dflash/dflash2.h"
+#include "package/package.h"
+#include "runtime/draft.h"
+#include "runtime/model.h"
+}
+#include "backend/cuda/cuda_check.h"
+#include "models/dflash/cuda_dflash.h"
+
+#define WINDOW 40
+#define LANES 2
+#define MAXB 16
+
+/* ---- results ---------------------------------------------------------------------------- */
+
+typedef struct {
+    char fixture[24], what[40];
+    double worst, bound;
+    int pass;
+} Row;
+static Row g_rows[128];
+static int g_nrows, g_fail;
+
+static void report(const char *fixture, const char *what, double worst, double bound) {
+    const int pass = isfinite(worst) && worst <= bound;
+    if (!pass) g_fail++;
+    printf("%s %-14s %-36s worst %.3g (bound %.0e)\n", pass ? "PASS" : "FAIL", fixture, what, worst, bound);
+    fflush(stdout);
+    if (g_nrows < 128) {
+        Row *r = &g_rows[g_nrows++];
+        snprintf(r->fixture, sizeof r->fixture, "%s", fixture);
+        snprintf(r->what, sizeof r->what, "%s", what);
+        r->worst = worst, r->bound = bound, r->pass = pass;
+    }
+}
+
+static void report_exact(const char *fixture, const char *what, int same) {
+    report(fixture, what, same ? 0.0 : INFINITY, 0.0);
+}
+
+static void die(const char *what, const splash_error *err) {
+    fprintf(stderr, "FATAL %s: %s\n", what, err ? err->msg : "");
+    exit(1);
+}
+
+/* Worst relative L2 over rows of [rows][n]. */
+static double worst_row(const float *a, const float *b, int rows, int n) {
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        double d = 0, s = 0;
+        for (int i = 0; i < n; i++) {
+            const double x = a[(size_t)r * n + i], y = b[(size_t)r * n + i];
+            d += (x - y) * (x - y), s += y * y;
+        }
+        const double e = s > 0 ? sqrt(d / s) : sqrt(d);
+        if (!(e <= worst)) worst = e; /* NaN sticks */
+    }
+    return worst;
+}
+
+/* ---- one fixture ------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *label;
+    splash_package *pkg;
+    splash_draft *cpu, *gpu;
+    splash_dflash *m1;  /* the CPU model the reference forwards run on (v1, or v2) */
+    splash_dflash2 *m2;
+    int v2, H, V, n_in;
+    float *taps;      /* [200][n_in] */
+    int32_t seq[256]; /* the tokens the lanes hold (their values do not matter to the drafts) */
+} Fx;
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform [-2, 2) */
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((g_rng >> 40) * (4.0 / 16777216.0) - 2.0);
+}
+
+static int fx_open(Fx *f, const char *packages, const char *name) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s", packages, name);
+    splash_error err = {};
+    if (splash_package_open(dir, &f->pkg, &err)) {
+        printf("SKIP %s: %s\n", name, err.msg);
+        return 1;
+    }
+    splash_draft_options o = {};
+    o.threads = 2, o.act = SPLASH_CPU_ACT_F32, o.lanes = LANES, o.window = WINDOW, o.max_block = MAXB;
+    o.device = "cpu";
+    if (splash_draft_open(f->pkg, &o, &f->cpu, &err)) die("the CPU draft", &err);
+    o.device = "cuda";
+    if (splash_draft_open(f->pkg, &o, &f->gpu, &err)) die("the GPU draft", &err);
+    f->v2 = !strcmp(f->cpu->name, "dflash2");
+    splash_dflash_options mo = {};
+    mo.threads = 2, mo.act = 0, mo.window = WINDOW, mo.max_block = MAXB;
+    if (f->v2 ? splash_dflash2_load(f->pkg, &mo, &f->m2, &err) : splash_dflash_load(f->pkg, &mo, &f->m1, &err))
+        die("the CPU reference model", &err);
+    const json_value *m = splash_package_manifest(f->pkg);
+    f->H = (int)json_get(json_get(m, "draft"), "hidden")->num;
+    f->V = (int)json_get(json_get(m, "model"), "vocab")->num;
+    f->n_in = f->cpu->n_taps * f->H;
+    if (f->gpu->n_taps != f->cpu->n_taps || f->gpu->snapshot_bytes != f->cpu->snapshot_bytes ||
+        f->gpu->max_block != f->cpu->max_block)
+        die("the drafts describe themselves differently", NULL);
+    f->taps = (float *)malloc(sizeof(float) * 200 * f->n_in);
+    for (size_t i = 0; i < (size_t)200 * f->n_in; i++) f->taps[i] = frand();
+    for (int i = 0; i < 256; i++) f->seq[i] = (int32_t)((i * 37 + 11) % (f->V - 1));
+    return 0;
+}
+
+static void append_both(Fx *f, int lane, int pos, int tap0, int n) {
+    splash_error err = {};
+    if (f->cpu->ops->append(f->cpu->impl, lane, pos, f->taps + (size_t)tap0 * f->n_in, n, &err)) die("CPU append", &err);
+    if (f->gpu->ops->append(f->gpu->impl, lane, pos, f->taps + (size_t)tap0 * f->n_in, n, &err)) die("GPU append", &err);
+}
+
+/* The CPU draft's forward of a lane (the drafts' own functions on the state the ops keep). */
+static void cpu_forward(Fx *f, int lane, int32_t anchor, int block, float *hidden, float *logits);
+
+/* A block of `block` rows on lane at the lane's position: hidden and logits both sides. */
+static void case_block(Fx *f, int lane, int block, const char *what) {
+    const int n = block - 1;
+    float *hc = (float *)malloc(sizeof(float) * n * f->H), *hg = (float *)malloc(sizeof(float) * n * f->H);
+    float *lc = (float *)malloc(sizeof(float) * n * f->V), *lg = (float *)malloc(sizeof(float) * n * f->V);
+    const int32_t anchor = 7;
+    cpu_forward(f, lane, anchor, block, hc, lc);
+    splash_error err = {};
+    if (splash_dflash_cuda_forward(f->gpu, lane, anchor, block, hg, lg, &err)) die("GPU forward", &err);
+    char w[64];
+    snprintf(w, sizeof w, "%s: hidden", what);
+    report(f->label, w, worst_row(hg, hc, n, f->H), 1e-4);
+    snprintf(w, sizeof w, "%s: logits", what);
+    report(f->label, w, worst_row(lg, lc, n, f->V), 1e-4);
+    free(hc), free(hg), free(lc), free(lg);
+}
+
+/* propose through the ops on both sides at the lane's position. */
+static void case_propose(Fx *f, int lane, int n_seq, int n, double T) {
+    splash_sampling_params sp = {};
+    sp.temperature = T, sp.top_p = 1, sp.repetition_penalty = 1, sp.seed = 1234;
+    splash_spec_q qc[MAXB], qg[MAXB];
+    int32_t tc[MAXB], tg[MAXB];
+    float *lc = (float *)malloc(sizeof(float) * MAXB * f->V), *lg = (float *)malloc(sizeof(float) * MAXB * f->V);
+    splash_draft_req rc = {lane, f->seq, n_seq, n, &sp, qc}, rg = {lane, f->seq, n_seq, n, &sp, qg};
+    splash_error err = {};
+    const int kc = f->cpu->ops->propose(f->cpu->impl, &rc, lc, tc, &err);
+    if (kc < 0) die("CPU propose", &err);
+    const int kg = f->gpu->ops->propose(f->gpu->impl, &rg, lg, tg, &err);
+    if (kg < 0) die("GPU propose", &err);
+    char w[64];
+    if (f->v2) {
+        int same = kc == SPLASH_DRAFT_SPARSE && kg == SPLASH_DRAFT_SPARSE;
+        double dq = 0;
+        for (int i = 0; same && i < n; i++) {
+            same = tc[i] == tg[i] && qc[i].n == qg[i].n;
+            for (int j = 0; same && j < qc[i].n; j++) {
+                same = qc[i].ids[j] == qg[i].ids[j];
+                if (fabs(qc[i].p[j] - qg[i].p[j]) > dq) dq = fabs(qc[i].p[j] - qg[i].p[j]);
+            }
+        }
+        snprintf(w, sizeof w, "propose T=%g: tokens, candidates", T);
+        report_exact(f->label, w, same);
+        snprintf(w, sizeof w, "propose T=%g: q", T);
+        report(f->label, w, same ? dq : INFINITY, 1e-4);
+    } else if (T > 0) {
+        snprintf(w, sizeof w, "propose T=%g: logits", T);
+        report(f->label, w, kc == SPLASH_DRAFT_LOGITS && kg == SPLASH_DRAFT_LOGITS ? worst_row(lg, lc, n, f->V) : INFINITY,
+               1e-4);
+    } else { /* the GPU's argmax against the CPU's logits */
+        int same = kc == SPLASH_DRAFT_LOGITS && kg == SPLASH_DRAFT_TOKENS;
+        for (int i = 0; same && i < n; i++) {
+            int best = 0;
+            for (int t = 1; t < f->V; t++)
+                if (lc[(size_t)i * f->V + t] > lc[(size_t)i * f->V + best]) best = t;
+            same = tg[i] == best;
+        }
+        report_exact(f->label, "propose greedy: tokens", same);
+    }
+    free(lc), free(lg);
+}
+
+static void case_snapshot(Fx *f) {
+    const size_t nb = f->cpu->snapshot_bytes;
+    uint8_t *sc = (uint8_t *)malloc(nb), *sg = (uint8_t *)malloc(nb);
+    f->cpu->ops->snapshot(f->cpu->impl, 0, sc);
+    f->gpu->ops->snapshot(f->gpu->impl, 0, sg);
+    report_exact(f->label, "snapshot: header", !memcmp(sc, sg, 64));
+    const size_t nf = (nb - 64) / 4;
+    report(f->label, "snapshot: rings", worst_row((const float *)(sg + 64), (const float *)(sc + 64), 1, (int)nf), 1e-5);
+    /* a GPU snapshot into lane 1: the same bits as lane 0 */
+    splash_error err = {};
+    if (f->gpu->ops->restore(f->gpu->impl, 1, sg, &err)) die("GPU restore", &err);
+    const int n = 7;
+    float *h0 = (float *)malloc(sizeof(float) * n * f->H), *h1 = (float *)malloc(sizeof(float) * n * f->H);
+    float *l0 = (float *)malloc(sizeof(float) * n * f->V), *l1 = (float *)malloc(sizeof(float) * n * f->V);
+    if (splash_dflash_cuda_forward(f->gpu, 0, 9, n + 1, h0, l0, &err) ||
+        splash_dflash_cuda_forward(f->gpu, 1, 9, n + 1, h1, l1, &err))
+        die("GPU forward", &err);
+    report_exact(f->label, "snapshot: restored lane = lane 0",
+                 !memcmp(h0, h1, sizeof(float) * n * f->H) && !memcmp(l0, l1, sizeof(float) * n * f->V));
+    /* the CPU's snapshot on the GPU: what the CPU drafts */
+    if (f->gpu->ops->restore(f->gpu->impl, 1, sc, &err)) die("GPU restore of a CPU snapshot", &err);
+    if (splash_dflash_cuda_forward(f->gpu, 1, 9, n + 1, h1, l1, &err)) die("GPU forward", &err);
+    cpu_forward(f, 0, 9, n + 1, h0, l0);
+    report(f->label, "CPU snapshot on the GPU: logits", worst_row(l1, l0, n, f->V), 1e-4);
+    free(sc), free(sg), free(h0), free(h1), free(l0), free(l1);
+}
+
+static void case_behind(Fx *f) {
+    splash_error err = {};
+    const int c = f->cpu->ops->append(f->cpu->impl, 0, 3, f->taps, 1, &err);
+    const int g = f->gpu->ops->append(f->gpu->impl, 0, 3, f->taps, 1, &err);
+    report_exact(f->label, "append behind the lane: refused", c < 0 && g < 0);
+}
+
+/* ---- the CPU forward through the CPU draft's own state ---------------------------------------- */
+
+/* dflash_draft.c / dflash2_draft.c keep their model and states behind the
+ * ops; the test reaches them through a snapshot: a fresh CPU state loaded
+ * with the lane's bytes, then splash_dflash(2)_draft on it. */
+static void cpu_forward(Fx *f, int lane, int32_t anchor, int block, float *hidden, float *logits) {
+    splash_error err = {};
+    splash_dflash *m1 = f->m1;
+    splash_dflash2 *m2 = f->m2;
+    uint8_t *snap = (uint8_t *)malloc(f->cpu->snapshot_bytes);
+    f->cpu->ops->snapshot(f->cpu->impl, lane, snap);
+    if (f->v2) {
+        splash_dflash2_state *s;
+        if (splash_dflash2_state_new(m2, &s, &err) || splash_dflash2_state_load(s, snap, &err) ||
+            splash_dflash2_draft(m2, s, anchor, block, hidden, logits, &err))
+            die("CPU v2 forward", &err);
+        splash_dflash2_state_free(s);
+    } else {
+        splash_dflash_state *s;
+        if (splash_dflash_state_new(m1, &s, &err) || splash_dflash_state_load(s, snap, &err) ||
+            splash_dflash_draft(m1, s, anchor, block, hidden, logits, &err))
+            die("CPU v1 forward", &err);
+        splash_dflash_state_free(s);
+    }
+    free(snap);
+}
+
+static void print_table(void) {
+    printf("\n| fixture | case | worst row rel L2 / max abs | bound | pass |\n|---|---|---|---|---|\n");
+    for (int i = 0; i < g_nrows; i++)
+        printf("| %s | %s | %.2e | %.0e | %s |\n", g_rows[i].fixture, g_rows[i].what, g_rows[i].worst, g_rows[i].bound,
+               g_rows[i].pass ? "yes" : "NO");
+    printf("\n%d checks, %d failed\n", g_nrows, g_fail);
+}
+
+int main(int argc, char **argv) {
+    const char *packages = argc > 1 ? argv[1] : getenv("SPLASH_TEST_PACKAGES");
+    if (!packages || !*packages) {
+        fprintf(stderr, "usage: test_cuda_draft PACKAGES_DIR (or SPLASH_TEST_PACKAGES)\n");
+        return 2;
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("no CUDA device: nothing tested\n");
+        return 1;
+    }
+    const char *names[][2] = {{"dflash-q4", "v1 q4"}, {"dflash-bf16", "v1 bf16"}, {"dflash2-q4", "v2 q4"},
+                              {"dflash2-bf16", "v2 bf16"}};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        Fx f = {};
+        f.label = names[i][1];
+        if (fx_open(&f, packages, names[i][0])) continue;
+        ran++;
+        append_both(&f, 0, 0, 0, 37);
+        case_block(&f, 0, 8, "block 8 after 37");
+        case_propose(&f, 0, 38, 7, 0.0);
+        case_propose(&f, 0, 38, 7, 1.0);
+        append_both(&f, 0, 37, 37, 50);
+        case_block(&f, 0, 16, "block 16 after the wrap (87)");
+        case_propose(&f, 0, 88, 15, 0.0);
+        append_both(&f, 1, 10, 100, 20);
+        case_block(&f, 1, 4, "lane 1: seek to 10, 20, block 4");
+        case_snapshot(&f);
+        case_behind(&f);
+        splash_draft_free(f.cpu);
+        splash_draft_free(f.gpu);
+        splash_dflash_free(f.m1);
+        splash_dflash2_free(f.m2);
+        splash_package_close(f.pkg);
+        free(f.taps);
+    }
+    print_table();
+    if (!ran) printf("no draft package found under %s: nothing tested\n", packages);
+    return g_fail || !ran ? 1 : 0;
+}
