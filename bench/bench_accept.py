@@ -10,6 +10,8 @@ draft_n_accepted, decode_cycles.  Prints one table row per (block size, temperat
                          = (accepted proposals + cycles) / cycles   (the anchor's token counts, as in DFlash)
   decode tok/s           = decoded tokens / decode time, summed over the prompts
   speed-up               = decode tok/s / the block-1 row's at the same temperature
+  ms a cycle per phase   = the engine's seconds in draft / verify / accept / commit (/status
+                           speculation.seconds, the difference over the row's requests) / cycles
 
 Greedy rows are deterministic; T=1 rows use a fixed seed per prompt, so reruns draw the same numbers
 from the same distributions (the outputs differ between block sizes only in the draft's proposals,
@@ -59,6 +61,12 @@ def chat(port, messages, temperature, seed, max_tokens):
         return json.loads(r.read())
 
 
+def status_seconds(port):
+    """The engine's cumulative seconds per decode-cycle phase (/status speculation.seconds)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=30) as r:
+        return json.loads(r.read())["speculation"]["seconds"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--splash", default=os.path.join(HERE, "..", "build", "splash"))
@@ -83,6 +91,7 @@ def main():
             chat(port, [{"role": "user", "content": "warm up"}], 0, 0, 8)
             for t in temps:
                 s = dict(tokens=0, ms=0.0, drafted=0, accepted=0, cycles=0)
+                before = status_seconds(port)
                 for i, msgs in enumerate(prompts):
                     tm = chat(port, msgs, t, args.seed + i, args.max_tokens)["timings"]
                     s["tokens"] += max(tm["predicted_n"] - 1, 0)  # the first token comes from prefill
@@ -90,6 +99,8 @@ def main():
                     s["drafted"] += tm["draft_n"]
                     s["accepted"] += tm["draft_n_accepted"]
                     s["cycles"] += tm["decode_cycles"]
+                after = status_seconds(port)
+                s.update({k: after[k] - before[k] for k in after})  # engine seconds in each cycle phase
                 rows.append((block, t, s))
                 print(f"[bench_accept] block {block} T={t:g}: {json.dumps(s)}", file=sys.stderr, flush=True)
         finally:
@@ -98,15 +109,19 @@ def main():
     base = {t: s for b, t, s in rows if b == 1}
     print(f"prompts: {len(prompts)} from {os.path.relpath(args.prompts)}, max_tokens {args.max_tokens}"
           + (f", device {args.device}" if args.device else ""))
-    print("| block | T | decoded tokens | cycles | drafted | accepted | mean acceptance length | decode tok/s | speed-up vs block 1 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| block | T | decoded tokens | cycles | drafted | accepted | mean acceptance length | decode tok/s | speed-up vs block 1 "
+          "| ms a cycle: draft / verify / accept / commit |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for b, t, s in rows:
         tps = 1e3 * s["tokens"] / s["ms"] if s["ms"] > 0 else 0.0
         acc = (s["accepted"] + s["cycles"]) / s["cycles"] if s["cycles"] else 0.0
         sp = ""
         if t in base and base[t]["ms"] > 0 and base[t]["tokens"]:
             sp = f"{tps / (1e3 * base[t]['tokens'] / base[t]['ms']):.2f}x"
-        print(f"| {b} | {t:g} | {s['tokens']} | {s['cycles']} | {s['drafted']} | {s['accepted']} | {acc:.3f} | {tps:.1f} | {sp} |")
+        ph = " / ".join(f"{1e3 * s[k] / s['cycles']:.3f}" if s["cycles"] else "-"
+                        for k in ("draft", "verify", "accept", "commit"))
+        print(f"| {b} | {t:g} | {s['tokens']} | {s['cycles']} | {s['drafted']} | {s['accepted']} | {acc:.3f} | {tps:.1f} | {sp} "
+              f"| {ph} |")
 
 
 if __name__ == "__main__":

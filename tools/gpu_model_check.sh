@@ -8,13 +8,13 @@
 #       runs the latter) and the shared libraries a bare GPU machine lacks
 #       (everything ldd lists but the C/C++ runtime) into .carry/splash-bin.txz (~8 MB); carry
 #       .carry (git ignores it via .git/info/exclude) to the GPU machine
-#   tools/gpu_model_check.sh [--model PKG] [--windows N] [--seq T] [--bench-tokens M]
+#   tools/gpu_model_check.sh [--model PKG] [--windows N] [--seq T] [--bench-tokens M] [--blocks LIST]
 #       on the GPU machine: tokenises this repository's tools/**/*.py (text the default model
 #       never saw) into N windows of T tokens (default 4 x 1024); runs each through
 #       `splash eval --logits-out` on the CUDA backend and on the CPU reference (fp32
 #       activations, f32 KV) and compares them (tools/compare_logits.py: top-1 agreement,
 #       KL(cpu || cuda), both perplexities); then bench/bench_accept.py serves the model on the
-#       GPU (block 1, T=0 and T=1, M new tokens per prompt).  Results in $OUT (default
+#       GPU (block sizes LIST, default 1,8: the draft on the GPU; T=0 and T=1, M new tokens per prompt).  Results in $OUT (default
 #       build-gpu-check): per-window JSON, eval logs, accept.txt; a table on stdout.
 # Exit status: non-zero when a step fails or a window misses the bounds (top-1
 # agreement >= 99.5%, mean KL <= 1e-3).
@@ -33,7 +33,7 @@ if [ "${1:-}" = "--prepare" ]; then
     ls -la "$TXZ"
     exit 0
 fi
-MODEL=models/splash-demo WINDOWS=4 SEQ=1024 BENCH_TOKENS=256
+MODEL=models/splash-demo WINDOWS=4 SEQ=1024 BENCH_TOKENS=256 BLOCKS=1,8
 DEVICE=${DEVICE:-cuda} # DEVICE=cpu: the same steps without a GPU (a check of this script)
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -41,6 +41,7 @@ while [ $# -gt 0 ]; do
     --windows) WINDOWS=$2; shift 2 ;;
     --seq) SEQ=$2; shift 2 ;;
     --bench-tokens) BENCH_TOKENS=$2; shift 2 ;;
+    --blocks) BLOCKS=$2; shift 2 ;;
     *) sed -n '2,20p' "$0"; exit 2 ;;
     esac
 done
@@ -86,7 +87,7 @@ PY
 done
 rm -f "$W/cuda.f32" "$W/cpu.f32"
 grep -h "^device" "$OUT/eval-cuda-0.log"
-python3 bench/bench_accept.py --splash "$SPLASH" --model "$MODEL" --blocks 1 --max-tokens "$BENCH_TOKENS" \
+python3 bench/bench_accept.py --splash "$SPLASH" --model "$MODEL" --blocks "$BLOCKS" --max-tokens "$BENCH_TOKENS" \
     --device "$DEVICE" > "$OUT/accept.txt" 2>&1 || { echo "bench_accept failed"; tail -20 "$OUT/accept.txt"; exit 1; }
 grep -v '^\[bench_accept\]' "$OUT/accept.txt"
 [ $bad = 0 ] || echo "a window missed the bounds (top-1 >= 99.5%, mean KL <= 1e-3)"

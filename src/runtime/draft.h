@@ -25,7 +25,9 @@
  *     uses that q).  Such a draft may use logits as its scratch.
  *   - snapshot / restore: the lane's state as snapshot_bytes bytes, stored
  *     with the target's recurrent state in the prefix cache's snapshots, so a
- *     restored prefix brings back both.
+ *     restored prefix brings back both.  The bytes live where the target's
+ *     do (splash_model_alloc_memory: device memory beside a CUDA model), so
+ *     a draft on the GPU copies with the direction read from the pointers.
  * append is called only for drafts that read taps (n_taps > 0).
  *
  * Lifetimes: open returns a splash_draft the caller frees with

@@ -107,10 +107,11 @@ void srv_status(const srv_request *q, srv_reply *r) {
               (unsigned long long)atomic_load(&s->n_streams_open));
     sb_printf(&r->body, /* the decode cycle */
               ",\"speculation\":{\"draft\":\"%s\",\"block_size\":%d,\"cycles\":%llu,\"drafted\":%llu,\"accepted\":%llu"
-              ",\"tokens_per_cycle\":%.3f}}",
+              ",\"tokens_per_cycle\":%.3f,\"seconds\":{\"draft\":%.6f,\"verify\":%.6f,\"accept\":%.6f,\"commit\":%.6f}}}",
               st.draft, st.block_size, (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
               (unsigned long long)st.spec_accepted,
-              st.spec_cycles ? (double)(st.spec_accepted + st.spec_cycles) / (double)st.spec_cycles : 0.0);
+              st.spec_cycles ? (double)(st.spec_accepted + st.spec_cycles) / (double)st.spec_cycles : 0.0,
+              st.spec_draft_seconds, st.spec_verify_seconds, st.spec_accept_seconds, st.spec_commit_seconds);
     r->status = 200;
     r->content_type = "application/json";
 }
@@ -149,6 +150,11 @@ void srv_metrics(const srv_request *q, srv_reply *r) {
                  "# TYPE splash_spec_accepted_tokens_total counter\nsplash_spec_accepted_tokens_total %llu\n",
               (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
               (unsigned long long)st.spec_accepted);
+    sb_printf(b, "# HELP splash_spec_seconds_total Engine time in each phase of the decode cycles.\n"
+                 "# TYPE splash_spec_seconds_total counter\n"
+                 "splash_spec_seconds_total{phase=\"draft\"} %.6f\nsplash_spec_seconds_total{phase=\"verify\"} %.6f\n"
+                 "splash_spec_seconds_total{phase=\"accept\"} %.6f\nsplash_spec_seconds_total{phase=\"commit\"} %.6f\n",
+              st.spec_draft_seconds, st.spec_verify_seconds, st.spec_accept_seconds, st.spec_commit_seconds);
     sb_printf(b, "# HELP splash_queue_depth Requests waiting for a lane.\n# TYPE splash_queue_depth gauge\n"
                  "splash_queue_depth %d\n",
               st.queued);

@@ -14,7 +14,9 @@
  *   seek                     lane 1 jumps to position 10, appends 20, block 4
  *   propose greedy           the tokens (v1: the GPU's argmax against the
  *                            CPU's logits; v2: the selector's walk) equal
- *   propose T=1              v2: tokens equal, q within 1e-4; v1: logits
+ *   propose T=1              v2: tokens equal, q within 1e-4; v1: the GPU's
+ *                            sparse q is the softmax of the CPU's top-32
+ *                            logits (within 1e-4), its pick the same draw
  *   snapshot                 the GPU's bytes against the CPU's (header
  *                            equal, rings within 1e-5); a GPU snapshot
  *                            restored into lane 1 drafts the same bits as
@@ -35,6 +37,7 @@
 extern "C" {
 #include "models/dflash/dflash.h"
 #include "models/dflash/dflash2.h"
+#include "models/dflash/dflash2_draft.h"
 #include "package/package.h"
 #include "runtime/draft.h"
 #include "runtime/model.h"
@@ -198,10 +201,36 @@ static void case_propose(Fx *f, int lane, int n_seq, int n, double T) {
         report_exact(f->label, w, same);
         snprintf(w, sizeof w, "propose T=%g: q", T);
         report(f->label, w, same ? dq : INFINITY, 1e-4);
-    } else if (T > 0) {
-        snprintf(w, sizeof w, "propose T=%g: logits", T);
-        report(f->label, w, kc == SPLASH_DRAFT_LOGITS && kg == SPLASH_DRAFT_LOGITS ? worst_row(lg, lc, n, f->V) : INFINITY,
-               1e-4);
+    } else if (T > 0) { /* the GPU's sparse q: the softmax of the CPU's top logits, the pick by the same draw */
+        int same = kc == SPLASH_DRAFT_LOGITS && kg == SPLASH_DRAFT_SPARSE;
+        double dq = 0;
+        float u[MAXB];
+        splash_dflash2_select_args a;
+        splash_dflash2_draft_args(&sp, (uint64_t)n_seq, n, u, &a);
+        for (int i = 0; same && i < n; i++) {
+            const int k = qg[i].n;
+            float top[SPLASH_SPEC_MAX_CAND], q[SPLASH_SPEC_MAX_CAND];
+            const float *row = lc + (size_t)i * f->V;
+            for (int j = 0; same && j < k; j++) { /* candidate j: the j-th largest CPU logit (ties: lower id) */
+                int best = -1;
+                for (int t = 0; t < f->V; t++) {
+                    int taken = 0;
+                    for (int p = 0; p < j && !taken; p++) taken = qg[i].ids[p] == t;
+                    if (!taken && (best < 0 || row[t] > row[best])) best = t;
+                }
+                same = qg[i].ids[j] == best;
+                top[j] = row[best];
+            }
+            if (!same || k < 1) break;
+            const int pick = splash_dflash2_pick(top, k, (float)T, u[i], q);
+            same = tg[i] == qg[i].ids[pick];
+            for (int j = 0; j < k; j++)
+                if (fabs(q[j] - qg[i].p[j]) > dq) dq = fabs(q[j] - qg[i].p[j]);
+        }
+        snprintf(w, sizeof w, "propose T=%g: top logits, pick", T);
+        report_exact(f->label, w, same);
+        snprintf(w, sizeof w, "propose T=%g: q", T);
+        report(f->label, w, same ? dq : INFINITY, 1e-4);
     } else { /* the GPU's argmax against the CPU's logits */
         int same = kc == SPLASH_DRAFT_LOGITS && kg == SPLASH_DRAFT_TOKENS;
         for (int i = 0; same && i < n; i++) {

@@ -97,6 +97,12 @@ struct CDraft {
 
 size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
 
+/* v1 at T > 0: the candidates of a row's sparse q (the softmax over its top
+ * logits; the rest of the vocabulary gets q = 0, which rejection sampling
+ * allows).  32 keep nearly all of a trained draft's mass at T <= 1 while the
+ * top-k stays a few tens of microseconds. */
+constexpr int kV1Candidates = 32;
+
 #define TRY(x)                                                                                                         \
     do {                                                                                                               \
         int rc_ = (x);                                                                                                 \
@@ -295,18 +301,37 @@ int select_edges(CDraft *d, int B) {
     return 0;
 }
 
-/* The selector's walk over the edge scores (dflash2.c's rule, splash_dflash2_pick). */
-int walk(CDraft *d, int n, const splash_dflash2_select_args *a, splash_error *err) {
+/* v1 sampling: each row's top_k logits and their values (in h_edges, [row][k]) to the host. */
+int select_top(CDraft *d, int B) {
+    const int n = B - 1, k = d->top_k;
+    int32_t *cand = (int32_t *)(d->desc_d + d->dp.ids) + 1;
+    TRY(splash_cuda_dflash_topk(d->logits, (size_t)d->V, n, d->V, k, cand, d->cval, (size_t)k, d->ncand, d->ws,
+                                d->ws_bytes, d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_ncand, d->ncand, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_cand, cand, (size_t)n * k * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
+    SPLASH_CUDA_TRY(
+        cudaMemcpyAsync(d->h_edges, d->cval, (size_t)n * k * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    return 0;
+}
+
+/* The proposals from the candidates on the host, row by row with dflash2.c's
+ * rule (splash_dflash2_pick): v2 (chain) scores a row's candidates by the
+ * edges from the previous row's pick; v1 by their logits (a sparse q: the
+ * softmax at the request's temperature over the top_k, which the cycle's
+ * rejection sampling takes as the draft distribution, lossless as any q). */
+int walk(CDraft *d, int n, int chain, const splash_dflash2_select_args *a, splash_error *err) {
     const int k = d->top_k;
     int prev = 0; /* row 0's predecessor: the anchor (pred row 0) */
     for (int i = 0; i < n; i++) {
         splash_dflash2_row *o = &d->rows[i];
         const int nc = d->h_ncand[i];
-        if (nc < 1 || nc > k) return splash_fail(err, SPLASH_E_INVALID, "dflash2 draft: row %d has no candidate", i);
+        if (nc < 1 || nc > k) return splash_fail(err, SPLASH_E_INVALID, "%s draft: row %d has no candidate", d->ln.name, i);
+        const float *sc = d->h_edges + (chain ? ((size_t)i * k + prev) * k : (size_t)i * k);
         o->n_cand = nc;
         for (int j = 0; j < SPLASH_DFLASH2_MAX_TOPK; j++) {
             o->cand[j] = j < nc ? d->h_cand[(size_t)i * k + j] : -1;
-            o->score[j] = j < nc ? d->h_edges[((size_t)i * k + prev) * k + j] : -INFINITY;
+            o->score[j] = j < nc ? sc[j] : -INFINITY;
             o->q[j] = 0;
         }
         const float u = a->temperature > 0 ? a->uniform[i] : 0.0f;
@@ -323,7 +348,7 @@ int fail_gpu(splash_error *err, int rc, const char *what) {
 
 /* ---- the draft ops ---------------------------------------------------------------------- */
 
-int cd_propose(void *impl, const splash_draft_req *r, float *logits, int32_t *tokens, splash_error *err) {
+int cd_propose(void *impl, const splash_draft_req *r, float *, int32_t *tokens, splash_error *err) {
     CDraft *d = (CDraft *)impl;
     int rc = splash_dflash_lanes_reach(&d->ln, r->lane, r->n_seq - 1, err);
     if (rc) return rc;
@@ -333,22 +358,15 @@ int cd_propose(void *impl, const splash_draft_req *r, float *logits, int32_t *to
     if ((rc = splash_dflash_ctx_check(d->c, kv, anchor, B, d->ln.hidden, err))) return rc;
     if (B > d->max_block) return splash_fail(err, SPLASH_E_INVALID, "draft: block %d past %d", B, d->max_block);
     if ((rc = block_forward(d, kv, anchor, B)) || (rc = block_logits(d, B))) return fail_gpu(err, rc, "the block");
-    if (d->v2) {
-        if (!r->q) return splash_fail(err, SPLASH_E_INVALID, "dflash2 draft: no q buffer");
-        if ((rc = select_edges(d, B))) return fail_gpu(err, rc, "the selector");
+    if (d->v2 || r->sp->temperature > 0) { /* proposals with a sparse q, drawn on the host */
+        if (!r->q) return splash_fail(err, SPLASH_E_INVALID, "%s draft: no q buffer", d->ln.name);
+        if ((rc = d->v2 ? select_edges(d, B) : select_top(d, B))) return fail_gpu(err, rc, "the candidates");
         float u[SPLASH_DRAFT_MAX_BLOCK];
         splash_dflash2_select_args a;
         splash_dflash2_draft_args(r->sp, (uint64_t)r->n_seq, r->n, u, &a);
-        if ((rc = walk(d, r->n, &a, err))) return rc;
+        if ((rc = walk(d, r->n, d->v2, &a, err))) return rc;
         splash_dflash2_draft_rows(d->rows, r->n, tokens, r->q);
         return SPLASH_DRAFT_SPARSE;
-    }
-    if (r->sp->temperature > 0) { /* the runtime samples from the logits */
-        if (!logits) return splash_fail(err, SPLASH_E_INVALID, "dflash draft: no logits buffer");
-        SPLASH_CUDA_TRY(cudaMemcpyAsync(logits, d->logits, (size_t)r->n * d->V * sizeof(float), cudaMemcpyDeviceToHost,
-                                        d->stream));
-        SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
-        return SPLASH_DRAFT_LOGITS;
     }
     if ((rc = splash_cuda_argmax(d->logits, (size_t)d->V, r->n, d->V, d->tok, nullptr, d->ws, d->ws_bytes, d->stream)))
         return fail_gpu(err, rc, "the argmax");
@@ -410,17 +428,23 @@ int cd_append(void *impl, int lane, int pos, const float *taps, int n, splash_er
     return 0;
 }
 
+/* Snapshots live where the target's do (splash_model_alloc_memory: device
+ * memory beside the CUDA model, host memory in the tests): every copy is
+ * cudaMemcpyDefault, which reads the direction from the pointers. */
 void cd_snapshot(void *impl, int lane, void *dst) {
     CDraft *d = (CDraft *)impl;
     if (lane < 0 || lane >= d->ln.lanes) return;
     const splash_dflash_kv *kv = d->ln.kv[lane];
-    splash_dflash_kv_save_header(kv, dst);
-    cudaError_t e = cudaMemcpyAsync((char *)dst + SPLASH_DFLASH_SNAP_HEADER, kv->mem, kv->bytes,
-                                    cudaMemcpyDeviceToHost, d->stream);
+    uint8_t hdr[SPLASH_DFLASH_SNAP_HEADER];
+    splash_dflash_kv_save_header(kv, hdr);
+    cudaError_t e = cudaMemcpyAsync(dst, hdr, sizeof hdr, cudaMemcpyDefault, d->stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync((char *)dst + sizeof hdr, kv->mem, kv->bytes, cudaMemcpyDefault, d->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(d->stream);
-    if (e != cudaSuccess) { /* the op has no status: a snapshot that cannot be read back says so when restored */
+    if (e != cudaSuccess) { /* the op has no status: a zero header is refused when restored */
         SPLASH_CUDA_REPORT_("draft snapshot", e);
-        memset(dst, 0, SPLASH_DFLASH_SNAP_HEADER);
+        memset(hdr, 0, sizeof hdr);
+        cudaMemcpy(dst, hdr, sizeof hdr, cudaMemcpyDefault);
     }
 }
 
@@ -429,10 +453,12 @@ int cd_restore(void *impl, int lane, const void *src, splash_error *err) {
     if (lane < 0 || lane >= d->ln.lanes)
         return splash_fail(err, SPLASH_E_RANGE, "%s draft: lane %d outside [0, %d)", d->ln.name, lane, d->ln.lanes);
     splash_dflash_kv *kv = d->ln.kv[lane], tmp = *kv;
-    int rc = splash_dflash_kv_load_header(&tmp, src, err);
+    uint8_t hdr[SPLASH_DFLASH_SNAP_HEADER];
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(hdr, src, sizeof hdr, cudaMemcpyDefault, d->stream));
+    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    int rc = splash_dflash_kv_load_header(&tmp, hdr, err);
     if (rc) return rc;
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(kv->mem, (const char *)src + SPLASH_DFLASH_SNAP_HEADER, kv->bytes,
-                                    cudaMemcpyHostToDevice, d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(kv->mem, (const char *)src + sizeof hdr, kv->bytes, cudaMemcpyDefault, d->stream));
     SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
     kv->n_ctx = tmp.n_ctx, kv->lo = tmp.lo;
     return 0;
@@ -468,13 +494,12 @@ int check_dims(const CDraft *d, splash_error *err) {
                            "%s draft on the GPU: head_dim %d (a multiple of 32 up to 256) or %d query heads per kv head "
                            "(at most 32)",
                            d->ln.name, dm->head_dim, dm->heads / dm->kv_heads);
-    if (d->v2 && (d->top_k > SPLASH_CUDA_DFLASH_MAX_TOPK || d->rank > SPLASH_CUDA_DFLASH_MAX_RANK ||
-                  !splash_cuda_dflash_topk_workspace_bytes(1, d->V, d->top_k) ||
-                  (size_t)(d->V + 4095) / 4096 * d->top_k > 5888))
+    if (d->top_k > SPLASH_CUDA_DFLASH_MAX_TOPK || d->top_k > d->V || d->rank > SPLASH_CUDA_DFLASH_MAX_RANK ||
+        (size_t)(d->V + 4095) / 4096 * d->top_k > 5888)
         return splash_fail(err, SPLASH_E_UNSUPPORTED,
-                           "dflash2 draft on the GPU: selector top_k %d (at most %d), rank %d (at most %d), vocabulary "
-                           "%d",
-                           d->top_k, SPLASH_CUDA_DFLASH_MAX_TOPK, d->rank, SPLASH_CUDA_DFLASH_MAX_RANK, d->V);
+                           "%s draft on the GPU: %d candidates a row (at most %d), selector rank %d (at most %d), "
+                           "vocabulary %d",
+                           d->ln.name, d->top_k, SPLASH_CUDA_DFLASH_MAX_TOPK, d->rank, SPLASH_CUDA_DFLASH_MAX_RANK, d->V);
     return 0;
 }
 
@@ -482,10 +507,8 @@ int check_dims(const CDraft *d, splash_error *err) {
 int alloc_scratch(CDraft *d, splash_error *err) {
     const size_t R = (size_t)d->R, H = (size_t)d->H, nb = (size_t)d->max_block, k = (size_t)d->top_k;
     size_t ws = splash_cuda_argmax_workspace_bytes((int)nb, d->V);
-    if (d->v2) {
-        const size_t t = splash_cuda_dflash_topk_workspace_bytes((int)nb, d->V, (int)k);
-        if (t > ws) ws = t;
-    }
+    const size_t tw = splash_cuda_dflash_topk_workspace_bytes((int)nb, d->V, (int)k); /* v2, and v1 sampling */
+    if (tw > ws) ws = tw;
     const size_t sizes[] = {R * H,  R * H, R * H, R * H, R * d->qw, R * d->kvw, R * d->kvw, R * d->qw, R * d->I,
                             R * d->I, R * d->P, R * d->n_in, nb * d->V, nb * d->rank, (1 + nb * k) * d->rank,
                             nb * k * d->rank, nb * k * k, nb * k};
@@ -569,13 +592,14 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
         o.max_block = opt->max_block > 0 ? opt->max_block : 0;
         if ((rc = splash_dflash_load(pkg, &o, &d->m1, err))) return rc;
         d->c = splash_dflash_ctx_of(d->m1);
-        d->embed_scale = 1.0f, d->mult = 1.0f, d->rank = 1, d->top_k = 1, d->P = 1;
+        d->embed_scale = 1.0f, d->mult = 1.0f, d->rank = 1, d->top_k = kV1Candidates, d->P = 1;
     }
     const splash_dflash_dims *dm = &d->c->d;
     if ((rc = splash_dflash_lanes_init(&d->ln, d->v2 ? "dflash2" : "dflash", d->c, lanes, err))) return rc;
     d->H = dm->hidden, d->qw = dm->heads * dm->head_dim, d->kvw = dm->kv_heads * dm->head_dim;
     d->I = dm->intermediate, d->V = dm->vocab, d->n_in = dm->n_taps * dm->hidden;
     d->max_block = d->ln.max_block;
+    if (!d->v2 && d->top_k > d->V) d->top_k = d->V;
     d->R = d->max_block > SPLASH_DFLASH_APPEND_CHUNK ? d->max_block : SPLASH_DFLASH_APPEND_CHUNK;
     if ((rc = check_dims(d, err))) return rc;
     d->mask_row = (float *)malloc((size_t)d->H * sizeof(float));

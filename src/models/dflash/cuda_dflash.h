@@ -22,7 +22,11 @@
  *       on the host with dflash2.c's splash_dflash2_pick: SPLASH_DRAFT_SPARSE.
  *   v1: greedy: the argmax on the device, SPLASH_DRAFT_TOKENS (the runtime's
  *       greedy selection of the same logits would pick the same tokens);
- *       sampling: the logits to the host, SPLASH_DRAFT_LOGITS.
+ *       sampling: each row's top 32 logits to the host, q = their softmax at
+ *       the request's temperature, the proposal drawn from it with the keyed
+ *       DRAFT stream: SPLASH_DRAFT_SPARSE (the CPU draft hands over whole
+ *       rows of logits instead, 0.6 MB a row on a 151K vocabulary; any q is
+ *       lossless, this one drops the mass outside the top 32).
  * Nothing is allocated after open.  One stream; every op ends with a
  * synchronisation before it returns (the engine reads the proposals).
  */
