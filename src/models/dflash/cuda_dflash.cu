@@ -80,6 +80,7 @@ struct CDraft {
     float embed_scale, mult, softcap;
     /* scratch (one device allocation) */
     void *scratch;
+    size_t scratch_bytes;
     float *x, *xn, *xc, *t, *q, *k, *v, *o, *ff, *ff2, *dyn, *in, *logits, *gate, *pv, *sv, *edges, *cval;
     int32_t *ncand, *tok;
     void *ws;
@@ -519,6 +520,7 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     for (size_t i = 0; i < n; i++) total += up256(sizes[i] * sizeof(float));
     const size_t xp = splash_q4_xprep_bytes(d->max_q4_cols > 0 ? d->max_q4_cols : 64);
     total += up256(2 * nb * sizeof(int32_t)) + up256(ws) + up256(xp);
+    d->scratch_bytes = total;
     cudaError_t e = cudaMalloc(&d->scratch, total);
     if (e != cudaSuccess) {
         d->scratch = nullptr;
@@ -632,6 +634,9 @@ extern "C" int splash_dflash_cuda_open(splash_package *pkg, const splash_draft_o
     int window = 0;
     int rc = open_draft(d, pkg, opt, &window, err);
     if (!rc) rc = splash_dflash_lanes_describe(&d->ln, &cd_ops, d, window, dr, err);
+    /* the memory plan's budget was read before the draft opened: count all it holds on the device
+     * beside its lane states (its weights with the lm_head's copy, its scratch) */
+    if (!rc) dr->weight_bytes = d->wbytes + d->scratch_bytes;
     if (rc) {
         cd_free(d);
         free(dr);
