@@ -716,6 +716,9 @@ extern "C" int splash_cuda_dflash_ring_write(const float *src, size_t lds, int r
         memcpy(ring + (size_t)((pos0 + r) % cap) * width, src + r * lds, (size_t)width * sizeof(float));
     return 0;
 }
+extern "C" size_t splash_cuda_dflash_attention_workspace_bytes(int block, int heads, int head_dim, int max_keys) {
+    return block > 0 && heads > 0 && head_dim > 0 && max_keys > 0 ? 256 : 0;
+}
 /* dflash_ctx.c attn_task: scores in key order, cpu_softmax, cpu_axpy in key order. */
 extern "C" int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *a, struct CUstream_st *) {
     const int hd = a->head_dim, g = a->heads / a->kv_heads, W = a->window;

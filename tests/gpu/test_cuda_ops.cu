@@ -40,6 +40,7 @@ extern "C" {
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_matmul.h"
+#include "backend/cuda/dflash.h"
 #include "backend/cuda/gdn.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/norm.h"
@@ -1481,6 +1482,184 @@ static void test_argmax(const char *name, int rows, int V, int hidden) {
     cudaFree(dx), cudaFree(dval), cudaFree(didx), cudaFree(ws), cudaFree(dW), cudaFree(dh), cudaFree(dlog), cudaFree(xpm);
 }
 
+/* ==== 7. the DFlash draft's ops (dflash.h) =========================================================== */
+
+/* The block attention against a double reference written from dflash_ctx.c's
+ * attn_task (the same visible keys: context ring [c0, n_ctx), block rows
+ * [b0, b1)). */
+static void test_dflash_attention(const char *name, int block, int heads, int kvh, int hd, int n_ctx, int lo, int cap,
+                                  int window, int causal) {
+    const size_t qw = (size_t)heads * hd, kvw = (size_t)kvh * hd;
+    float *q = hfloats(block * qw), *k = hfloats(block * kvw), *v = hfloats(block * kvw);
+    float *rk = hfloats(cap * kvw), *rv = hfloats(cap * kvw), *ref = hfloats(block * qw), *got = hfloats(block * qw);
+    fill(q, block * qw, -1, 1), fill(k, block * kvw, -1, 1), fill(v, block * kvw, -1, 1);
+    fill(rk, cap * kvw, -1, 1), fill(rv, cap * kvw, -1, 1);
+    const float scale = (float)pow((double)hd, -0.5);
+    double *sc = (double *)hmalloc(((size_t)cap + block) * sizeof(double));
+    for (int i = 0; i < block; i++)
+        for (int h = 0; h < heads; h++) {
+            const int kh = h / (heads / kvh), qp = n_ctx + i;
+            int c0 = lo;
+            if (n_ctx - cap > c0) c0 = n_ctx - cap;
+            if (window > 0 && qp - window + 1 > c0) c0 = qp - window + 1;
+            const int nc = n_ctx > c0 ? n_ctx - c0 : 0;
+            int b0 = 0, b1 = causal ? i + 1 : block;
+            if (window > 0) {
+                if (i - window + 1 > b0) b0 = i - window + 1;
+                if (!causal && i + window < b1) b1 = i + window;
+            }
+            const float *qi = q + i * qw + (size_t)h * hd;
+            int n = 0;
+            double mx = -INFINITY, sum = 0;
+            for (int t = 0; t < nc + b1 - b0; t++) {
+                const float *kt = t < nc ? rk + (size_t)((c0 + t) % cap) * kvw : k + (size_t)(b0 + t - nc) * kvw;
+                double d = 0;
+                for (int e = 0; e < hd; e++) d += (double)qi[e] * kt[(size_t)kh * hd + e];
+                sc[n++] = d * scale;
+                if (d * scale > mx) mx = d * scale;
+            }
+            for (int t = 0; t < n; t++) sum += sc[t] = exp(sc[t] - mx);
+            for (int e = 0; e < hd; e++) {
+                double o = 0;
+                for (int t = 0; t < n; t++) {
+                    const float *vt = t < nc ? rv + (size_t)((c0 + t) % cap) * kvw : v + (size_t)(b0 + t - nc) * kvw;
+                    o += sc[t] / sum * vt[(size_t)kh * hd + e];
+                }
+                ref[i * qw + (size_t)h * hd + e] = (float)o;
+            }
+        }
+    float *dq = dcopy(q, block * qw), *dk = dcopy(k, block * kvw), *dv = dcopy(v, block * kvw);
+    float *drk = dcopy(rk, cap * kvw), *drv = dcopy(rv, cap * kvw), *dout = dfloats(block * qw);
+    poison(dout, block * qw * 4);
+    splash_cuda_dflash_attn_args a = {};
+    a.q = dq, a.ldq = qw, a.k = dk, a.v = dv, a.ldkv = kvw, a.ring_k = drk, a.ring_v = drv, a.o = dout, a.ldo = qw;
+    a.block = block, a.heads = heads, a.kv_heads = kvh, a.head_dim = hd, a.n_ctx = n_ctx, a.lo = lo, a.cap = cap;
+    a.window = window, a.causal = causal, a.scale = scale;
+    a.ws_bytes = splash_cuda_dflash_attention_workspace_bytes(block, heads, hd, cap + block);
+    a.ws = dmalloc(a.ws_bytes);
+    const int rc = splash_cuda_dflash_attention(&a, NULL);
+    down(got, dout, block * qw * 4);
+    const double err = rc ? INFINITY : rel_err(got, ref, block * qw);
+    const double us = time_us([&](int) { return splash_cuda_dflash_attention(&a, NULL); });
+    const int held = n_ctx - lo < cap ? n_ctx - lo : cap;
+    char sh[80];
+    snprintf(sh, sizeof sh, "%s %d rows, %d/%d x %d, %d ctx%s%s", name, block, heads, kvh, hd, held,
+             window ? " sliding" : "", causal ? " causal" : "");
+    report("dflash block attention", sh, err, 1e-5, us, ((double)held + block) * kvw * 8 + 2.0 * block * qw * 4);
+    free(q), free(k), free(v), free(rk), free(rv), free(ref), free(got), free(sc);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(drk), cudaFree(drv), cudaFree(dout), cudaFree(a.ws);
+}
+
+/* The conv (bitwise: dflash2.c's fmaf chain) and the logit transform (tanhf may differ by an ulp). */
+static void test_dflash_conv(const char *name, int rows, int hidden, int K, int group, int V) {
+    const int G = hidden / group, P = 2 * K * G;
+    float *x = hfloats((size_t)rows * hidden), *base = hfloats((size_t)2 * K * hidden), *dyn = hfloats((size_t)rows * P);
+    float *ref = hfloats((size_t)rows * hidden), *got = hfloats((size_t)rows * hidden);
+    fill(x, (size_t)rows * hidden, -2, 2), fill(base, (size_t)2 * K * hidden, -1, 1), fill(dyn, (size_t)rows * P, -1, 1);
+    float *dx = dcopy(x, (size_t)rows * hidden), *db = dcopy(base, (size_t)2 * K * hidden), *dd = dcopy(dyn, (size_t)rows * P);
+    float *dout = dfloats((size_t)rows * hidden);
+    for (int side = 0; side < 2; side++) {
+        for (int t = 0; t < rows; t++)
+            for (int c = 0; c < hidden; c++) {
+                float o = 0;
+                for (int s = 0; s < K && s <= t; s++)
+                    o = fmaf(base[((size_t)side * K + s) * hidden + c] + dyn[(size_t)t * P + ((size_t)side * K + s) * G + c / group],
+                             x[(size_t)(t - s) * hidden + c], o);
+                ref[(size_t)t * hidden + c] = o;
+            }
+        poison(dout, (size_t)rows * hidden * 4);
+        const float *bs = db + (size_t)side * K * hidden;
+        int rc = splash_cuda_dflash_conv(dx, hidden, rows, hidden, bs, dd, P, side, K, group, dout, hidden, NULL);
+        down(got, dout, (size_t)rows * hidden * 4);
+        double err = rc ? INFINITY : 0;
+        for (size_t i = 0; i < (size_t)rows * hidden; i++) err += memcmp(&got[i], &ref[i], 4) != 0;
+        double us = time_us([&](int) {
+            return splash_cuda_dflash_conv(dx, hidden, rows, hidden, bs, dd, P, side, K, group, dout, hidden, NULL);
+        });
+        char sh[80];
+        snprintf(sh, sizeof sh, "%s %d x %d, K %d, group %d, side %d (bits)", name, rows, hidden, K, group, side);
+        report("dflash conv", sh, err, 0, us, (double)rows * hidden * 8 + (double)rows * P * 4);
+    }
+    /* transform: l * 3, then tanh(l / 6) * 6 */
+    float *l = hfloats((size_t)rows * V), *lr = hfloats((size_t)rows * V);
+    fill(l, (size_t)rows * V, -12, 12);
+    for (size_t i = 0; i < (size_t)rows * V; i++) lr[i] = tanhf(l[i] * 3.0f / 6.0f) * 6.0f;
+    float *dl = dcopy(l, (size_t)rows * V);
+    int rc = splash_cuda_dflash_logits_transform(dl, V, rows, V, 3.0f, 6.0f, NULL);
+    down(l, dl, (size_t)rows * V * 4);
+    double err = rc ? INFINITY : rel_err(l, lr, (size_t)rows * V);
+    double us = time_us([&](int) { return splash_cuda_dflash_logits_transform(dl, V, rows, V, 1.0f, 6.0f, NULL); });
+    char sh[64];
+    snprintf(sh, sizeof sh, "%s %d x %d, x3, cap 6", name, rows, V);
+    report("dflash logit transform", sh, err, 1e-6, us, (double)rows * V * 8);
+    free(x), free(base), free(dyn), free(ref), free(got), free(l), free(lr);
+    cudaFree(dx), cudaFree(db), cudaFree(dd), cudaFree(dout), cudaFree(dl);
+}
+
+/* top-k (exact: dflash2.c's candidates: descending, equal values by lower id, no -inf / NaN),
+ * then the selector's edges against a double reference. */
+static void test_dflash_select(const char *name, int rows, int V, int k, int rank) {
+    const size_t N = (size_t)rows * V;
+    float *x = hfloats(N);
+    for (size_t i = 0; i < N; i++) x[i] = (float)(int)(rnd(-8, 8) * 64) / 64.0f; /* many ties */
+    x[3] = NAN, x[V + 5] = -INFINITY, x[2 * (size_t)V + V - 1] = 100.0f, x[2 * (size_t)V + 7] = 100.0f;
+    int32_t *want = (int32_t *)hmalloc((size_t)rows * k * 4), *got = (int32_t *)hmalloc((size_t)rows * k * 4);
+    float *wval = hfloats((size_t)rows * k), *gval = hfloats((size_t)rows * k);
+    int32_t *gn = (int32_t *)hmalloc(rows * 4);
+    for (int r = 0; r < rows; r++) { /* insertion in column order, as top_candidates */
+        int m = 0;
+        int32_t *c = want + (size_t)r * k;
+        float *v = wval + (size_t)r * k;
+        for (int t = 0; t < V; t++) {
+            const float xv = x[(size_t)r * V + t];
+            if (!(xv > -INFINITY) || (m == k && !(xv > v[m - 1]))) continue;
+            int i = m < k ? m++ : m - 1;
+            for (; i > 0 && xv > v[i - 1]; i--) v[i] = v[i - 1], c[i] = c[i - 1];
+            v[i] = xv, c[i] = t;
+        }
+    }
+    float *dx = dcopy(x, N), *dval = dfloats((size_t)rows * k);
+    int32_t *dc = (int32_t *)dmalloc((size_t)rows * k * 4), *dn = (int32_t *)dmalloc(rows * 4);
+    const size_t wsb = splash_cuda_dflash_topk_workspace_bytes(rows, V, k);
+    void *ws = dmalloc(wsb);
+    int rc = splash_cuda_dflash_topk(dx, V, rows, V, k, dc, dval, k, dn, ws, wsb, NULL);
+    down(got, dc, (size_t)rows * k * 4), down(gval, dval, (size_t)rows * k * 4), down(gn, dn, rows * 4);
+    double err = rc ? INFINITY : 0;
+    for (int r = 0; r < rows; r++) err += gn[r] != k;
+    for (size_t i = 0; i < (size_t)rows * k; i++) err += got[i] != want[i] || gval[i] != wval[i];
+    double us = time_us([&](int) { return splash_cuda_dflash_topk(dx, V, rows, V, k, dc, dval, k, dn, ws, wsb, NULL); });
+    char sh[80];
+    snprintf(sh, sizeof sh, "%s %d x %d, k %d (ties, NaN, -inf)", name, rows, V, k);
+    report("dflash top-k", sh, err, 0, us, (double)N * 4);
+    /* edges: gate [rows][rank], pred rows [1 + (rows-1) k][rank], succ rows [rows k][rank] */
+    const size_t np = 1 + (size_t)(rows - 1) * k, ns = (size_t)rows * k;
+    float *gate = hfloats((size_t)rows * rank), *pred = hfloats(np * rank), *succ = hfloats(ns * rank);
+    float *ref = hfloats(ns * k), *ge = hfloats(ns * k);
+    fill(gate, (size_t)rows * rank, -1, 1), fill(pred, np * rank, -1, 1), fill(succ, ns * rank, -1, 1);
+    for (size_t i = 0; i < ns * k; i++) ref[i] = 0;
+    for (int i = 0; i < rows; i++)
+        for (int p = 0; p < (i ? k : 1); p++)
+            for (int j = 0; j < k; j++) {
+                const float *pr = pred + (i ? 1 + (size_t)(i - 1) * k + p : 0) * rank;
+                double d = 0;
+                for (int r = 0; r < rank; r++)
+                    d += (double)(pr[r] * gate[(size_t)i * rank + r]) * succ[((size_t)i * k + j) * rank + r];
+                ref[((size_t)i * k + p) * k + j] = (float)(wval[(size_t)i * k + j] + d);
+            }
+    float *dg = dcopy(gate, (size_t)rows * rank), *dp = dcopy(pred, np * rank), *ds = dcopy(succ, ns * rank);
+    float *de = dfloats(ns * k);
+    SPLASH_CUDA_CHECK(cudaMemset(de, 0, ns * k * 4)); /* row 0 writes p = 0 only */
+    rc = splash_cuda_dflash_edges(dg, dp, ds, dval, dn, rows, k, rank, de, NULL);
+    down(ge, de, ns * k * 4);
+    err = rc ? INFINITY : rel_err(ge, ref, ns * k);
+    us = time_us([&](int) { return splash_cuda_dflash_edges(dg, dp, ds, dval, dn, rows, k, rank, de, NULL); });
+    snprintf(sh, sizeof sh, "%s %d rows x %d x %d, rank %d", name, rows, k, k, rank);
+    report("dflash selector edges", sh, err, 1e-5, us, (double)(np + ns) * rank * 4);
+    free(x), free(want), free(got), free(wval), free(gval), free(gn), free(gate), free(pred), free(succ), free(ref), free(ge);
+    cudaFree(dx), cudaFree(dval), cudaFree(dc), cudaFree(dn), cudaFree(ws), cudaFree(dg), cudaFree(dp), cudaFree(ds),
+        cudaFree(de);
+}
+
 /* ==== argument errors ====================================================================== */
 
 static void test_errors(void) {
@@ -1646,6 +1825,23 @@ int main(int argc, char **argv) {
     if (!g_quick) {
         test_argmax("vocab", 1, 248320, 5120);
         test_argmax("vocab", 16, 248320, 5120);
+    }
+
+    /* 7. the DFlash draft's own ops: the fixtures' drafts (dflash-tiny, dflash2-tiny) and a
+     * draft of the 27B's widths (32 / 8 heads x 128, hidden 5120, window 2048) */
+    test_dflash_attention("tiny", 8, 4, 2, 32, 37, 0, 16, 16, 0);
+    test_dflash_attention("tiny", 16, 4, 2, 32, 87, 0, 40, 0, 1);
+    test_dflash_attention("tiny, seek", 4, 4, 2, 64, 30, 10, 40, 0, 0);
+    test_dflash_attention("tiles masked", 8, 4, 2, 32, 500, 0, 200, 50, 0);  /* early tiles: no key visible */
+    test_dflash_attention("2 query tiles", 16, 16, 2, 64, 200, 0, 128, 0, 1); /* 128 queries a kv head */
+    test_dflash_conv("tiny", 16, 128, 2, 16, 512);
+    test_dflash_select("tiny", 15, 512, 16, 64);
+    if (!g_quick) {
+        test_dflash_attention("27B draft", 16, 32, 8, 128, 5000, 0, 2048, 2048, 0);
+        test_dflash_attention("27B draft", 16, 32, 8, 128, 300, 0, 2048, 0, 0);
+        test_dflash_conv("27B draft", 16, 5120, 2, 16, 248320);
+        test_dflash_select("vocab", 15, 248320, 16, 256);
+        test_dflash_select("vocab", 15, 248320, 64, 256);
     }
 
     print_table();

@@ -20,7 +20,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kTopChunk = 4096;    /* columns a top-k block reduces to k candidates */
 constexpr int kTopPairs = 5888;    /* candidates the per-row merge holds in shared memory (46 KB) */
-constexpr int kMaxHeadDim = 256;   /* attention: head_dim / 32 accumulators a lane */
 
 /* ---- conv, ring write, transform -------------------------------------------------- */
 
@@ -55,78 +54,177 @@ __global__ void transform_kernel(float *x, size_t ldx, int n, float mult, float 
 
 /* ---- attention ----------------------------------------------------------------------- */
 
-/* One block per (kv head, row), one warp per query head of the group.  Each
- * lane scores one key of a 32-key step (its whole dot product), the warp
- * keeps an online softmax, and each lane accumulates head_dim / 32 output
- * dims over the step's keys. */
-template <int E> /* head_dim / 32 */
-__global__ void attention_kernel(const splash_cuda_dflash_attn_args a) {
-    extern __shared__ float qs[]; /* [group][head_dim] */
-    const int kh = blockIdx.x, i = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = a.heads / a.kv_heads, h = kh * g + warp, hd = a.head_dim;
+/* Flash-decoding over the block's keys: the unified key list is the held
+ * context positions [cbase, n_ctx) then the block's rows; a block of threads
+ * takes kKeyTile keys of it for one kv head and up to kQueryTile of the
+ * queries that share that head (every row x the group's heads), so each K/V
+ * tile is read from memory once for all of them.  A warp per query in turn:
+ * each lane scores two keys (its whole dot product, K padded in shared memory
+ * so lanes read different banks), masks the keys its row does not see, and
+ * accumulates head_dim / 32 output dims; the tile's (max, sum, acc) go to the
+ * workspace and a second kernel merges the tiles. */
+constexpr int kKeyTile = 64;
+constexpr int kQueryTile = 64; /* the most queries a block takes (fewer when that leaves SMs idle) */
+constexpr int kAttnThreads = 256;
+
+struct AttnGeom {
+    int g, Q, cbase, nc, n_keys, tiles, qt, qtiles;
+};
+
+__host__ __device__ inline AttnGeom attn_geom(const splash_cuda_dflash_attn_args &a) {
+    AttnGeom m;
+    m.g = a.heads / a.kv_heads;
+    m.Q = a.block * m.g;
+    m.cbase = a.lo > a.n_ctx - a.cap ? a.lo : a.n_ctx - a.cap; /* the ring holds the last cap positions */
+    m.nc = a.n_ctx > m.cbase ? a.n_ctx - m.cbase : 0;
+    m.n_keys = m.nc + a.block;
+    m.tiles = (m.n_keys + kKeyTile - 1) / kKeyTile;
+    /* queries a block: 64 (each K/V tile read once for most queries) unless that makes fewer than
+     * ~2 blocks an SM of an H200; then 32 or 16 (measured, 27B-width draft: 300 positions 41.6 us
+     * at 64, 24.2 at 16; 2,048 positions 70.5 at 64, 77.4 at 16) */
+    m.qt = kQueryTile;
+    while (m.qt > 16 && (size_t)a.kv_heads * m.tiles * ((m.Q + m.qt - 1) / m.qt) < 264) m.qt /= 2;
+    m.qtiles = (m.Q + m.qt - 1) / m.qt;
+    return m;
+}
+
+/* K rows padded by 4 floats: a lane's float4 reads of its own key row fall on
+ * different banks across each quarter-warp. */
+__host__ __device__ inline size_t attn_smem(int hd) {
+    return ((size_t)kQueryTile * hd + (size_t)kKeyTile * (hd + 4) + (size_t)kKeyTile * hd) * sizeof(float);
+}
+
+template <int E> /* head_dim / 32: 1, 2, 4, 8 */
+__global__ void __launch_bounds__(kAttnThreads) attention_tile_kernel(const splash_cuda_dflash_attn_args a, float *ws) {
+    extern __shared__ float sm[];
+    constexpr int hd = 32 * E; /* == a.head_dim (the wrapper's switch) */
+    const AttnGeom m = attn_geom(a);
+    const int kh = blockIdx.x, tile = blockIdx.y, q0 = blockIdx.z * m.qt;
+    const int nq = m.Q - q0 < m.qt ? m.Q - q0 : m.qt;
     const size_t kvw = (size_t)a.kv_heads * hd;
-    for (int d = lane; d < hd; d += 32) qs[warp * hd + d] = a.q[(size_t)i * a.ldq + (size_t)h * hd + d];
-    __syncwarp();
-    const float *q = qs + warp * hd;
-    /* the visible keys: context positions [c0, n_ctx), then block rows [b0, b1) (dflash_ctx.c attn_task) */
-    const int start = a.n_ctx, qp = start + i, W = a.window;
-    int c0 = a.lo;
-    if (start - a.cap > c0) c0 = start - a.cap;
-    if (W > 0 && qp - W + 1 > c0) c0 = qp - W + 1;
-    const int nc = start > c0 ? start - c0 : 0;
-    int b0 = 0, b1 = a.causal ? i + 1 : a.block;
-    if (W > 0) {
-        if (i - W + 1 > b0) b0 = i - W + 1;
-        if (!a.causal && i + W < b1) b1 = i + W;
-    }
-    const int n = nc + (b1 - b0);
-    float m = -INFINITY, l = 0.0f, acc[E];
+    float *qs = sm, *ks = qs + (size_t)kQueryTile * hd, *vs = ks + (size_t)kKeyTile * (hd + 4);
+    const int t0 = tile * kKeyTile, nt = m.n_keys - t0 < kKeyTile ? m.n_keys - t0 : kKeyTile;
+    /* the tile's queries, keys and values into shared memory: float4s, four in flight a thread
+     * before any is stored (a load and its store in one iteration would wait out each load) */
+    constexpr int R4 = hd / 4, kLoads = 4;
+    for (int base = 0; base < nq * R4; base += kLoads * kAttnThreads) {
+        float4 x[kLoads];
 #pragma unroll
-    for (int e = 0; e < E; e++) acc[e] = 0.0f;
-    for (int t0 = 0; t0 < n; t0 += 32) {
-        const int t = t0 + lane;
-        const float *kp = nullptr, *vp = nullptr;
-        float s = -INFINITY;
-        if (t < n) {
-            size_t off;
-            if (t < nc) {
-                off = (size_t)((c0 + t) % a.cap) * kvw + (size_t)kh * hd;
-                kp = a.ring_k + off, vp = a.ring_v + off;
-            } else {
-                off = (size_t)(b0 + t - nc) * a.ldkv + (size_t)kh * hd;
-                kp = a.k + off, vp = a.v + off;
+        for (int u = 0; u < kLoads; u++) {
+            const int idx = base + u * kAttnThreads + threadIdx.x;
+            if (idx < nq * R4) {
+                const int qi = q0 + idx / R4, i = qi / m.g, h = kh * m.g + qi % m.g;
+                x[u] = *reinterpret_cast<const float4 *>(a.q + (size_t)i * a.ldq + (size_t)h * hd + (idx % R4) * 4);
             }
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; u++) {
+            const int idx = base + u * kAttnThreads + threadIdx.x;
+            if (idx < nq * R4) reinterpret_cast<float4 *>(qs)[idx] = x[u];
+        }
+    }
+    for (int base = 0; base < nt * R4; base += kLoads * kAttnThreads) {
+        float4 kx[kLoads], vx[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; u++) {
+            const int idx = base + u * kAttnThreads + threadIdx.x;
+            if (idx < nt * R4) {
+                const int t = t0 + idx / R4;
+                const float *kp, *vp;
+                if (t < m.nc) {
+                    const size_t off = (size_t)((m.cbase + t) % a.cap) * kvw + (size_t)kh * hd;
+                    kp = a.ring_k + off, vp = a.ring_v + off;
+                } else {
+                    const size_t off = (size_t)(t - m.nc) * a.ldkv + (size_t)kh * hd;
+                    kp = a.k + off, vp = a.v + off;
+                }
+                kx[u] = *reinterpret_cast<const float4 *>(kp + (idx % R4) * 4);
+                vx[u] = *reinterpret_cast<const float4 *>(vp + (idx % R4) * 4);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; u++) {
+            const int idx = base + u * kAttnThreads + threadIdx.x;
+            if (idx < nt * R4) {
+                *reinterpret_cast<float4 *>(ks + (size_t)(idx / R4) * (hd + 4) + (idx % R4) * 4) = kx[u];
+                reinterpret_cast<float4 *>(vs)[idx] = vx[u];
+            }
+        }
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = a.window;
+    for (int ql = warp; ql < nq; ql += kAttnThreads / 32) {
+        const int qi = q0 + ql, i = qi / m.g, qp = a.n_ctx + i;
+        /* row i's visible keys (dflash_ctx.c attn_task): context positions >= c0, block rows [b0, b1) */
+        const int c0 = W > 0 && qp - W + 1 > m.cbase ? qp - W + 1 : m.cbase;
+        int b0 = 0, b1 = a.causal ? i + 1 : a.block;
+        if (W > 0) {
+            if (i - W + 1 > b0) b0 = i - W + 1;
+            if (!a.causal && i + W < b1) b1 = i + W;
+        }
+        const float *q = qs + (size_t)ql * hd;
+        float s[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int tl = lane + 32 * u, t = t0 + tl;
+            bool vis = tl < nt;
+            if (vis) vis = t < m.nc ? m.cbase + t >= c0 : (t - m.nc >= b0 && t - m.nc < b1);
             float dot = 0.0f;
-            for (int d = 0; d < hd; d += 4) {
-                const float4 kv = *reinterpret_cast<const float4 *>(kp + d);
-                dot = fmaf(q[d], kv.x, dot);
-                dot = fmaf(q[d + 1], kv.y, dot);
-                dot = fmaf(q[d + 2], kv.z, dot);
-                dot = fmaf(q[d + 3], kv.w, dot);
+            if (vis) { /* four chains over float4s, so the shared loads overlap */
+                const float4 *kr = reinterpret_cast<const float4 *>(ks + (size_t)tl * (hd + 4));
+                const float4 *q4 = reinterpret_cast<const float4 *>(q);
+                float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma unroll 8
+                for (int e = 0; e < 8 * E; e++) {
+                    const float4 x = q4[e], k = kr[e];
+                    d0 = fmaf(x.x, k.x, d0), d1 = fmaf(x.y, k.y, d1), d2 = fmaf(x.z, k.z, d2), d3 = fmaf(x.w, k.w, d3);
+                }
+                dot = (d0 + d1) + (d2 + d3);
             }
-            s = dot * a.scale;
+            s[u] = vis ? dot * a.scale : -INFINITY;
         }
-        const float mn = fmaxf(m, warp_max(s));
-        const float corr = expf(m - mn), p = t < n ? expf(s - mn) : 0.0f;
-        l = l * corr + warp_sum(p);
-        m = mn;
+        const float mx = warp_max(fmaxf(s[0], s[1]));
+        float acc[E];
 #pragma unroll
-        for (int e = 0; e < E; e++) acc[e] *= corr;
-        const int cnt = n - t0 < 32 ? n - t0 : 32;
-        for (int j = 0; j < cnt; j++) {
-            const float pj = __shfl_sync(kFull, p, j);
-            const float *vj = reinterpret_cast<const float *>(
-                __shfl_sync(kFull, reinterpret_cast<unsigned long long>(vp), j));
+        for (int e = 0; e < E; e++) acc[e] = 0.0f;
+        float l = 0.0f;
+        if (mx > -INFINITY) { /* else no key of this tile is visible to the row */
+            const float p0 = expf(s[0] - mx), p1 = expf(s[1] - mx);
+            l = warp_sum(p0 + p1);
+#pragma unroll 4
+            for (int tl = 0; tl < nt; tl++) {
+                const float pt = __shfl_sync(kFull, tl < 32 ? p0 : p1, tl & 31);
+                const float *vr = vs + (size_t)tl * hd;
 #pragma unroll
-            for (int e = 0; e < E; e++)
-                if (lane + 32 * e < hd) acc[e] = fmaf(pj, vj[lane + 32 * e], acc[e]);
+                for (int e = 0; e < E; e++)
+                    acc[e] = fmaf(pt, vr[lane + 32 * e], acc[e]);
+            }
         }
+        float *w = ws + (((size_t)tile * a.kv_heads + kh) * m.Q + qi) * (hd + 2);
+        if (lane == 0) w[0] = mx, w[1] = l;
+#pragma unroll
+        for (int e = 0; e < E; e++) w[2 + lane + 32 * e] = acc[e];
     }
-    const float inv = 1.0f / l;
-    float *o = a.o + (size_t)i * a.ldo + (size_t)h * hd;
-#pragma unroll
-    for (int e = 0; e < E; e++)
-        if (lane + 32 * e < hd) o[lane + 32 * e] = acc[e] * inv;
+}
+
+/* One block per (kv head, query): the tiles' partial softmaxes merged. */
+__global__ void attention_merge_kernel(const splash_cuda_dflash_attn_args a, const float *ws) {
+    const AttnGeom m = attn_geom(a);
+    const int kh = blockIdx.x / m.Q, qi = blockIdx.x % m.Q, hd = a.head_dim, e = threadIdx.x;
+    const size_t stride = (size_t)a.kv_heads * m.Q * (hd + 2);
+    const float *w = ws + ((size_t)kh * m.Q + qi) * (hd + 2);
+    float M = -INFINITY;
+    for (int t = 0; t < m.tiles; t++) M = fmaxf(M, w[t * stride]);
+    float L = 0.0f, o = 0.0f;
+    for (int t = 0; t < m.tiles; t++) {
+        const float mt = w[t * stride];
+        if (!(mt > -INFINITY)) continue;
+        const float f = expf(mt - M);
+        L = fmaf(w[t * stride + 1], f, L);
+        if (e < hd) o = fmaf(w[t * stride + 2 + e], f, o);
+    }
+    const int i = qi / m.g, h = kh * m.g + qi % m.g;
+    if (e < hd) a.o[(size_t)i * a.ldo + (size_t)h * hd + e] = o / L;
 }
 
 /* ---- top-k ----------------------------------------------------------------------------- */
@@ -274,22 +372,47 @@ extern "C" int splash_cuda_dflash_ring_write(const float *src, size_t lds, int r
     return SPLASH_OK;
 }
 
+extern "C" size_t splash_cuda_dflash_attention_workspace_bytes(int block, int heads, int head_dim, int max_keys) {
+    if (block < 1 || heads < 1 || head_dim < 1 || max_keys < 1) return 0;
+    const size_t tiles = ((size_t)max_keys + kKeyTile - 1) / kKeyTile;
+    return tiles * (size_t)block * heads * (head_dim + 2) * sizeof(float); /* kv_heads x Q = block x heads */
+}
+
 extern "C" int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *a, struct CUstream_st *stream) {
-    if (!a || !a->q || !a->k || !a->v || !a->o || a->block < 1 || a->block > 65535 || a->heads < 1 ||
-        a->kv_heads < 1 || a->heads % a->kv_heads || a->heads / a->kv_heads > 32 || a->head_dim < 32 ||
-        a->head_dim > kMaxHeadDim || a->head_dim % 32 || a->n_ctx < 0 || a->lo < 0 || a->lo > a->n_ctx ||
-        a->cap < 1 || a->window < 0 || (a->n_ctx > a->lo && (!a->ring_k || !a->ring_v)))
+    if (!a || !a->q || !a->k || !a->v || !a->o || !a->ws || a->block < 1 || a->block > 65535 || a->heads < 1 ||
+        a->kv_heads < 1 || a->heads % a->kv_heads || a->n_ctx < 0 || a->lo < 0 || a->lo > a->n_ctx || a->cap < 1 ||
+        a->window < 0 || (a->n_ctx > a->lo && (!a->ring_k || !a->ring_v)))
         return SPLASH_E_INVALID;
-    const int g = a->heads / a->kv_heads;
-    const dim3 grid((unsigned)a->kv_heads, (unsigned)a->block);
-    const size_t smem = (size_t)g * a->head_dim * sizeof(float);
+    if (a->head_dim != 32 && a->head_dim != 64 && a->head_dim != 128 && a->head_dim != 256) return SPLASH_E_UNSUPPORTED;
+    const uintptr_t addr = (uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->ring_k |
+                           (uintptr_t)a->ring_v;
+    if ((addr & 15) || (a->ldq & 3) || (a->ldkv & 3)) return SPLASH_E_INVALID; /* the tiles' float4 loads */
+    const AttnGeom m = attn_geom(*a);
+    if (a->ws_bytes < splash_cuda_dflash_attention_workspace_bytes(a->block, a->heads, a->head_dim, m.n_keys))
+        return SPLASH_E_RANGE;
     const cudaStream_t s = (cudaStream_t)stream;
-    switch (a->head_dim / 32) {
-    case 1: attention_kernel<1><<<grid, 32 * g, smem, s>>>(*a); break;
-    case 2: attention_kernel<2><<<grid, 32 * g, smem, s>>>(*a); break;
-    case 4: attention_kernel<4><<<grid, 32 * g, smem, s>>>(*a); break;
-    default: attention_kernel<8><<<grid, 32 * g, smem, s>>>(*a); break; /* 3, 5..8: the tail lanes skip */
+    const size_t smem = attn_smem(a->head_dim);
+    const dim3 grid((unsigned)a->kv_heads, (unsigned)m.tiles, (unsigned)m.qtiles);
+    float *ws = (float *)a->ws;
+    static bool attr_set[4];
+#define LAUNCH(E, slot)                                                                                                \
+    do {                                                                                                               \
+        if (!attr_set[slot]) {                                                                                         \
+            SPLASH_CUDA_TRY(cudaFuncSetAttribute(attention_tile_kernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                                 (int)attn_smem(32 * E)));                                             \
+            attr_set[slot] = true;                                                                                     \
+        }                                                                                                              \
+        attention_tile_kernel<E><<<grid, kAttnThreads, smem, s>>>(*a, ws);                                            \
+    } while (0)
+    switch (a->head_dim) {
+    case 32: LAUNCH(1, 0); break;
+    case 64: LAUNCH(2, 1); break;
+    case 128: LAUNCH(4, 2); break;
+    default: LAUNCH(8, 3); break;
     }
+#undef LAUNCH
+    SPLASH_CUDA_LAUNCHED();
+    attention_merge_kernel<<<(unsigned)(a->kv_heads * m.Q), (unsigned)((a->head_dim + 31) / 32 * 32), 0, s>>>(*a, ws);
     SPLASH_CUDA_LAUNCHED();
     return SPLASH_OK;
 }

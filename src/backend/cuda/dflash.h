@@ -8,8 +8,9 @@
  *   ring write  rows of context K or V into a lane's ring (slot = pos % cap);
  *   attention   the block's queries over the context ring and the block's own
  *               keys, with the per-layer mask of dflash_ctx.c (sliding window,
- *               causal or not inside the block), one online softmax per
- *               (row, head);
+ *               causal or not inside the block): tiles of 64 keys, each read
+ *               once for every query of its kv head, then the tiles' partial
+ *               softmaxes merged (a workspace of the caller's);
  *   transform   l = l * mult, then tanh(l / cap) * cap (cap > 0), in place
  *               (splash_dflash2_logits_transform);
  *   top-k       each row's top k finite logits, descending, equal values by
@@ -50,7 +51,8 @@ int splash_cuda_dflash_ring_write(const float *src, size_t lds, int rows, int wi
                                   struct CUstream_st *stream);
 
 typedef struct splash_cuda_dflash_attn_args {
-    const float *q;                /* [block][heads * hd] normed, roped */
+    const float *q;                /* [block][heads * hd] normed, roped (every array 16-byte aligned, strides
+                                      multiples of 4 floats) */
     size_t ldq;
     const float *k, *v;            /* the block's own keys / values [block][kv_heads * hd] */
     size_t ldkv;
@@ -64,7 +66,12 @@ typedef struct splash_cuda_dflash_attn_args {
     int window;                    /* sliding window (a query at t sees keys > t - window); 0: none */
     int causal;                    /* inside the block: keys up to the query's row, else all rows */
     float scale;
+    void *ws;                      /* splash_cuda_dflash_attention_workspace_bytes(block, heads, head_dim, keys) */
+    size_t ws_bytes;
 } splash_cuda_dflash_attn_args;
+/* keys: the most context positions held (the ring's cap) + block. */
+size_t splash_cuda_dflash_attention_workspace_bytes(int block, int heads, int head_dim, int max_keys);
+/* head_dim 32, 64, 128 or 256 (else SPLASH_E_UNSUPPORTED). */
 int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *a, struct CUstream_st *stream);
 
 int splash_cuda_dflash_logits_transform(float *x, size_t ldx, int rows, int n, float mult, float cap,

@@ -83,8 +83,10 @@ struct CDraft {
     size_t scratch_bytes;
     float *x, *xn, *xc, *t, *q, *k, *v, *o, *ff, *ff2, *dyn, *in, *logits, *gate, *pv, *sv, *edges, *cval;
     int32_t *ncand, *tok;
-    void *ws;
+    void *ws;                        /* argmax / top-k */
     size_t ws_bytes;
+    void *attn_ws;                   /* the block attention's key tiles */
+    size_t attn_ws_bytes;
     splash_q4_xprep xp;
     /* descriptor and results (pinned) */
     Desc dp;
@@ -239,7 +241,7 @@ int block_forward(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B) 
         a.ring_k = kv->k[l], a.ring_v = kv->v[l], a.o = d->o, a.ldo = (size_t)d->qw;
         a.block = B, a.heads = dm->heads, a.kv_heads = dm->kv_heads, a.head_dim = dm->head_dim;
         a.n_ctx = kv->n_ctx, a.lo = kv->lo, a.cap = kv->cap[l], a.window = dm->sliding[l] ? dm->sliding_window : 0;
-        a.causal = dm->causal[l], a.scale = scale;
+        a.causal = dm->causal[l], a.scale = scale, a.ws = d->attn_ws, a.ws_bytes = d->attn_ws_bytes;
         TRY(splash_cuda_dflash_attention(&a, d->stream));
         if (d->v2) {
             TRY(prod(d, d->o, (size_t)d->qw, B, &L->o, d->t));
@@ -490,11 +492,10 @@ const splash_draft_ops cd_ops = {cd_propose, cd_append, splash_dflash_lanes_rese
 /* What the kernels take, checked once with the reason. */
 int check_dims(const CDraft *d, splash_error *err) {
     const splash_dflash_dims *dm = &d->c->d;
-    if (dm->head_dim % 32 || dm->head_dim > 256 || dm->heads / dm->kv_heads > 32)
+    if (dm->head_dim != 32 && dm->head_dim != 64 && dm->head_dim != 128 && dm->head_dim != 256)
         return splash_fail(err, SPLASH_E_UNSUPPORTED,
-                           "%s draft on the GPU: head_dim %d (a multiple of 32 up to 256) or %d query heads per kv head "
-                           "(at most 32)",
-                           d->ln.name, dm->head_dim, dm->heads / dm->kv_heads);
+                           "%s draft on the GPU: head_dim %d (the block attention takes 32, 64, 128 or 256)", d->ln.name,
+                           dm->head_dim);
     if (d->top_k > SPLASH_CUDA_DFLASH_MAX_TOPK || d->top_k > d->V || d->rank > SPLASH_CUDA_DFLASH_MAX_RANK ||
         (size_t)(d->V + 4095) / 4096 * d->top_k > 5888)
         return splash_fail(err, SPLASH_E_UNSUPPORTED,
@@ -519,7 +520,10 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += up256(sizes[i] * sizeof(float));
     const size_t xp = splash_q4_xprep_bytes(d->max_q4_cols > 0 ? d->max_q4_cols : 64);
-    total += up256(2 * nb * sizeof(int32_t)) + up256(ws) + up256(xp);
+    const splash_dflash_dims *dm = &d->c->d;
+    d->attn_ws_bytes = splash_cuda_dflash_attention_workspace_bytes((int)nb, dm->heads, dm->head_dim,
+                                                                    d->c->max_context + (int)nb);
+    total += up256(2 * nb * sizeof(int32_t)) + up256(ws) + up256(d->attn_ws_bytes) + up256(xp);
     d->scratch_bytes = total;
     cudaError_t e = cudaMalloc(&d->scratch, total);
     if (e != cudaSuccess) {
@@ -531,6 +535,7 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     for (size_t i = 0; i < n; i++) *ptrs[i] = (float *)p, p += up256(sizes[i] * sizeof(float));
     d->ncand = (int32_t *)p, d->tok = d->ncand + nb, p += up256(2 * nb * sizeof(int32_t));
     d->ws = p, d->ws_bytes = ws, p += up256(ws);
+    d->attn_ws = p, p += up256(d->attn_ws_bytes);
     if (splash_q4_xprep_init(&d->xp, p, d->max_q4_cols > 0 ? d->max_q4_cols : 64))
         return splash_fail(err, SPLASH_E_INVALID, "draft on the GPU: the q4 activation of %d columns", d->max_q4_cols);
     /* the descriptor and the results */
