@@ -194,13 +194,13 @@ int qk_prep(CDraft *d, const DLayer *L, float *q, float *k, int rows, const int3
     return splash_cuda_rope(q, (size_t)d->qw, rows, dm->heads, hd, hd, d->inv_freq, pos, d->stream);
 }
 
-/* v2: dyn = proj(xn); xc = conv(src, side) with the layer's base of that sublayer. */
+/* v2: xc = conv side `side` of src, with the sublayer's base kernels and the
+ * dynamic ones in dyn (its kernel projection of the normed input). */
 int conv(CDraft *d, const float *base, int side, const float *src, int rows) {
     return splash_cuda_dflash_conv(src, (size_t)d->H, rows, d->H, base + (size_t)side * d->K * d->H, d->dyn,
                                    (size_t)d->P, side, d->K, d->group, d->xc, (size_t)d->H,
                                    d->stream);
 }
-
 
 /* ---- one block ------------------------------------------------------------------------- */
 
@@ -345,7 +345,10 @@ int walk(CDraft *d, int n, int chain, const splash_dflash2_select_args *a, splas
     return 0;
 }
 
-int fail_gpu(splash_error *err, int rc, const char *what) {
+/* A failed step: the stream drained first (the next call rewrites the pinned
+ * descriptor an upload of this one may still read). */
+int fail_gpu(CDraft *d, splash_error *err, int rc, const char *what) {
+    cudaStreamSynchronize(d->stream);
     return splash_fail(err, rc, "draft on the GPU: %s failed (%s)", what, splash_status_name(rc));
 }
 
@@ -360,10 +363,10 @@ int cd_propose(void *impl, const splash_draft_req *r, float *, int32_t *tokens, 
     splash_dflash_kv *kv = d->ln.kv[r->lane];
     if ((rc = splash_dflash_ctx_check(d->c, kv, anchor, B, d->ln.hidden, err))) return rc;
     if (B > d->max_block) return splash_fail(err, SPLASH_E_INVALID, "draft: block %d past %d", B, d->max_block);
-    if ((rc = block_forward(d, kv, anchor, B)) || (rc = block_logits(d, B))) return fail_gpu(err, rc, "the block");
+    if ((rc = block_forward(d, kv, anchor, B)) || (rc = block_logits(d, B))) return fail_gpu(d, err, rc, "the block");
     if (d->v2 || r->sp->temperature > 0) { /* proposals with a sparse q, drawn on the host */
         if (!r->q) return splash_fail(err, SPLASH_E_INVALID, "%s draft: no q buffer", d->ln.name);
-        if ((rc = d->v2 ? select_edges(d, B) : select_top(d, B))) return fail_gpu(err, rc, "the candidates");
+        if ((rc = d->v2 ? select_edges(d, B) : select_top(d, B))) return fail_gpu(d, err, rc, "the candidates");
         float u[SPLASH_DRAFT_MAX_BLOCK];
         splash_dflash2_select_args a;
         splash_dflash2_draft_args(r->sp, (uint64_t)r->n_seq, r->n, u, &a);
@@ -372,7 +375,7 @@ int cd_propose(void *impl, const splash_draft_req *r, float *, int32_t *tokens, 
         return SPLASH_DRAFT_SPARSE;
     }
     if ((rc = splash_cuda_argmax(d->logits, (size_t)d->V, r->n, d->V, d->tok, nullptr, d->ws, d->ws_bytes, d->stream)))
-        return fail_gpu(err, rc, "the argmax");
+        return fail_gpu(d, err, rc, "the argmax");
     SPLASH_CUDA_TRY(
         cudaMemcpyAsync(d->h_tok, d->tok, (size_t)r->n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
     SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
@@ -422,10 +425,8 @@ int cd_append(void *impl, int lane, int pos, const float *taps, int n, splash_er
                            kv->n_ctx, n, d->c->max_context);
     for (int r0 = 0; r0 < n; r0 += SPLASH_DFLASH_APPEND_CHUNK) {
         const int rows = n - r0 < SPLASH_DFLASH_APPEND_CHUNK ? n - r0 : SPLASH_DFLASH_APPEND_CHUNK;
-        if ((rc = append_chunk(d, kv, taps + (size_t)r0 * d->n_in, rows, kv->n_ctx + r0, kv->n_ctx + n))) {
-            cudaStreamSynchronize(d->stream);
-            return fail_gpu(err, rc, "the append");
-        }
+        if ((rc = append_chunk(d, kv, taps + (size_t)r0 * d->n_in, rows, kv->n_ctx + r0, kv->n_ctx + n)))
+            return fail_gpu(d, err, rc, "the append");
     }
     kv->n_ctx += n;
     return 0;
@@ -660,7 +661,7 @@ extern "C" int splash_dflash_cuda_forward(splash_draft *dr, int lane, int32_t an
     if (rc) return rc;
     if (block > d->max_block) return splash_fail(err, SPLASH_E_INVALID, "draft: block %d past %d", block, d->max_block);
     if ((rc = block_forward(d, kv, anchor, block)) || (logits && (rc = block_logits(d, block))))
-        return fail_gpu(err, rc, "the block");
+        return fail_gpu(d, err, rc, "the block");
     SPLASH_CUDA_TRY(cudaMemcpyAsync(hidden, d->xn + d->H, (size_t)(block - 1) * d->H * sizeof(float),
                                     cudaMemcpyDeviceToHost, d->stream));
     if (logits)
