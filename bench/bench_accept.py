@@ -12,6 +12,7 @@ draft_n_accepted, decode_cycles.  Prints one table row per (block size, temperat
   speed-up               = decode tok/s / the block-1 row's at the same temperature
   ms a cycle per phase   = the engine's seconds in draft / verify / accept / commit (/status
                            speculation.seconds, the difference over the row's requests) / cycles
+and, for T=0, how many greedy replies equal the smallest block's (lossless decoding: all of them).
 
 Greedy rows are deterministic; T=1 rows use a fixed seed per prompt, so reruns draw the same numbers
 from the same distributions (the outputs differ between block sizes only in the draft's proposals,
@@ -85,6 +86,7 @@ def main():
         prompts = prompts[:args.limit]
     temps = [float(t) for t in args.temperatures.split(",")]
     rows = []
+    greedy = {}  # block -> the greedy replies: lossless decoding makes them the same text at every block size
     for block in [int(b) for b in args.blocks.split(",")]:
         proc, port = start_server(args, block)
         try:
@@ -92,8 +94,11 @@ def main():
             for t in temps:
                 s = dict(tokens=0, ms=0.0, drafted=0, accepted=0, cycles=0)
                 before = status_seconds(port)
+                texts = []
                 for i, msgs in enumerate(prompts):
-                    tm = chat(port, msgs, t, args.seed + i, args.max_tokens)["timings"]
+                    reply = chat(port, msgs, t, args.seed + i, args.max_tokens)
+                    tm = reply["timings"]
+                    texts.append(reply["choices"][0]["message"].get("content") or "")
                     s["tokens"] += max(tm["predicted_n"] - 1, 0)  # the first token comes from prefill
                     s["ms"] += tm["predicted_ms"]
                     s["drafted"] += tm["draft_n"]
@@ -101,6 +106,8 @@ def main():
                     s["cycles"] += tm["decode_cycles"]
                 after = status_seconds(port)
                 s.update({k: after[k] - before[k] for k in after})  # engine seconds in each cycle phase
+                if t == 0:
+                    greedy[block] = texts
                 rows.append((block, t, s))
                 print(f"[bench_accept] block {block} T={t:g}: {json.dumps(s)}", file=sys.stderr, flush=True)
         finally:
@@ -122,6 +129,12 @@ def main():
                         for k in ("draft", "verify", "accept", "commit"))
         print(f"| {b} | {t:g} | {s['tokens']} | {s['cycles']} | {s['drafted']} | {s['accepted']} | {acc:.3f} | {tps:.1f} | {sp} "
               f"| {ph} |")
+    if len(greedy) > 1:
+        ref_block = min(greedy)
+        for b in sorted(greedy):
+            if b != ref_block:
+                same = sum(x == y for x, y in zip(greedy[b], greedy[ref_block]))
+                print(f"greedy replies at block {b} equal to block {ref_block}'s: {same} of {len(greedy[b])}")
 
 
 if __name__ == "__main__":
