@@ -7,18 +7,23 @@
 #   test_cuda_ops    every other op against the CPU backend (table at the end)
 #   test_cuda_model  the CUDA model against the CPU model through
 #                    splash_model_* on the tiny fixtures (table at the end)
+#   test_cuda_draft  the DFlash drafts on the GPU against the CPU drafts
+#                    through the draft ops (dense-tiny + dflash-tiny /
+#                    dflash2-tiny, q4 and bf16; table at the end)
 # Full logs go to $OUT (test_q4_matmul.log, test_cuda_ops.log,
-# test_cuda_model.log, ptxas.log.gz, build.log); the summary lines and the
-# tables are printed last.
+# test_cuda_model.log, test_cuda_draft.log, ptxas.log.gz, build.log); the
+# summary lines and the tables are printed last.
 #
 #   tools/gpu_tests.sh [--quick] [--ops] [--sanitize] [--bench]
 #     --quick     test_cuda_ops at the fixtures' shapes only, skip test_q4_matmul
 #     --ops       run test_cuda_ops alone (OPS_ARGS adds its arguments, e.g. --gdn)
-#     --sanitize  also run test_cuda_ops --quick --no-timing and
-#                 test_cuda_model --quick under compute-sanitizer (memcheck)
+#     --sanitize  also run test_cuda_ops --quick --no-timing,
+#                 test_cuda_model --quick and test_cuda_draft under
+#                 compute-sanitizer (memcheck)
 #     --bench     also run bench_q4_matmul (its table; BENCH_ARGS adds arguments, e.g. --sweep)
-#   tools/gpu_tests.sh --emulate   (no GPU needed): test_cuda_model with the
-#                 CUDA model's host code linked against tests/gpu/host_emulation.cpp
+#   tools/gpu_tests.sh --emulate   (no GPU needed): test_cuda_model and
+#                 test_cuda_draft with the CUDA model's and draft's host code
+#                 linked against tests/gpu/host_emulation.cpp
 #                 (the backend's API on the CPU backend, host memory for device
 #                 memory) instead of the kernels: checks the model's
 #                 orchestration (lanes, strides, verify save, commit replay,
