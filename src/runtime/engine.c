@@ -983,6 +983,11 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
                                      .window = opt->draft_window, .max_block = SPLASH_DRAFT_MAX_BLOCK,
                                      .device = e->device};
         rc = splash_draft_open(e->pkg, &dopt, &e->draft, err);
+        if (rc == SPLASH_E_UNSUPPORTED && !opt->block_size) { /* not asked for: decode without it */
+            LOG_WARN("the package's draft is not used (%s): block 1", err->msg);
+            *err = (splash_error){0};
+            rc = 0;
+        }
         if (rc == SPLASH_E_NOTFOUND) rc = 0;
         else if (rc) goto fail;
         else e->own_draft = 1;

@@ -566,6 +566,42 @@ static void test_package_default_block(void **state) {
     splash_package_close(pk);
 }
 
+/* A draft the engine cannot run (here an architecture no build knows; on a
+ * GPU also a shape the CUDA draft refuses) leaves block 1 when nobody asked
+ * for a block size, with a warning; an explicit block size fails with the
+ * reason. */
+static void test_package_draft_unsupported(void **state) {
+    (void)state;
+    if (!package("dense-tiny", 1)) skip();
+    char ck1[700], pkg[700], man[760];
+    snprintf(ck1, sizeof ck1, "%s/ck-1", tmp_root);
+    snprintf(pkg, sizeof pkg, "%s/pkg-draft-unknown", tmp_root);
+    char dr[512];
+    snprintf(dr, sizeof dr, "%s/tests/fixtures/dflash-tiny", root());
+    splash_error err = {0};
+    splash_pack_stats ps;
+    splash_pack_options o = {.from = ck1, .draft = dr, .out = pkg, .weights = SPLASH_BF16, .threads = 2, .force = 1};
+    if (splash_pack(&o, &ps, &err)) fail_msg("pack: %s", err.msg);
+    snprintf(man, sizeof man, "%s/manifest.json", pkg);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(splash_read_file(man, &text, &len, &err), 0);
+    char *at = strstr(text, "\"architecture\": \"dflash\"");
+    assert_non_null(at);
+    memcpy(at + strlen("\"architecture\": \"dflash") - 1, "9", 1); /* "dflash" -> "dflas9": no draft Splash runs */
+    assert_int_equal(splash_write_file(man, text, len, &err), 0);
+    free(text);
+    const char *draft;
+    assert_int_equal(engine_block(pkg, 0, &draft), 1);
+    assert_string_equal(draft, "none");
+    splash_engine_options eo = {.model_dir = pkg, .threads = 1, .max_context = 256, .max_lanes = 1,
+                                .kv_format = SPLASH_KV_F32, .block_size = 4};
+    splash_engine *e = NULL;
+    splash_error e2 = {0};
+    assert_int_equal(splash_engine_start(&eo, &e, &e2), SPLASH_E_UNSUPPORTED);
+    assert_non_null(strstr(e2.msg, "is not one Splash runs"));
+}
+
 static void test_greedy_dflash(void **state) {
     (void)state;
     const char *pkg = package("dense-tiny", 1);
@@ -1247,6 +1283,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_random_draft),
         cmocka_unit_test(test_greedy_dflash),
         cmocka_unit_test(test_package_default_block),
+        cmocka_unit_test(test_package_draft_unsupported),
         cmocka_unit_test(test_greedy_dflash2),
         cmocka_unit_test(test_stops_inside_a_cycle),
         cmocka_unit_test(test_sampled_batch_invariance),
