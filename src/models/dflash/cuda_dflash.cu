@@ -76,7 +76,7 @@ struct CDraft {
     const float *hidden_norm, *norm, *inv_freq;
     DLayer layers[SPLASH_DFLASH_MAX_LAYERS];
     /* dims */
-    int H, qw, kvw, I, P, K, group, rank, top_k, V, R, max_block, n_in;
+    int H, qw, kvw, I, P, K, group, rank, top_k, V, R, n_in;
     float embed_scale, mult, softcap;
     /* scratch (one device allocation) */
     void *scratch;
@@ -202,6 +202,25 @@ int conv(CDraft *d, const float *base, int side, const float *src, int rows) {
                                    d->stream);
 }
 
+/* A sublayer's input from the normed residual xn: xn itself (v1), or its
+ * conv side 0 with the kernels projected from xn (v2). */
+int sublayer_in(CDraft *d, const qc_matrix *proj, const float *base, int B, const float **in) {
+    *in = d->xn;
+    if (!d->v2) return 0;
+    TRY(prod(d, d->xn, (size_t)d->H, B, proj, d->dyn));
+    TRY(conv(d, base, 0, d->xn, B));
+    *in = d->xc;
+    return 0;
+}
+
+/* The residual after a sublayer: x += W in (v1), or x += conv side 1 of W in (v2). */
+int sublayer_out(CDraft *d, const float *in, size_t ld, const qc_matrix *w, const float *base, int B) {
+    if (!d->v2) return prod_add(d, in, ld, B, w, d->x);
+    TRY(prod(d, in, ld, B, w, d->t));
+    TRY(conv(d, base, 1, d->t, B));
+    return splash_cuda_add_rows(d->x, (size_t)d->H, d->xc, (size_t)d->H, B, d->H, d->stream);
+}
+
 /* ---- one block ------------------------------------------------------------------------- */
 
 /* The block [anchor, MASK x (B-1)] of lane kv through every layer; x holds
@@ -227,12 +246,8 @@ int block_forward(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B) 
         const DLayer *L = &d->layers[l];
         /* attention */
         TRY(norm_rows(d, d->x, d->xn, L->input_norm, B));
-        const float *ain = d->xn;
-        if (d->v2) {
-            TRY(prod(d, d->xn, H, B, &L->attn_proj, d->dyn));
-            TRY(conv(d, L->attn_base, 0, d->xn, B));
-            ain = d->xc;
-        }
+        const float *ain;
+        TRY(sublayer_in(d, &L->attn_proj, L->attn_base, B, &ain));
         const qc_prod qkv[3] = {{&L->q, d->q, 0}, {&L->k, d->k, 0}, {&L->v, d->v, 0}};
         TRY(qc_products_xp(&d->xp, d->stream, ain, H, B, qkv, 3));
         TRY(qk_prep(d, L, d->q, d->k, B, pos_d));
@@ -243,31 +258,15 @@ int block_forward(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B) 
         a.n_ctx = kv->n_ctx, a.lo = kv->lo, a.cap = kv->cap[l], a.window = dm->sliding[l] ? dm->sliding_window : 0;
         a.causal = dm->causal[l], a.scale = scale, a.ws = d->attn_ws, a.ws_bytes = d->attn_ws_bytes;
         TRY(splash_cuda_dflash_attention(&a, d->stream));
-        if (d->v2) {
-            TRY(prod(d, d->o, (size_t)d->qw, B, &L->o, d->t));
-            TRY(conv(d, L->attn_base, 1, d->t, B));
-            TRY(splash_cuda_add_rows(d->x, H, d->xc, H, B, d->H, d->stream));
-        } else {
-            TRY(prod_add(d, d->o, (size_t)d->qw, B, &L->o, d->x));
-        }
+        TRY(sublayer_out(d, d->o, (size_t)d->qw, &L->o, L->attn_base, B));
         /* MLP */
         TRY(norm_rows(d, d->x, d->xn, L->post_norm, B));
-        const float *fin = d->xn;
-        if (d->v2) {
-            TRY(prod(d, d->xn, H, B, &L->ffn_proj, d->dyn));
-            TRY(conv(d, L->ffn_base, 0, d->xn, B));
-            fin = d->xc;
-        }
+        const float *fin;
+        TRY(sublayer_in(d, &L->ffn_proj, L->ffn_base, B, &fin));
         const qc_prod gu[2] = {{&L->gate, d->ff, 0}, {&L->up, d->ff2, 0}};
         TRY(qc_products_xp(&d->xp, d->stream, fin, H, B, gu, 2));
         TRY(splash_cuda_silu_mul(d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, B, d->I, d->stream));
-        if (d->v2) {
-            TRY(prod(d, d->ff, (size_t)d->I, B, &L->down, d->t));
-            TRY(conv(d, L->ffn_base, 1, d->t, B));
-            TRY(splash_cuda_add_rows(d->x, H, d->xc, H, B, d->H, d->stream));
-        } else {
-            TRY(prod_add(d, d->ff, (size_t)d->I, B, &L->down, d->x));
-        }
+        TRY(sublayer_out(d, d->ff, (size_t)d->I, &L->down, L->ffn_base, B));
     }
     return norm_rows(d, d->x, d->xn, d->norm, B);
 }
@@ -352,6 +351,14 @@ int fail_gpu(CDraft *d, splash_error *err, int rc, const char *what) {
     return splash_fail(err, rc, "draft on the GPU: %s failed (%s)", what, splash_status_name(rc));
 }
 
+/* A block's arguments (dflash_ctx.c's checks, and the rows the scratch holds). */
+int check_block(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B, splash_error *err) {
+    int rc = splash_dflash_ctx_check(d->c, kv, anchor, B, d->ln.hidden, err);
+    if (!rc && B > d->ln.max_block)
+        rc = splash_fail(err, SPLASH_E_INVALID, "draft: block %d past %d", B, d->ln.max_block);
+    return rc;
+}
+
 /* ---- the draft ops ---------------------------------------------------------------------- */
 
 int cd_propose(void *impl, const splash_draft_req *r, float *, int32_t *tokens, splash_error *err) {
@@ -361,8 +368,7 @@ int cd_propose(void *impl, const splash_draft_req *r, float *, int32_t *tokens, 
     const int32_t anchor = r->seq[r->n_seq - 1];
     const int B = r->n + 1;
     splash_dflash_kv *kv = d->ln.kv[r->lane];
-    if ((rc = splash_dflash_ctx_check(d->c, kv, anchor, B, d->ln.hidden, err))) return rc;
-    if (B > d->max_block) return splash_fail(err, SPLASH_E_INVALID, "draft: block %d past %d", B, d->max_block);
+    if ((rc = check_block(d, kv, anchor, B, err))) return rc;
     if ((rc = block_forward(d, kv, anchor, B)) || (rc = block_logits(d, B))) return fail_gpu(d, err, rc, "the block");
     if (d->v2 || r->sp->temperature > 0) { /* proposals with a sparse q, drawn on the host */
         if (!r->q) return splash_fail(err, SPLASH_E_INVALID, "%s draft: no q buffer", d->ln.name);
@@ -419,10 +425,7 @@ int cd_append(void *impl, int lane, int pos, const float *taps, int n, splash_er
     int rc = splash_dflash_lanes_reach(&d->ln, lane, pos, err);
     if (rc || n <= 0) return rc;
     splash_dflash_kv *kv = d->ln.kv[lane];
-    if (!taps) return splash_fail(err, SPLASH_E_INVALID, "%s append: bad rows", d->ln.name);
-    if (!d->c->window && (int64_t)kv->n_ctx + n > d->c->max_context)
-        return splash_fail(err, SPLASH_E_INVALID, "%s append: %d + %d positions exceed max_context %d", d->ln.name,
-                           kv->n_ctx, n, d->c->max_context);
+    if ((rc = splash_dflash_ctx_append_check(d->c, kv, taps, n, err))) return rc;
     for (int r0 = 0; r0 < n; r0 += SPLASH_DFLASH_APPEND_CHUNK) {
         const int rows = n - r0 < SPLASH_DFLASH_APPEND_CHUNK ? n - r0 : SPLASH_DFLASH_APPEND_CHUNK;
         if ((rc = append_chunk(d, kv, taps + (size_t)r0 * d->n_in, rows, kv->n_ctx + r0, kv->n_ctx + n)))
@@ -508,7 +511,7 @@ int check_dims(const CDraft *d, splash_error *err) {
 
 /* The activations [R][width] and the head's buffers, one device allocation. */
 int alloc_scratch(CDraft *d, splash_error *err) {
-    const size_t R = (size_t)d->R, H = (size_t)d->H, nb = (size_t)d->max_block, k = (size_t)d->top_k;
+    const size_t R = (size_t)d->R, H = (size_t)d->H, nb = (size_t)d->ln.max_block, k = (size_t)d->top_k;
     size_t ws = splash_cuda_argmax_workspace_bytes((int)nb, d->V);
     const size_t tw = splash_cuda_dflash_topk_workspace_bytes((int)nb, d->V, (int)k); /* v2, and v1 sampling */
     if (tw > ws) ws = tw;
@@ -606,9 +609,8 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
     if ((rc = splash_dflash_lanes_init(&d->ln, d->v2 ? "dflash2" : "dflash", d->c, lanes, err))) return rc;
     d->H = dm->hidden, d->qw = dm->heads * dm->head_dim, d->kvw = dm->kv_heads * dm->head_dim;
     d->I = dm->intermediate, d->V = dm->vocab, d->n_in = dm->n_taps * dm->hidden;
-    d->max_block = d->ln.max_block;
     if (!d->v2 && d->top_k > d->V) d->top_k = d->V;
-    d->R = d->max_block > SPLASH_DFLASH_APPEND_CHUNK ? d->max_block : SPLASH_DFLASH_APPEND_CHUNK;
+    d->R = d->ln.max_block > SPLASH_DFLASH_APPEND_CHUNK ? d->ln.max_block : SPLASH_DFLASH_APPEND_CHUNK;
     if ((rc = check_dims(d, err))) return rc;
     d->mask_row = (float *)malloc((size_t)d->H * sizeof(float));
     if (!d->mask_row) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
@@ -657,9 +659,8 @@ extern "C" int splash_dflash_cuda_forward(splash_draft *dr, int lane, int32_t an
     CDraft *d = (CDraft *)dr->impl;
     if (lane < 0 || lane >= d->ln.lanes) return splash_fail(err, SPLASH_E_RANGE, "draft: lane %d", lane);
     const splash_dflash_kv *kv = d->ln.kv[lane];
-    int rc = splash_dflash_ctx_check(d->c, kv, anchor, block, hidden, err);
+    int rc = hidden ? check_block(d, kv, anchor, block, err) : splash_fail(err, SPLASH_E_INVALID, "draft: no hidden");
     if (rc) return rc;
-    if (block > d->max_block) return splash_fail(err, SPLASH_E_INVALID, "draft: block %d past %d", block, d->max_block);
     if ((rc = block_forward(d, kv, anchor, block)) || (logits && (rc = block_logits(d, block))))
         return fail_gpu(d, err, rc, "the block");
     SPLASH_CUDA_TRY(cudaMemcpyAsync(hidden, d->xn + d->H, (size_t)(block - 1) * d->H * sizeof(float),

@@ -20,14 +20,12 @@
 #include "base/mem.h"
 #include "models/dflash/dflash_ctx.h"
 
-typedef splash_dflash2_conv_weights dlayer2;
-
 struct splash_dflash2 {
     splash_dflash_ctx c;              /* shared with v1: context cache, attention, Qwen3 layers, scratch */
     splash_dflash2_dims d;
     const splash_tensor *hidden_proj; /* [rank, H] selector */
     splash_dflash2_selector sel;      /* codebooks [V, rank] */
-    dlayer2 layers[SPLASH_DFLASH_MAX_LAYERS];
+    splash_dflash2_conv_weights layers[SPLASH_DFLASH_MAX_LAYERS];
     float *bases;                     /* every conv base kernel, one allocation */
     /* scratch, rows R = max(max_block, APPEND_CHUNK) */
     float *xc, *t;                    /* [R][H] conv output, sublayer output */
@@ -226,7 +224,7 @@ static int bind_v2(splash_dflash2 *m, const splash_package *pkg, splash_error *e
     int64_t base_shape[3] = {2, K, H};
     char n[96];
     for (int l = 0; l < d->n_layers; l++) {
-        dlayer2 *L = &m->layers[l];
+        splash_dflash2_conv_weights *L = &m->layers[l];
         L->attn_base = vp, vp += 2 * K * H;
         L->ffn_base = vp, vp += 2 * K * H;
 #define NAME(s) (snprintf(n, sizeof n, "draft.layers.%d." s, l), n)
@@ -344,7 +342,7 @@ int splash_dflash2_draft(splash_dflash2 *m, const splash_dflash2_state *s, int32
     splash_dflash_ctx_embed(c, anchor, block, d->embed_scale);
     for (int l = 0; l < d->n_layers; l++) {
         const splash_dflash_layer *L = &c->layers[l];
-        const dlayer2 *L2 = &m->layers[l];
+        const splash_dflash2_conv_weights *L2 = &m->layers[l];
         /* attention: kernels from xn = input_norm(x); q, k, v from conv0(xn) */
         splash_dflash_ctx_norm(c, c->x, c->xn, L->input_norm, block);
         cpu_matmul(&c->cpu, L2->attn_proj, block, c->xn, H, m->dyn, P);

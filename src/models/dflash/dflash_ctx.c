@@ -321,14 +321,21 @@ void splash_dflash_ctx_norm(splash_dflash_ctx *c, const float *src, float *dst, 
 
 /* ---- append ------------------------------------------------------------------- */
 
-int splash_dflash_ctx_append(splash_dflash_ctx *c, splash_dflash_kv *s, const float *taps, int n, splash_error *err) {
-    const splash_dflash_dims *d = &c->d;
+int splash_dflash_ctx_append_check(const splash_dflash_ctx *c, const splash_dflash_kv *s, const float *taps, int n,
+                                   splash_error *err) {
     if (n < 0 || (n && !taps)) return splash_fail(err, SPLASH_E_INVALID, "%s append: bad rows", c->name);
-    if (s->n_layers != d->n_layers)
+    if (s->n_layers != c->d.n_layers)
         return splash_fail(err, SPLASH_E_INVALID, "%s append: state of another draft", c->name);
     if (!c->window && (int64_t)s->n_ctx + n > c->max_context)
         return splash_fail(err, SPLASH_E_INVALID, "%s append: %d + %d positions exceed max_context %d", c->name,
                            s->n_ctx, n, c->max_context);
+    return SPLASH_OK;
+}
+
+int splash_dflash_ctx_append(splash_dflash_ctx *c, splash_dflash_kv *s, const float *taps, int n, splash_error *err) {
+    const splash_dflash_dims *d = &c->d;
+    int rc = splash_dflash_ctx_append_check(c, s, taps, n, err);
+    if (rc) return rc;
     size_t H = (size_t)d->hidden, in = (size_t)d->n_taps * H, kvw = (size_t)s->kvw;
     for (int r0 = 0; r0 < n; r0 += SPLASH_DFLASH_APPEND_CHUNK) {
         int rows = n - r0 < SPLASH_DFLASH_APPEND_CHUNK ? n - r0 : SPLASH_DFLASH_APPEND_CHUNK;

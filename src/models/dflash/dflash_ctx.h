@@ -127,6 +127,9 @@ int splash_dflash_kv_load_header(splash_dflash_kv *s, const void *src, splash_er
 size_t splash_dflash_kv_snapshot_bytes(const splash_dflash_kv *s);
 void splash_dflash_kv_save(const splash_dflash_kv *s, void *dst);
 int splash_dflash_kv_load(splash_dflash_kv *s, const void *src, splash_error *err);
+/* An append's arguments against the state (rows, the draft, max_context). */
+int splash_dflash_ctx_append_check(const splash_dflash_ctx *c, const splash_dflash_kv *s, const float *taps, int n,
+                                   splash_error *err);
 /* splash_dflash_append / splash_dflash2_append (no conv on the context). */
 int splash_dflash_ctx_append(splash_dflash_ctx *c, splash_dflash_kv *s, const float *taps, int n, splash_error *err);
 
