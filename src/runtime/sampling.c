@@ -129,10 +129,12 @@ splash_dist *splash_sampler_dist(splash_sampler *s) { return &s->dist; }
 
 /* Max of 64 floats in 8 independent lanes (the compiler vectorises it);
  * NaN in a lane can only make it NaN, which never lets a block be skipped. */
+/* NaN never wins (x > m is false), and never hides a larger value: every
+ * lane starts at -inf, not at its first value, which may be a NaN. */
 static inline float block_max64(const float *x) {
     float m[8];
-    for (int j = 0; j < 8; j++) m[j] = x[j];
-    for (int i = 8; i < 64; i += 8)
+    for (int j = 0; j < 8; j++) m[j] = -INFINITY;
+    for (int i = 0; i < 64; i += 8)
         for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
     for (int j = 1; j < 8; j++) m[0] = m[j] > m[0] ? m[j] : m[0];
     return m[0];
