@@ -502,7 +502,7 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     res->logits = malloc(sizeof(float) * (size_t)V * (size_t)(decode > 0 ? decode : 1));
     res->vocab = V;
     splash_lane lane = {0, 0, 0, prompt, pages, n_pages, SPLASH_LANE_PREFILL};
-    splash_batch b = {1, prompt, &lane, rows, logits, NULL};
+    splash_batch b = {.n_lanes = 1, .n_rows = prompt, .lanes = &lane, .rows = rows, .logits = logits};
     /* prefill (only the last row's logits are needed, as a server would) */
     double t0 = now(), c0 = cpu_seconds();
     for (int r = 0; r < prompt; r++)

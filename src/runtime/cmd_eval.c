@@ -127,7 +127,7 @@ static int run_rows(eval_run *e, int t0, int n, int mode, int phase, splash_erro
     const splash_model_needs *nd = splash_model_get_needs(e->m);
     int n_pages = (e->T + nd->page_tokens - 1) / nd->page_tokens;
     splash_lane lane = {0, t0, 0, n, e->pages, n_pages, mode};
-    splash_batch b = {1, n, &lane, e->rows, e->logits, NULL};
+    splash_batch b = {.n_lanes = 1, .n_rows = n, .lanes = &lane, .rows = e->rows, .logits = e->logits};
     double t = now();
     int rc = splash_model_forward(e->m, &b, err);
     if (!rc && mode == SPLASH_LANE_VERIFY) rc = splash_model_commit(e->m, 0, n, err);

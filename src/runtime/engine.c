@@ -142,7 +142,8 @@ typedef struct lane {
     splash_spec_q dq[SPLASH_DRAFT_MAX_BLOCK]; /* the proposals' q from a SPARSE draft */
     int taps_from;        /* first prompt position whose taps the draft gets (the last window positions) */
     int tap_row, tap_first; /* this step: the lane's first row in the batch's taps, and its row in the lane */
-    int logit_row;        /* this step: index into logits, or -1 */
+    int logit_row;        /* this step: index into logits (or the TOP rows when use_top), or -1 */
+    int use_top;          /* this step: the lane's rows come back as TOP rows (top_ids / top_logits) */
     int in_batch, decoding;
     int overtaken;        /* the scheduler's count (scheduler.h) */
     uint64_t arrival;     /* admission order */
@@ -181,6 +182,10 @@ struct splash_engine {
     splash_row *rows;
     splash_lane *blanes;
     float *logits;        /* [max_lanes * max_block][vocab] */
+    int32_t *top_ids;     /* [max_lanes * max_block][SPLASH_MAX_TOP] TOP rows (the step's top_k apart) */
+    float *top_logits;
+    int top_k;            /* this step's TOP entries a row */
+    int full_rows;        /* 1: every decision from whole rows of logits (no TOP rows) */
     float *taps;          /* [rows][n_taps * hidden] when the draft reads taps */
     /* the speculative cycle */
     splash_draft *draft;  /* NULL: block size 1 */
@@ -194,6 +199,7 @@ struct splash_engine {
     void (*on_propose)(void *ctx, const splash_gen *g, int n_seq, const int32_t *props, int n);
     void *hook_ctx;
     uint64_t spec_cycles, spec_drafted, spec_accepted, spec_steps;
+    uint64_t rows_decided, rows_decided_top;
     spec_times spec_t;
 
     pthread_t thread;
@@ -598,6 +604,28 @@ static int lane_block(const splash_engine *e, const splash_gen *g) {
     return b < 1 ? 1 : b > e->max_block ? e->max_block : b;
 }
 
+/* The best logits a lane's decisions need (TOP rows of that many), or 0 for
+ * whole rows: the test hook reads whole rows, and so do penalties and
+ * logprobs (splash_sampling_top_need). */
+static int lane_top_need(const splash_engine *e, const splash_gen *g) {
+    if (e->full_rows || e->on_logits) return 0;
+    int need = splash_sampling_top_need(&g->sp, e->vocab);
+    return need <= SPLASH_MAX_TOP ? need : 0;
+}
+
+/* A lane's decision rows this step: whole rows of logits, or TOP rows. */
+static splash_spec_block lane_rows(const splash_engine *e, const lane *l) {
+    splash_spec_block b = {0};
+    if (l->use_top) {
+        b.top_ids = e->top_ids + (size_t)l->logit_row * e->top_k;
+        b.top_logits = e->top_logits + (size_t)l->logit_row * e->top_k;
+        b.top_n = e->top_k;
+    } else {
+        b.target = e->logits + (size_t)l->logit_row * e->vocab;
+    }
+    return b;
+}
+
 static int is_stop(const splash_engine *e, int32_t tok) {
     for (int i = 0; i < e->n_stop_ids; i++)
         if (tok == e->stop_ids[i]) return 1;
@@ -609,15 +637,17 @@ static int32_t script_token(const splash_engine *e, const splash_gen *g, int i) 
     return i < g->n_script ? g->script[i] : (e->n_stop_ids ? e->stop_ids[0] : 0);
 }
 
-/* Emits out[0..n) decided by the target rows [n][vocab]; 1 when the lane ended. */
+/* Emits out[0..n) decided by the target rows [n][vocab] (NULL: TOP rows,
+ * which only lanes without logprobs or the hook get); 1 when the lane ended. */
 static int lane_emit(splash_engine *e, lane *l, const float *rows, const int32_t *out, int n) {
     for (int i = 0; i < n; i++) {
         splash_gen *g = l->g;
-        const float *row = rows + (size_t)i * e->vocab;
-        if (e->on_logits) e->on_logits(e->hook_ctx, g, l->n_out, row, e->vocab);
+        const float *row = rows ? rows + (size_t)i * e->vocab : NULL;
+        if (e->on_logits && row) e->on_logits(e->hook_ctx, g, l->n_out, row, e->vocab);
         splash_logprobs lp;
         splash_error err = {0};
-        if (g->sp.logprobs && splash_sampler_logprobs(e->sampler, row, out[i], g->sp.top_logprobs, &lp, &err)) {
+        if (g->sp.logprobs && !row) splash_fail(&err, SPLASH_E_INVALID, "logprobs need whole rows of logits");
+        if (g->sp.logprobs && (!row || splash_sampler_logprobs(e->sampler, row, out[i], g->sp.top_logprobs, &lp, &err))) {
             lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
             return 1;
         }
@@ -687,13 +717,16 @@ static void lane_decode_snapshot(splash_engine *e, lane *l) {
 static void cycle_finish(splash_engine *e, lane *l, spec_times *tm, int verified) {
     splash_gen *g = l->g;
     int nf = l->n_feed, np = l->n_props, pt = e->needs->page_tokens, n0 = l->n_past;
-    const float *rows = e->logits + (size_t)l->logit_row * e->vocab; /* rows nf-1 .. nf-1+np */
     int32_t forced[SPLASH_DRAFT_MAX_BLOCK], out[SPLASH_DRAFT_MAX_BLOCK];
     if (g->script)
         for (int i = 0; i <= np; i++) forced[i] = script_token(e, g, l->n_out + i);
-    splash_spec_block b = {rows, l->dkind == SPLASH_DRAFT_LOGITS ? l->dlogits : NULL, l->props, np,
-                           (uint64_t)(g->n_prompt + l->n_out), g->script ? forced : NULL,
-                           l->dkind == SPLASH_DRAFT_SPARSE ? l->dq : NULL};
+    splash_spec_block b = lane_rows(e, l); /* rows nf-1 .. nf-1+np */
+    b.draft = l->dkind == SPLASH_DRAFT_LOGITS ? l->dlogits : NULL;
+    b.props = l->props;
+    b.n = np;
+    b.pos0 = (uint64_t)(g->n_prompt + l->n_out);
+    b.forced = g->script ? forced : NULL;
+    b.sparse = l->dkind == SPLASH_DRAFT_SPARSE ? l->dq : NULL;
     splash_error err = {0};
     double t = splash_now();
     int k = splash_spec_decide(e->sampler, &e->q, &g->sp, &l->hist, &b, out, &err);
@@ -738,12 +771,12 @@ static void cycle_finish(splash_engine *e, lane *l, spec_times *tm, int verified
     e->spec_cycles++;
     tm->commit += splash_now() - t;
     t = splash_now();
-    lane_emit(e, l, rows, out, j + 1);
+    lane_emit(e, l, b.target, out, j + 1);
     tm->accept += splash_now() - t;
 }
 
 static void step(splash_engine *e) {
-    int n_rows = 0, n_lanes = 0, n_logits = 0, n_taps = 0;
+    int n_rows = 0, n_lanes = 0, n_logits = 0, n_tops = 0, n_taps = 0;
     double t0 = splash_now();
     int any_prefill = 0, any_decode = 0;
     int taps = e->draft && e->draft->n_taps;
@@ -754,11 +787,19 @@ static void step(splash_engine *e) {
         if (l->g && e->slanes[i].rows && l->decoding) cycle_propose(e, l);
     }
     tm.draft = splash_now() - t0;
+    e->top_k = 0; /* the TOP entries of this step: what its neediest lane asks */
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        l->use_top = l->g && e->slanes[i].rows ? lane_top_need(e, l->g) : 0;
+        if (l->use_top > e->top_k) e->top_k = l->use_top;
+    }
     for (int i = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
         l->in_batch = 0;
         l->logit_row = -1;
         if (!l->g || !e->slanes[i].rows) continue;
+        const uint32_t decide = l->use_top ? SPLASH_ROW_TOP : SPLASH_ROW_LOGITS;
+        int *n_out = l->use_top ? &n_tops : &n_logits;
         splash_lane *bl = &e->blanes[n_lanes];
         bl->slot = l->slot;
         bl->n_past = l->n_past;
@@ -776,11 +817,11 @@ static void step(splash_engine *e) {
             bl->n_rows = n;
             for (int r = 0; r < n; r++) {
                 int p = l->n_past + r;
-                uint32_t fl = r >= nf - 1 ? SPLASH_ROW_LOGITS | (taps ? SPLASH_ROW_TAPS : 0) : 0;
+                uint32_t fl = r >= nf - 1 ? decide | (taps ? SPLASH_ROW_TAPS : 0) : 0;
                 e->rows[n_rows++] = (splash_row){r < nf ? l->feed[r] : l->props[r - nf], {p, p, p}, fl, NULL};
             }
-            l->logit_row = n_logits;
-            n_logits += l->n_props + 1;
+            l->logit_row = *n_out;
+            *n_out += l->n_props + 1;
             if (taps) n_taps += l->n_props + 1;
         } else {
             int n = e->slanes[i].rows;
@@ -791,14 +832,14 @@ static void step(splash_engine *e) {
             for (int r = 0; r < n; r++) {
                 int p = l->n_past + r;
                 int last = p == l->g->n_prompt - 1;
-                uint32_t fl = last ? SPLASH_ROW_LOGITS : 0;
+                uint32_t fl = last ? decide : 0;
                 if (taps && p >= l->taps_from) {
                     fl |= SPLASH_ROW_TAPS;
                     if (l->tap_first < 0) l->tap_first = r;
                     n_taps++;
                 }
                 e->rows[n_rows++] = (splash_row){l->g->prompt[p], {p, p, p}, fl, NULL};
-                if (last) l->logit_row = n_logits++;
+                if (last) l->logit_row = (*n_out)++;
             }
         }
         l->in_batch = 1;
@@ -810,8 +851,11 @@ static void step(splash_engine *e) {
         pthread_mutex_unlock(&e->mu);
         return;
     }
-    splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, taps ? e->taps : NULL};
+    splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, taps ? e->taps : NULL,
+                      e->top_k, e->top_ids, e->top_logits};
     splash_error err = {0};
+    e->rows_decided += (uint64_t)(n_logits + n_tops);
+    e->rows_decided_top += (uint64_t)n_tops;
     double tf = splash_now();
     int rc = splash_model_forward(e->model, &b, &err);
     tm.verify = splash_now() - tf;
@@ -840,9 +884,10 @@ static void step(splash_engine *e) {
         if (l->logit_row < 0) continue;
         /* the prompt is read: its last row decides the first token (a block of one row) */
         splash_gen *g = l->g;
-        const float *row = e->logits + (size_t)l->logit_row * e->vocab;
         int32_t forced = g->script ? script_token(e, g, 0) : -1, tok;
-        splash_spec_block sb = {row, NULL, NULL, 0, (uint64_t)g->n_prompt, g->script ? &forced : NULL, NULL};
+        splash_spec_block sb = lane_rows(e, l);
+        sb.pos0 = (uint64_t)g->n_prompt;
+        sb.forced = g->script ? &forced : NULL;
         if (splash_spec_decide(e->sampler, &e->q, &g->sp, &l->hist, &sb, &tok, &err) < 0) {
             lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
             continue;
@@ -850,7 +895,7 @@ static void step(splash_engine *e) {
         l->seq[l->n_past] = tok;
         l->feed[0] = tok;
         l->n_feed = 1;
-        lane_emit(e, l, row, &tok, 1);
+        lane_emit(e, l, sb.target, &tok, 1);
     }
     double dt = splash_now() - t0;
     if (any_prefill) splash_sched_observe(&e->sched, n_rows, dt);
@@ -894,6 +939,8 @@ static void publish(splash_engine *e) {
     c->spec_verify_seconds = e->spec_t.verify;
     c->spec_accept_seconds = e->spec_t.accept;
     c->spec_commit_seconds = e->spec_t.commit;
+    c->rows_decided = e->rows_decided;
+    c->rows_decided_top = e->rows_decided_top;
 }
 
 /* Under e->mu: a requested flush drops every unpinned cache page and snapshot. */
@@ -996,6 +1043,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->block = want_block > 0 ? want_block : e->draft ? e->draft->block_size : 1;
     if (e->block > e->max_block) e->block = e->max_block;
     e->on_logits = opt->test_on_logits;
+    const char *fr = getenv("SPLASH_FULL_ROWS"); /* an A/B switch, as SPLASH_CUDA_GRAPHS */
+    e->full_rows = opt->full_rows || (fr && atoi(fr) != 0);
     e->on_propose = opt->test_on_propose;
     e->hook_ctx = opt->test_ctx;
     splash_model_options mo = {.device = e->device, .threads = opt->threads, .max_rows = e->chunk + e->max_lanes * e->max_block,
@@ -1062,6 +1111,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes * e->max_block));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
     e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes * (size_t)e->max_block);
+    e->top_ids = malloc(sizeof(int32_t) * SPLASH_MAX_TOP * (size_t)e->max_lanes * (size_t)e->max_block);
+    e->top_logits = malloc(sizeof(float) * SPLASH_MAX_TOP * (size_t)e->max_lanes * (size_t)e->max_block);
     if (e->draft && e->draft->n_taps)
         e->taps = malloc(sizeof(float) * (size_t)(e->chunk + e->max_lanes * e->max_block) * (size_t)e->draft->n_taps *
                          (size_t)e->needs->hidden);
@@ -1069,7 +1120,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the decode cycle");
         goto fail;
     }
-    if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits) {
+    if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
+        !e->top_logits) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
@@ -1173,6 +1225,8 @@ void splash_engine_free(splash_engine *e) {
     free(e->rows);
     free(e->blanes);
     free(e->logits);
+    free(e->top_ids);
+    free(e->top_logits);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -1248,6 +1302,8 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->spec_verify_seconds = c->spec_verify_seconds;
     s->spec_accept_seconds = c->spec_accept_seconds;
     s->spec_commit_seconds = c->spec_commit_seconds;
+    s->rows_decided = c->rows_decided;
+    s->rows_decided_top = c->rows_decided_top;
     s->device = e->device;
     snprintf(s->device_name, sizeof s->device_name, "%s", e->device_name);
     s->draft = e->draft ? e->draft->name : "none";

@@ -148,6 +148,8 @@ typedef struct splash_engine_options {
     int kv_pool_pages;       /* tests: at most this many KV pages (0 = what the plan gives) */
     int block_size;          /* decode block, anchor + proposals: 1..16 (1 = no draft); 0 = the draft's own */
     int draft_window;        /* context positions the draft reads (0 = 2048); the prompt computes taps only for these */
+    int full_rows;           /* 1: every decision from whole rows of logits, never TOP rows (runtime/model.h: the
+                                model then copies the vocabulary a row); also SPLASH_FULL_ROWS=1 */
     struct splash_draft *test_draft; /* tests: this draft (borrowed, runtime/draft.h) instead of the package's */
     /* tests: called on the engine thread with the target row that decided output token `index` */
     void (*test_on_logits)(void *ctx, const splash_gen *g, int index, const float *row, int vocab);
@@ -200,6 +202,7 @@ typedef struct splash_engine_stats {
     uint64_t spec_cycles, spec_drafted, spec_accepted;
     uint64_t spec_steps; /* decode-only steps, whose time the split below covers */
     double spec_draft_seconds, spec_verify_seconds, spec_accept_seconds, spec_commit_seconds;
+    uint64_t rows_decided, rows_decided_top; /* target rows decisions were read from; of them TOP rows (model.h) */
 } splash_engine_stats;
 /* Drops every cached page and snapshot no running request pins (done on the
  * engine thread between steps); for tests and leak checks.  Returns the

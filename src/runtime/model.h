@@ -77,7 +77,11 @@ typedef struct splash_model_needs {
 enum {
     SPLASH_ROW_LOGITS = 1u << 0, /* write this row's logits */
     SPLASH_ROW_TAPS = 1u << 1,   /* write this row's tap hidden states */
+    SPLASH_ROW_TOP = 1u << 2,    /* write this row's top batch.top_k logits (below) */
 };
+
+/* Most entries a TOP row can ask for (the GPU's top-k bound). */
+#define SPLASH_MAX_TOP 64
 
 typedef struct splash_row {
     int32_t token;        /* token id; ignored when embed is set */
@@ -112,6 +116,15 @@ typedef struct splash_batch {
     const splash_row *rows;
     float *logits;            /* out [rows with LOGITS, vocab], in row order */
     float *taps;              /* out [rows with TAPS, n_taps, hidden] */
+    /* TOP rows: the row's top_k (1..SPLASH_MAX_TOP) largest finite logits,
+     * best first, equal values by lower id (cpu_top_k's order), in row order
+     * [rows with TOP][top_k]; past the finite ones: id -1, value -inf.  What a
+     * decision needs when it depends on the best few tokens only (greedy,
+     * sampling with top_k; runtime/sampling.h, splash_sampling_top_need):
+     * the GPU then copies 8 bytes a candidate instead of the vocabulary. */
+    int top_k;
+    int32_t *top_ids;
+    float *top_logits;
 } splash_batch;
 
 /* The device a run uses.  want: "cpu" (or NULL), "cuda", or "auto" (cuda when

@@ -381,6 +381,29 @@ static int top_p_alone(splash_sampler *s, const splash_sampling_params *p, const
     return m;
 }
 
+/* The filters after the candidates are gathered: c[0..n) either the top_k
+ * best first (by_id 0) or every survivor in id order (by_id 1), vmax the
+ * row's maximum.  Weights, min_p, top_p, then id order.  Returns the count. */
+static int filter_tail(const splash_sampling_params *p, cand *c, int n, double vmax, int by_id) {
+    const double T = p->temperature;
+    for (int i = 0; i < n; i++) c[i].w = weight(c[i].v, vmax, T);
+    if (p->min_p > 0.0) { /* keeps the order; the best candidate has w = 1 >= min_p */
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].w >= p->min_p) c[m++] = c[i];
+        n = m;
+    }
+    if (p->top_p < 1.0) {
+        if (by_id) qsort(c, (size_t)n, sizeof *c, cmp_rank);
+        by_id = 0;
+        double total = 0;
+        for (int i = 0; i < n; i++) total += c[i].w;
+        n = cut_top_p(c, n, p->top_p, total);
+    }
+    if (!by_id) qsort(c, (size_t)n, sizeof *c, cmp_id);
+    return n;
+}
+
 /* The filters of a sampled row: candidates into s->cand, with weights.
  * Returns the count (>= 1) or a negative status. */
 static int filter_row(splash_sampler *s, const splash_sampling_params *p, const float *logits,
@@ -424,22 +447,44 @@ static int filter_row(splash_sampler *s, const splash_sampling_params *p, const 
             });
         }
     }
-    for (int i = 0; i < n; i++) c[i].w = weight(c[i].v, vmax, T);
-    if (use_min_p) { /* keeps the order; the best candidate has w = 1 >= min_p */
-        int m = 0;
-        for (int i = 0; i < n; i++)
-            if (c[i].w >= p->min_p) c[m++] = c[i];
-        n = m;
+    return filter_tail(p, c, n, vmax, by_id);
+}
+
+/* The candidates of a filtered row into out. */
+static int to_dist(splash_sampler *s, int n, splash_dist *out, splash_error *err) {
+    if (n > out->cap)
+        return splash_fail(err, SPLASH_E_RANGE, "sampling: %d candidates for a distribution of capacity %d", n, out->cap);
+    for (int i = 0; i < n; i++) {
+        out->ids[i] = s->cand[i].id;
+        out->p[i] = s->cand[i].w;
     }
-    if (use_top_p) {
-        if (by_id) qsort(c, (size_t)n, sizeof *c, cmp_rank);
-        by_id = 0;
-        double total = 0;
-        for (int i = 0; i < n; i++) total += c[i].w;
-        n = cut_top_p(c, n, p->top_p, total);
+    return splash_dist_normalise(out, n, err);
+}
+
+int splash_sampling_top_need(const splash_sampling_params *p, int vocab) {
+    if (splash_penalties_active(p) || p->logprobs) return 0;
+    if (p->temperature == 0) return 1;
+    return p->top_k > 0 && p->top_k < vocab ? p->top_k : 0;
+}
+
+int splash_sampler_process_top(splash_sampler *s, const splash_sampling_params *p, const int32_t *ids,
+                               const float *vals, int n, splash_dist *out, splash_error *err) {
+    if (!out) out = &s->dist;
+    const int need = splash_sampling_top_need(p, s->vocab);
+    if (need < 1 || need > n)
+        return splash_fail(err, SPLASH_E_INVALID, "sampling: the request needs %s, the row holds its best %d",
+                           need ? "more of the row" : "the whole row", n);
+    int m = 0; /* the finite entries (the model writes them first) */
+    while (m < need && ids[m] >= 0 && ids[m] < s->vocab && vals[m] > -INFINITY) m++;
+    if (!m) return no_token(err);
+    if (p->temperature == 0) {
+        splash_dist_point(out, ids[0]);
+        return SPLASH_OK;
     }
-    if (!by_id) qsort(c, (size_t)n, sizeof *c, cmp_id);
-    return n;
+    if (isinf(vals[0])) return splash_fail(err, SPLASH_E_RANGE, "sampling: the logits contain +inf");
+    cand *c = s->cand; /* what top_k() gathers from the whole row: the same entries in the same order */
+    for (int i = 0; i < m; i++) c[i] = (cand){vals[i], ids[i], 0};
+    return to_dist(s, filter_tail(p, c, m, c[0].v, 0), out, err);
 }
 
 int splash_sampler_process(splash_sampler *s, const splash_sampling_params *p, const float *logits,
@@ -467,17 +512,7 @@ int splash_sampler_process(splash_sampler *s, const splash_sampling_params *p, c
         else splash_dist_point(out, arg);
     } else {
         int n = filter_row(s, p, logits, mask, err);
-        if (n < 0) rc = n;
-        else if (n > out->cap)
-            rc = splash_fail(err, SPLASH_E_RANGE, "sampling: %d candidates for a distribution of capacity %d", n,
-                             out->cap);
-        else {
-            for (int i = 0; i < n; i++) {
-                out->ids[i] = s->cand[i].id;
-                out->p[i] = s->cand[i].w;
-            }
-            rc = splash_dist_normalise(out, n, err);
-        }
+        rc = n < 0 ? n : to_dist(s, n, out, err);
     }
     clear_overrides(s);
     return rc;

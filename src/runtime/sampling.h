@@ -205,6 +205,21 @@ int splash_sampler_process(splash_sampler *s, const splash_sampling_params *p, c
                            const splash_token_history *h, const int32_t *extra, int n_extra,
                            const uint64_t *mask, splash_dist *out, splash_error *err);
 
+/* How many of a row's best logits decide this request's rows: 1 for greedy,
+ * top_k when top_k limits the candidates (the other filters then act on those
+ * only), 0 when the whole row is needed (penalties, logprobs, no top_k).  A
+ * model's TOP rows (runtime/model.h) of at least that many entries then
+ * replace the logits. */
+int splash_sampling_top_need(const splash_sampling_params *p, int vocab);
+
+/* splash_sampler_process of a row known only by its top n logits (ids and
+ * values best first, equal values by lower id, -1 / -inf past the finite
+ * ones: a TOP row), with no history, extra tokens or mask: the same
+ * distribution, bit for bit, when 1 <= splash_sampling_top_need(p) <= n.
+ * SPLASH_E_INVALID when the request needs more than the row holds. */
+int splash_sampler_process_top(splash_sampler *s, const splash_sampling_params *p, const int32_t *ids,
+                               const float *vals, int n, splash_dist *out, splash_error *err);
+
 /* process + draw with (p->seed, position, SPLASH_RNG_SAMPLE, 0); greedy rows
  * draw nothing. */
 int splash_sample(splash_sampler *s, const splash_sampling_params *p, const float *logits,

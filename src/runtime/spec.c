@@ -39,7 +39,9 @@ int splash_spec_decide(splash_sampler *s, splash_dist *q, const splash_sampling_
                 return splash_fail(err, SPLASH_E_RANGE, "spec: forced token %d outside the vocab (%d)", (int)b->forced[i], V);
             splash_dist_point(p, b->forced[i]);
         } else {
-            int rc = splash_sampler_process(s, sp, b->target + (size_t)i * V, h, b->props, i, NULL, p, err);
+            int rc = b->top_ids ? splash_sampler_process_top(s, sp, b->top_ids + (size_t)i * b->top_n,
+                                                             b->top_logits + (size_t)i * b->top_n, b->top_n, p, err)
+                                : splash_sampler_process(s, sp, b->target + (size_t)i * V, h, b->props, i, NULL, p, err);
             if (rc) return rc;
         }
         if (i == b->n) { /* every proposal stood: the row's own token */

@@ -62,6 +62,9 @@ typedef struct splash_spec_block {
     uint64_t pos0;         /* position decided by row 0 */
     const int32_t *forced; /* [n + 1] test script: row i's token is forced[i] (a point-mass p), or NULL */
     const splash_spec_q *sparse; /* [n] each proposal's q as the draft drew it (draft must be NULL), or NULL */
+    const int32_t *top_ids;      /* when not NULL: the target's rows as TOP rows (runtime/model.h) of top_n */
+    const float *top_logits;     /* entries each, [n + 1][top_n], instead of target (splash_sampler_process_top: */
+    int top_n;                   /* the request then has no penalties, and needs at most top_n entries) */
 } splash_spec_block;
 
 /* Walks the rows: returns k, the proposals accepted (0..n), and fills

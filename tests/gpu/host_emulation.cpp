@@ -755,28 +755,6 @@ extern "C" int splash_cuda_dflash_logits_transform(float *x, size_t ldx, int row
     for (int r = 0; r < rows; r++) splash_dflash2_logits_transform(x + r * ldx, (size_t)n, mult, cap);
     return 0;
 }
-extern "C" size_t splash_cuda_dflash_topk_workspace_bytes(int rows, int n, int k) {
-    return rows > 0 && n > 0 && k > 0 ? 256 : 0;
-}
-/* dflash2.c's candidates: insertion in column order, equal values keep the lower column. */
-extern "C" int splash_cuda_dflash_topk(const float *x, size_t ldx, int rows, int n, int k, int32_t *cand, float *val,
-                                       size_t ldc, int32_t *n_cand, void *, size_t, struct CUstream_st *) {
-    for (int r = 0; r < rows; r++) {
-        int32_t *c = cand + r * ldc;
-        float *v = val + r * ldc;
-        int m = 0;
-        for (int t = 0; t < n; t++) {
-            const float xv = x[r * ldx + t];
-            if (!(xv > -INFINITY) || (m == k && !(xv > v[m - 1]))) continue;
-            int i = m < k ? m++ : m - 1;
-            for (; i > 0 && xv > v[i - 1]; i--) v[i] = v[i - 1], c[i] = c[i - 1];
-            v[i] = xv, c[i] = t;
-        }
-        for (int j = m; j < k; j++) c[j] = -1, v[j] = -INFINITY;
-        n_cand[r] = m;
-    }
-    return 0;
-}
 extern "C" int splash_cuda_dflash_edges(const float *gate, const float *pred, const float *succ, const float *val,
                                         const int32_t *n_cand, int rows, int k, int rank, float *edges,
                                         struct CUstream_st *) {
@@ -792,7 +770,23 @@ extern "C" int splash_cuda_dflash_edges(const float *gate, const float *pred, co
     return 0;
 }
 
-/* ---- argmax (argmax.h): the greedy rule, largest value, ties to the lowest index ---------------- */
+/* ---- argmax and top-k (argmax.h): the greedy rule, largest value, ties to the lowest index ---------------- */
+
+extern "C" size_t splash_cuda_topk_workspace_bytes(int rows, int n, int k) {
+    return rows > 0 && n > 0 && k > 0 ? 256 : 0;
+}
+extern "C" int splash_cuda_topk(const float *x, size_t ldx, int rows, int n, int k, int32_t *cand, float *val,
+                                size_t ldc, int32_t *n_cand, void *, size_t, struct CUstream_st *) {
+    for (int r = 0; r < rows; r++) {
+        int32_t *c = cand + r * ldc;
+        float *v = val + r * ldc;
+        const int m = cpu_top_k(x + r * ldx, n, k, NULL, c, v);
+        for (int j = m; j < k; j++) c[j] = -1, v[j] = -INFINITY;
+        n_cand[r] = m;
+    }
+    return 0;
+}
+
 
 extern "C" size_t splash_cuda_argmax_workspace_bytes(int rows, int n) { return rows > 0 && n > 0 ? 256 : 0; }
 extern "C" int splash_cuda_argmax(const float *x, size_t ldx, int rows, int n, int32_t *idx, float *val, void *, size_t,

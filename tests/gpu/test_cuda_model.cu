@@ -47,6 +47,7 @@
 #include <time.h>
 
 extern "C" {
+#include "backend/cpu/cpu.h"
 #include "base/fs.h"
 #include "base/json.h"
 #include "package/package.h"
@@ -214,9 +215,22 @@ typedef struct {
     int slot, n_past, n_rows, mode;
 } LaneSpec;
 
+/* What a forward returns besides logits: TOP rows (flags[r] for row r when
+ * flags is not NULL, else every row LOGITS). */
+typedef struct {
+    const uint32_t *flags;
+    int k;
+    int32_t *ids;
+    float *vals;
+} TopOut;
+
+static double run_top(Fixture *f, Side *s, const LaneSpec *ls, int n, float *logits, const TopOut *top);
+
 /* One forward of several lanes over the fixture's tokens; logits of every
  * row in row order.  Returns the wall time in ms. */
-static double run(Fixture *f, Side *s, const LaneSpec *ls, int n, float *logits) {
+static double run(Fixture *f, Side *s, const LaneSpec *ls, int n, float *logits) { return run_top(f, s, ls, n, logits, NULL); }
+
+static double run_top(Fixture *f, Side *s, const LaneSpec *ls, int n, float *logits, const TopOut *top) {
     splash_lane lanes[LANES];
     static splash_row rows[MAX_T];
     int r = 0;
@@ -228,12 +242,14 @@ static double run(Fixture *f, Side *s, const LaneSpec *ls, int n, float *logits)
             const int t = ls[i].n_past + k;
             rows[r].token = f->tokens[t % f->T];
             rows[r].pos[0] = rows[r].pos[1] = rows[r].pos[2] = t;
-            rows[r].flags = SPLASH_ROW_LOGITS;
+            rows[r].flags = top ? top->flags[r] : (uint32_t)SPLASH_ROW_LOGITS;
             rows[r].embed = NULL;
         }
     }
     splash_batch b;
+    memset(&b, 0, sizeof b);
     b.n_lanes = n, b.n_rows = r, b.lanes = lanes, b.rows = rows, b.logits = logits, b.taps = NULL;
+    if (top) b.top_k = top->k, b.top_ids = top->ids, b.top_logits = top->vals;
     splash_error err = {0, {0}};
     const double t0 = now_ms();
     if (splash_model_forward(s->m, &b, &err)) die(s->gpu ? "forward (cuda)" : "forward (cpu)", &err);
@@ -397,6 +413,52 @@ static void case_commit_exact(Fixture *f, float *lc, float *lg) {
     free(a), free(b);
 }
 
+/* TOP rows (runtime/model.h): two VERIFY lanes (no state moves, so every
+ * run sees the same rows) with LOGITS, TOP and both mixed, top k 1, 5 and
+ * the most; on each side the LOGITS rows equal an all-LOGITS run's bit for
+ * bit and every TOP row is cpu_top_k of that run's row exactly. */
+static void case_top(Fixture *f, float *lc, float *lg) {
+    for (int s = 0; s < 2; s++) reset(f, s);
+    const int pre[2] = {70, 20};
+    for (int s = 0; s < 2; s++) {
+        run1(f, &f->cpu, s, 0, pre[s], SPLASH_LANE_PREFILL, lc);
+        run1(f, &f->gpu, s, 0, pre[s], SPLASH_LANE_PREFILL, lg);
+    }
+    const LaneSpec ls[2] = {{0, 70, 7, SPLASH_LANE_VERIFY}, {1, 20, 3, SPLASH_LANE_VERIFY}};
+    const int R = 10, V = f->V, K_max = V < SPLASH_MAX_TOP ? V : SPLASH_MAX_TOP;
+    uint32_t flags[R];
+    for (int r = 0; r < R; r++) /* both, TOP only, LOGITS only, nothing, ... */
+        flags[r] = r % 4 == 0 ? (uint32_t)(SPLASH_ROW_LOGITS | SPLASH_ROW_TOP) : r % 4 == 1 ? (uint32_t)SPLASH_ROW_TOP
+                 : r % 4 == 2 ? (uint32_t)SPLASH_ROW_LOGITS : 0u;
+    flags[7] = flags[8] = flags[9] = SPLASH_ROW_TOP; /* the second lane: a block of TOP rows */
+    float *ref = (float *)malloc(sizeof(float) * R * V), *got = (float *)malloc(sizeof(float) * R * V);
+    int32_t ids[R * SPLASH_MAX_TOP], want_ids[SPLASH_MAX_TOP];
+    float vals[R * SPLASH_MAX_TOP], want_vals[SPLASH_MAX_TOP];
+    const int ks[3] = {1, 5, K_max};
+    for (int side = 0; side < 2; side++) {
+        Side *sd = side ? &f->gpu : &f->cpu;
+        run(f, sd, ls, 2, ref);
+        int same = 1;
+        for (int ki = 0; ki < 3; ki++) {
+            const int K = ks[ki];
+            TopOut t = {flags, K, ids, vals};
+            run_top(f, sd, ls, 2, got, &t);
+            for (int r = 0, li = 0, ti = 0; r < R; r++) {
+                if (flags[r] & SPLASH_ROW_LOGITS)
+                    same &= !memcmp(got + (size_t)li++ * V, ref + (size_t)r * V, sizeof(float) * V);
+                if (!(flags[r] & SPLASH_ROW_TOP)) continue;
+                const int m = cpu_top_k(ref + (size_t)r * V, V, K, NULL, want_ids, want_vals);
+                for (int j = m; j < K; j++) want_ids[j] = -1, want_vals[j] = -INFINITY;
+                same &= !memcmp(ids + (size_t)ti * K, want_ids, sizeof(int32_t) * K) &&
+                        !memcmp(vals + (size_t)ti * K, want_vals, sizeof(float) * K);
+                ti++;
+            }
+        }
+        report_exact(f->tag, side ? "GPU: TOP rows = top k of logits" : "CPU: TOP rows = top k of logits", same);
+    }
+    free(ref), free(got);
+}
+
 /* Copies slot `from` (state + the lane's KV pages) of one side into slot `to`
  * of the other, through the host. */
 static void move_state(Fixture *f, Side *src, int from, Side *dst, int to) {
@@ -479,6 +541,7 @@ int main(int argc, char **argv) {
         case_blocks(f, 130, 7, 0, "verify 7, accept 1..7", lc, lg);
         case_lanes(f, lc, lg);
         case_commit_exact(f, lc, lg);
+        case_top(f, lc, lg);
         case_move(f, lc, lg);
         side_free(&f->cpu);
         side_free(&f->gpu);

@@ -1620,14 +1620,14 @@ static void test_dflash_select(const char *name, int rows, int V, int k, int ran
     }
     float *dx = dcopy(x, N), *dval = dfloats((size_t)rows * k);
     int32_t *dc = (int32_t *)dmalloc((size_t)rows * k * 4), *dn = (int32_t *)dmalloc(rows * 4);
-    const size_t wsb = splash_cuda_dflash_topk_workspace_bytes(rows, V, k);
+    const size_t wsb = splash_cuda_topk_workspace_bytes(rows, V, k);
     void *ws = dmalloc(wsb);
-    int rc = splash_cuda_dflash_topk(dx, V, rows, V, k, dc, dval, k, dn, ws, wsb, NULL);
+    int rc = splash_cuda_topk(dx, V, rows, V, k, dc, dval, k, dn, ws, wsb, NULL);
     down(got, dc, (size_t)rows * k * 4), down(gval, dval, (size_t)rows * k * 4), down(gn, dn, rows * 4);
     double err = rc ? INFINITY : 0;
     for (int r = 0; r < rows; r++) err += gn[r] != k;
     for (size_t i = 0; i < (size_t)rows * k; i++) err += got[i] != want[i] || gval[i] != wval[i];
-    double us = time_us([&](int) { return splash_cuda_dflash_topk(dx, V, rows, V, k, dc, dval, k, dn, ws, wsb, NULL); });
+    double us = time_us([&](int) { return splash_cuda_topk(dx, V, rows, V, k, dc, dval, k, dn, ws, wsb, NULL); });
     char sh[80];
     snprintf(sh, sizeof sh, "%s %d x %d, k %d (ties, NaN, -inf)", name, rows, V, k);
     report("dflash top-k", sh, err, 0, us, (double)N * 4);

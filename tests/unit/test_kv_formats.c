@@ -420,7 +420,7 @@ static void run_model(splash_package *pkg, const fx *f, int format, int mode, fl
     int prefix = mode ? 150 : f->T;
     for (int t = 0; t < f->T; t++) rows[t] = (splash_row){f->tokens[t], {t, t, t}, SPLASH_ROW_LOGITS, NULL};
     splash_lane lane = {0, 0, 0, prefix, pages, ppl, SPLASH_LANE_PREFILL};
-    splash_batch b = {1, prefix, &lane, rows, out, NULL};
+    splash_batch b = {.n_lanes = 1, .n_rows = prefix, .lanes = &lane, .rows = rows, .logits = out};
     if (splash_model_forward(m, &b, &err)) fail_msg("forward: %s", err.msg);
     for (int t = prefix; t < f->T; t++) {
         lane = (splash_lane){0, t, 0, 1, pages, ppl, SPLASH_LANE_VERIFY};
@@ -591,7 +591,7 @@ static void test_gdn_only_model(void **state) {
         int32_t pages[1] = {0};
         splash_lane lane = {0, 0, 0, T, pages, 1, SPLASH_LANE_PREFILL};
         out[fi] = malloc(sizeof(float) * (size_t)T * vocab);
-        splash_batch bt = {1, T, &lane, rows, out[fi], NULL};
+        splash_batch bt = {.n_lanes = 1, .n_rows = T, .lanes = &lane, .rows = rows, .logits = out[fi]};
         if (splash_model_forward(m, &bt, &err)) fail_msg("forward with %s KV: %s", format_names[fi], err.msg);
         for (size_t i = 0; i < (size_t)T * vocab; i++) assert_true(isfinite(out[fi][i]));
         splash_model_free_memory(m, kv);

@@ -166,7 +166,7 @@ static int run_lanes_on(splash_model *m, fixture *f, const lane_spec *ls, int n_
             rows[r] = (splash_row){ls[i].tokens[t], {t, t, t}, SPLASH_ROW_LOGITS, NULL};
         }
     }
-    splash_batch b = {n_lanes, r, lanes, rows, logits, NULL};
+    splash_batch b = {.n_lanes = n_lanes, .n_rows = r, .lanes = lanes, .rows = rows, .logits = logits};
     return splash_model_forward(m, &b, err);
 }
 
@@ -439,7 +439,7 @@ static void test_taps(void **state) {
     int32_t page = 0;
     splash_lane lane = {0, 0, 0, n, &page, 1, SPLASH_LANE_PREFILL};
     float *logits = malloc(sizeof(float) * 3 * V), *tap = malloc(sizeof(float) * n * 2 * H);
-    splash_batch b = {1, n, &lane, rows, logits, tap};
+    splash_batch b = {.n_lanes = 1, .n_rows = n, .lanes = &lane, .rows = rows, .logits = logits, .taps = tap};
     splash_model_reset_slot(m, 0);
     if (splash_model_forward(m, &b, &err)) fail_msg("%s", err.msg);
     const splash_tensor *fn = splash_package_find(pkg, "final_norm"), *head = splash_package_find(pkg, "lm_head");

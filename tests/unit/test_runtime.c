@@ -271,7 +271,7 @@ static void forward(fx *f, const req *rs, int n, float *logits) {
             rows[r] = (splash_row){rs[i].tok[t], {t, t, t}, SPLASH_ROW_LOGITS, NULL};
         }
     }
-    splash_batch b = {n, r, lanes, rows, logits, NULL};
+    splash_batch b = {.n_lanes = n, .n_rows = r, .lanes = lanes, .rows = rows, .logits = logits};
     splash_error err = {0};
     if (splash_model_forward(f->m, &b, &err)) fail_msg("forward: %s", err.msg);
 }

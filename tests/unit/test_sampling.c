@@ -934,6 +934,123 @@ static void test_extra_rows(void **state) {
     splash_sampler_free(s);
 }
 
+/* ------------------------------------------------------------------------
+ * TOP rows: a row known by its best entries decides as the whole row does.
+ * ------------------------------------------------------------------------ */
+
+/* The row's best n entries as a model's TOP row: best first, equal values by
+ * lower id, -inf / NaN skipped, -1 / -inf past the finite ones. */
+static void top_entries(const float *row, int V, int n, int32_t *ids, float *vals) {
+    rcand *c = malloc((size_t)V * sizeof *c);
+    int m = 0;
+    for (int t = 0; t < V; t++)
+        if (row[t] > -INFINITY) c[m++] = (rcand){row[t], t};
+    qsort(c, (size_t)m, sizeof *c, rcmp);
+    for (int i = 0; i < n; i++) {
+        ids[i] = i < m ? c[i].id : -1;
+        vals[i] = i < m ? (float)c[i].v : -INFINITY;
+    }
+    free(c);
+}
+
+static void test_top_rows(void **state) {
+    (void)state;
+    enum { N = 64 };
+    const int Vs[] = {40, 7000};
+    const double Ts[] = {0, 0.3, 1.0, 1.7};
+    const int ks[] = {1, 5, 20, 64};
+    const double top_ps[] = {1.0, 0.9, 0.5};
+    const double min_ps[] = {0, 0.05};
+    int32_t ids[N];
+    float vals[N];
+    int checked = 0;
+    for (int vi = 0; vi < 2; vi++) {
+        const int V = Vs[vi];
+        float *row = malloc((size_t)V * sizeof *row);
+        splash_sampler *s;
+        assert_int_equal(splash_sampler_create(V, &s, NULL), 0);
+        splash_dist full, top;
+        assert_int_equal(splash_dist_init(&full, V), 0);
+        assert_int_equal(splash_dist_init(&top, V), 0);
+        for (int trial = 0; trial < 12; trial++) {
+            for (int t = 0; t < V; t++) { /* coarse values: many ties; a few -inf and NaN */
+                double u = rnd01();
+                row[t] = u < 0.05 ? -INFINITY : u < 0.07 ? NAN : (float)(floor(rnd_normal() * 8) / 4);
+            }
+            if (trial == 0) /* fewer finite entries than the largest top_k */
+                for (int t = 30; t < V; t++) row[t] = -INFINITY;
+            top_entries(row, V, N, ids, vals);
+            for (size_t a = 0; a < sizeof Ts / sizeof Ts[0]; a++)
+                for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++)
+                    for (size_t c = 0; c < sizeof top_ps / sizeof top_ps[0]; c++)
+                        for (size_t d = 0; d < sizeof min_ps / sizeof min_ps[0]; d++) {
+                            splash_sampling_params p = params(Ts[a]);
+                            p.top_k = ks[b], p.top_p = top_ps[c], p.min_p = min_ps[d];
+                            const int need = splash_sampling_top_need(&p, V);
+                            assert_int_equal(need, Ts[a] == 0 ? 1 : ks[b] < V ? ks[b] : 0);
+                            if (!need) continue; /* top_k >= V: no limit, the whole row (checked below) */
+                            assert_int_equal(splash_sampler_process(s, &p, row, NULL, NULL, 0, NULL, &full, NULL), 0);
+                            assert_int_equal(splash_sampler_process_top(s, &p, ids, vals, N, &top, NULL), 0);
+                            assert_int_equal(top.n, full.n);
+                            assert_int_equal(top.greedy, full.greedy);
+                            assert_int_equal(top.argmax, full.argmax);
+                            assert_memory_equal(top.ids, full.ids, (size_t)full.n * sizeof *full.ids);
+                            assert_memory_equal(top.p, full.p, (size_t)full.n * sizeof *full.p); /* bit for bit */
+                            /* a TOP row of exactly the entries needed decides the same */
+                            assert_int_equal(splash_sampler_process_top(s, &p, ids, vals, need, &top, NULL), 0);
+                            assert_memory_equal(top.p, full.p, (size_t)full.n * sizeof *full.p);
+                            /* one entry fewer is refused, never guessed */
+                            splash_error err = {0};
+                            if (need > 1) {
+                                assert_int_equal(splash_sampler_process_top(s, &p, ids, vals, need - 1, &top, &err),
+                                                 SPLASH_E_INVALID);
+                                assert_non_null(strstr(err.msg, "needs more"));
+                            }
+                            checked++;
+                        }
+        }
+        /* nothing finite: both refuse */
+        for (int t = 0; t < V; t++) row[t] = -INFINITY;
+        top_entries(row, V, N, ids, vals);
+        splash_sampling_params p = params(1.0);
+        p.top_k = 20;
+        assert_int_equal(splash_sampler_process(s, &p, row, NULL, NULL, 0, NULL, &full, NULL), SPLASH_E_INVALID);
+        assert_int_equal(splash_sampler_process_top(s, &p, ids, vals, N, &top, NULL), SPLASH_E_INVALID);
+        splash_dist_free(&full);
+        splash_dist_free(&top);
+        splash_sampler_free(s);
+        free(row);
+    }
+    printf("# %d (row, parameters) pairs decided alike from TOP rows\n", checked);
+    { /* a NaN first in its lane of a 64-token block once hid the lane's larger values from the block skip */
+        float r2[128];
+        for (int t = 0; t < 128; t++) r2[t] = t < 64 ? 1.0f : 0.0f;
+        r2[65] = NAN, r2[73] = 5.0f; /* lane 1: the final merge starts from lane 0 */
+        splash_sampler *s;
+        assert_int_equal(splash_sampler_create(128, &s, NULL), 0);
+        splash_sampling_params p = params(0);
+        int32_t tok = -1;
+        assert_int_equal(splash_sample(s, &p, r2, NULL, NULL, 0, NULL, 0, &tok, NULL), 0);
+        assert_int_equal(tok, 73);
+        splash_sampler_free(s);
+    }
+    /* requests that need the whole row */
+    splash_sampling_params p = params(1.0);
+    assert_int_equal(splash_sampling_top_need(&p, 1000), 0); /* no top_k */
+    p.top_k = 1000;
+    assert_int_equal(splash_sampling_top_need(&p, 1000), 0); /* top_k = vocab: off */
+    p.top_k = 20;
+    assert_int_equal(splash_sampling_top_need(&p, 1000), 20);
+    p.presence_penalty = 0.5;
+    assert_int_equal(splash_sampling_top_need(&p, 1000), 0);
+    p = params(0);
+    p.repetition_penalty = 1.1;
+    assert_int_equal(splash_sampling_top_need(&p, 1000), 0);
+    p = params(0);
+    p.logprobs = 1;
+    assert_int_equal(splash_sampling_top_need(&p, 1000), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_known_answers),
@@ -951,6 +1068,7 @@ int main(void) {
         cmocka_unit_test(test_rejection_identity_closed_form),
         cmocka_unit_test(test_rejection_identity_sampled),
         cmocka_unit_test(test_extra_rows),
+        cmocka_unit_test(test_top_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -162,6 +162,7 @@ typedef struct job {
     int n_prompt, max_tokens, block;
     uint64_t seed;
     double temperature;
+    int top_k;
     const char *stop;
     const int32_t *script;
     int n_script;
@@ -211,15 +212,21 @@ static void on_propose(void *ctx, const splash_gen *g, int n_seq, const int32_t 
 /* Prefill chunks of up to 256 rows: every prompt is read in the same pieces
  * (split only at its snapshot points) whatever runs beside it, so the
  * logits of different runs can be compared bit for bit. */
-static splash_engine *engine(const char *pkg, int block, splash_draft *draft, int window, int cache) {
+static splash_engine *engine_with(const char *pkg, int block, splash_draft *draft, int window, int cache, int hooks,
+                                  int full_rows) {
     splash_engine_options o = {.model_dir = pkg, .threads = 2, .max_context = 512, .max_lanes = 4, .max_queue = 256,
                                .prefill_chunk = 256, .kv_format = SPLASH_KV_F32, .cpu_activations = SPLASH_CPU_ACT_F32,
                                .no_prefix_cache = !cache, .block_size = block, .draft_window = window,
-                               .test_draft = draft, .test_on_logits = on_logits, .test_on_propose = on_propose};
+                               .test_draft = draft, .test_on_logits = hooks ? on_logits : NULL,
+                               .test_on_propose = hooks ? on_propose : NULL, .full_rows = full_rows};
     splash_engine *e;
     splash_error err = {0};
     if (splash_engine_start(&o, &e, &err)) fail_msg("engine: %s", err.msg);
     return e;
+}
+
+static splash_engine *engine(const char *pkg, int block, splash_draft *draft, int window, int cache) {
+    return engine_with(pkg, block, draft, window, cache, 1, 0);
 }
 
 /* Submits every job at once (4 lanes: they share forward calls), waits for all. */
@@ -237,6 +244,7 @@ static void run(splash_engine *e, job *jobs, int n) {
         g->max_tokens = j->max_tokens;
         g->block_size = j->block;
         g->sp.temperature = j->temperature;
+        g->sp.top_k = j->top_k;
         g->sp.seed = j->seed;
         if (j->stop) g->stop[g->n_stop++] = strdup(j->stop);
         if (j->script) {
@@ -462,7 +470,7 @@ static void direct_proposals(splash_package *pk, const job *jb, int ji, int wind
         int r = n - p0 < 32 ? n - p0 : 32;
         for (int i = 0; i < r; i++) rows[i] = (splash_row){seq[p0 + i], {p0 + i, p0 + i, p0 + i}, SPLASH_ROW_TAPS, NULL};
         splash_lane ln = {0, p0, 0, r, pages, 4, SPLASH_LANE_PREFILL};
-        splash_batch b = {1, r, &ln, rows, dummy, taps + (size_t)p0 * tw};
+        splash_batch b = {.n_lanes = 1, .n_rows = r, .lanes = &ln, .rows = rows, .logits = dummy, .taps = taps + (size_t)p0 * tw};
         if (splash_model_forward(m, &b, &err)) fail_msg("%s", err.msg);
     }
     float *hid = malloc(sizeof(float) * 16 * (size_t)hidden), *lg = malloc(sizeof(float) * 16 * V);
@@ -826,6 +834,73 @@ static void test_sampled_dflash2(void **state) {
     prefix_reuse(2);
 }
 
+/* Decisions from TOP rows (the model's best logits of a row, not the row:
+ * runtime/model.h) against whole rows: greedy and sampled with top_k, with
+ * no draft, the package's DFlash and DFlash 2 drafts and a random draft, four
+ * lanes at once: the same tokens and acceptance, and the rows really were
+ * TOP rows (none without the switch, none for a request with a penalty). */
+static void test_top_rows_decide_alike(void **state) {
+    (void)state;
+    make_prompts();
+    for (int which = 0; which < 4; which++) {
+        const char *pkg = package("dense-tiny", which == 3 ? 0 : which);
+        if (!pkg) skip();
+        splash_draft *d = which == 3 ? splash_draft_random_new(V, 8) : NULL;
+        job runs[2][5];
+        splash_engine_stats st[2];
+        for (int full = 0; full < 2; full++) {
+            splash_engine *e = engine_with(pkg, which ? 8 : 1, d, 0, 0, 0, full);
+            job *j = runs[full];
+            for (int i = 0; i < 4; i++)
+                j[i] = (job){.prompt = prompts[i], .n_prompt = plen[i], .max_tokens = NOUT, .seed = (uint64_t)i + 7,
+                             .temperature = i % 2 ? 1.0 : 0.0, .top_k = i == 3 ? 64 : 20};
+            run(e, j, 4);
+            splash_engine_get_stats(e, &st[full]);
+            splash_engine_free(e);
+        }
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(runs[0][i].n_tokens, runs[1][i].n_tokens);
+            assert_memory_equal(runs[0][i].out, runs[1][i].out, sizeof(int32_t) * (size_t)runs[0][i].n_out);
+            assert_int_equal(runs[0][i].t.drafted, runs[1][i].t.drafted);
+            assert_int_equal(runs[0][i].t.accepted, runs[1][i].t.accepted);
+            if (which) assert_true(runs[0][i].t.drafted > 0);
+        }
+        assert_true(st[0].rows_decided_top > 0);
+        assert_int_equal(st[0].rows_decided_top, st[0].rows_decided); /* every request here can use them */
+        assert_int_equal(st[1].rows_decided_top, 0);
+        printf("# draft %d: %llu rows decided, all from TOP rows; the same %d+%d+%d+%d tokens as from whole rows\n",
+               which, (unsigned long long)st[0].rows_decided, runs[0][0].n_tokens, runs[0][1].n_tokens,
+               runs[0][2].n_tokens, runs[0][3].n_tokens);
+        splash_draft_free(d);
+    }
+    /* a penalty needs the whole row: no TOP rows for it */
+    const char *pkg = package("dense-tiny", 0);
+    splash_engine *e = engine_with(pkg, 1, NULL, 0, 0, 0, 0);
+    hook_n = 0;
+    splash_gen *g = splash_gen_new();
+    g->prompt = malloc(sizeof(int32_t) * (size_t)plen[0]);
+    memcpy(g->prompt, prompts[0], sizeof(int32_t) * (size_t)plen[0]);
+    g->n_prompt = plen[0];
+    g->max_tokens = 4;
+    g->sp.temperature = 0;
+    g->sp.presence_penalty = 0.5;
+    splash_error err = {0};
+    assert_int_equal(splash_engine_submit(e, g, &err), 0);
+    splash_gen_take t;
+    strbuf sb;
+    sb_init(&sb);
+    do splash_gen_wait(g, 1000, &sb, &t);
+    while (!(t.state == SPLASH_GEN_DONE && t.finish != SPLASH_FINISH_NONE));
+    assert_int_not_equal(t.finish, SPLASH_FINISH_ERROR);
+    sb_free(&sb);
+    splash_gen_release(g);
+    splash_engine_stats s1;
+    splash_engine_get_stats(e, &s1);
+    assert_true(s1.rows_decided >= 4);
+    assert_int_equal(s1.rows_decided_top, 0);
+    splash_engine_free(e);
+}
+
 /* ---- the cycle's distribution: G-tests on made-up rows -----------------------------
  * Each setting draws DRAWS (SPARSE_DRAWS) fixed-seed samples of the 3
  * tokens that follow anchor 0 through cycles of spec.h (seed of draw t:
@@ -1066,7 +1141,7 @@ static int three_tokens(const splash_sampling_params *sp, gt_worker *w, int mode
                 }
             }
         } else {
-            splash_spec_block b = {tl, dl, props, SB - 1, pos, NULL, NULL};
+            splash_spec_block b = {.target = tl, .draft = dl, .props = props, .n = SB - 1, .pos0 = pos};
             k = splash_spec_decide(w->s, q, sp, h, &b, out, &err);
             CHECK(k >= 0, "decide: %s", err.msg);
             w->drafted += SB - 1, w->accepted += (uint64_t)k;
@@ -1109,7 +1184,8 @@ static int three_tokens_sparse(const splash_sampling_params *sp, gt_worker *w, c
             memcpy(out, props, sizeof props);
             k = QB - 2;
         } else {
-            splash_spec_block b = {tl, mode == 2 ? dl : NULL, props, QB - 1, pos, NULL, mode == 2 ? NULL : sq};
+            splash_spec_block b = {.target = tl, .draft = mode == 2 ? dl : NULL, .props = props, .n = QB - 1, .pos0 = pos,
+                                   .sparse = mode == 2 ? NULL : sq};
             k = splash_spec_decide(w->s, &w->q, sp, h, &b, out, &err);
             CHECK(k >= 0, "decide: %s", err.msg);
             if (mode == 0) w->drafted += QB - 1, w->accepted += (uint64_t)k;
@@ -1257,7 +1333,7 @@ static void test_cycle_distribution_sparse(void **state) {
     splash_sampling_params_default(&sp);
     splash_spec_q bad = {2, {3, 4}, {0.5f, 0.5f}};
     int32_t prop = 7, out[2];
-    splash_spec_block b = {&z.tl[0][0], NULL, &prop, 1, 10, NULL, &bad};
+    splash_spec_block b = {.target = &z.tl[0][0], .props = &prop, .n = 1, .pos0 = 10, .sparse = &bad};
     assert_int_equal(splash_spec_decide(s, &q, &sp, NULL, &b, out, &err), SPLASH_E_INVALID);
     bad.p[1] = 0; /* ... nor a candidate of zero q */
     prop = 4;
@@ -1289,6 +1365,7 @@ int main(void) {
         cmocka_unit_test(test_sampled_batch_invariance),
         cmocka_unit_test(test_prefix_reuse_with_draft),
         cmocka_unit_test(test_sampled_dflash2),
+        cmocka_unit_test(test_top_rows_decide_alike),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -161,6 +161,12 @@ void cpu_silu_mul(const float *g, const float *u, int n, float *out);
 void cpu_silu_inplace(float *x, int n);
 /* In-place softmax in fp32 (max subtracted). */
 void cpu_softmax(float *x, int n);
+/* The k largest finite values of x[0..n) (only columns whose bit is set in
+ * allow, when allow is not NULL), descending, equal values by lower column:
+ * ids[] their columns, vals[] the values.  Returns how many (< k when fewer
+ * are finite).  -inf and NaN are never chosen.  The reference of the GPU's
+ * top-k (backend/cuda/topk.h) and of sampling's top_k order. */
+int cpu_top_k(const float *x, int n, int k, const uint32_t *allow, int32_t *ids, float *vals);
 
 /* ---- rotary (rope.c) ----------------------------------------------------- */
 

@@ -108,3 +108,23 @@ void cpu_add(const float *x, float *y, int n) {
 #endif
     for (int i = 0; i < n; i++) y[i] += x[i];
 }
+
+int cpu_top_k(const float *x, int n, int k, const uint32_t *allow, int32_t *ids, float *vals) {
+    int m = 0;
+    if (k < 1) return 0;
+    for (int t = 0; t < n; t++) {
+        if (allow && !(allow[t >> 5] >> (t & 31) & 1u)) continue;
+        float v = x[t];
+        if (!(v > -INFINITY)) continue; /* -inf or NaN */
+        if (m == k && !(v > vals[m - 1])) continue; /* ties keep the lower column already held */
+        int i = m < k ? m++ : m - 1;
+        while (i > 0 && v > vals[i - 1]) {
+            vals[i] = vals[i - 1];
+            ids[i] = ids[i - 1];
+            i--;
+        }
+        vals[i] = v;
+        ids[i] = t;
+    }
+    return m;
+}

@@ -1,6 +1,6 @@
 /* dflash.h - the ops of a DFlash draft on the GPU that the target's kernels
  * do not cover (the draft's Qwen3 layers otherwise use norm.h, rope.h,
- * q4_matmul.h, dense_matmul.h, act.h and rows.h):
+ * q4_matmul.h, dense_matmul.h, act.h, rows.h, and argmax.h for the top-k):
  *
  *   conv        DFlash 2's grouped dynamic causal conv over a block's rows
  *               (splash_dflash2_conv: the same fmaf chain in tap order, so
@@ -13,8 +13,6 @@
  *               softmaxes merged (a workspace of the caller's);
  *   transform   l = l * mult, then tanh(l / cap) * cap (cap > 0), in place
  *               (splash_dflash2_logits_transform);
- *   top-k       each row's top k finite logits, descending, equal values by
- *               lower id (dflash2.c's candidates): exact, no arithmetic;
  *   edges       the selector's scores for every (previous pick, candidate)
  *               pair of a block: unary + < pred[prev] * gate_row, succ[cand] >,
  *               so the greedy or sampled walk over them is a few comparisons
@@ -37,7 +35,6 @@ extern "C" {
 
 struct CUstream_st;
 
-#define SPLASH_CUDA_DFLASH_MAX_TOPK 64
 #define SPLASH_CUDA_DFLASH_MAX_RANK 1024
 
 /* out_t[c] = sum_{o<K, o<=t} (base[o][c] + dyn_t[side][o][c / group]) * x_{t-o}[c]
@@ -76,14 +73,6 @@ int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *a, struct C
 
 int splash_cuda_dflash_logits_transform(float *x, size_t ldx, int rows, int n, float mult, float cap,
                                         struct CUstream_st *stream);
-
-/* Each row's top k (<= SPLASH_CUDA_DFLASH_MAX_TOPK) finite values of x [rows][n]:
- * cand[r * ldc + j] their columns, val[r * ldc + j] their values, descending
- * (equal values: lower column first); entries past n_cand[r] are -1 / -inf. */
-size_t splash_cuda_dflash_topk_workspace_bytes(int rows, int n, int k);
-int splash_cuda_dflash_topk(const float *x, size_t ldx, int rows, int n, int k, int32_t *cand, float *val,
-                            size_t ldc, int32_t *n_cand, void *workspace, size_t workspace_bytes,
-                            struct CUstream_st *stream);
 
 /* The selector's edge scores of a block of `rows` rows, k candidates a row:
  *   edges[(i * k + p) * k + j] = val[i][j] + sum_r (pred_p[r] * gate[i][r]) * succ[i * k + j][r]

@@ -288,7 +288,7 @@ int codebook_rows(CDraft *d, const qc_matrix *w, const int32_t *ids, int n, floa
 int select_edges(CDraft *d, int B) {
     const int n = B - 1, k = d->top_k;
     int32_t *ids = (int32_t *)(d->desc_d + d->dp.ids);
-    TRY(splash_cuda_dflash_topk(d->logits, (size_t)d->V, n, d->V, k, ids + 1, d->cval, (size_t)k, d->ncand, d->ws,
+    TRY(splash_cuda_topk(d->logits, (size_t)d->V, n, d->V, k, ids + 1, d->cval, (size_t)k, d->ncand, d->ws,
                                 d->ws_bytes, d->stream));
     TRY(prod(d, d->xn + d->H, (size_t)d->H, n, &d->hidden_proj, d->gate));
     TRY(codebook_rows(d, &d->pred, ids, 1 + (n - 1) * k, d->pv));
@@ -307,7 +307,7 @@ int select_edges(CDraft *d, int B) {
 int select_top(CDraft *d, int B) {
     const int n = B - 1, k = d->top_k;
     int32_t *cand = (int32_t *)(d->desc_d + d->dp.ids) + 1;
-    TRY(splash_cuda_dflash_topk(d->logits, (size_t)d->V, n, d->V, k, cand, d->cval, (size_t)k, d->ncand, d->ws,
+    TRY(splash_cuda_topk(d->logits, (size_t)d->V, n, d->V, k, cand, d->cval, (size_t)k, d->ncand, d->ws,
                                 d->ws_bytes, d->stream));
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_ncand, d->ncand, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_cand, cand, (size_t)n * k * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
@@ -500,12 +500,12 @@ int check_dims(const CDraft *d, splash_error *err) {
         return splash_fail(err, SPLASH_E_UNSUPPORTED,
                            "%s draft on the GPU: head_dim %d (the block attention takes 32, 64, 128 or 256)", d->ln.name,
                            dm->head_dim);
-    if (d->top_k > SPLASH_CUDA_DFLASH_MAX_TOPK || d->top_k > d->V || d->rank > SPLASH_CUDA_DFLASH_MAX_RANK ||
+    if (d->top_k > SPLASH_CUDA_MAX_TOPK || d->top_k > d->V || d->rank > SPLASH_CUDA_DFLASH_MAX_RANK ||
         (size_t)(d->V + 4095) / 4096 * d->top_k > 5888)
         return splash_fail(err, SPLASH_E_UNSUPPORTED,
                            "%s draft on the GPU: %d candidates a row (at most %d), selector rank %d (at most %d), "
                            "vocabulary %d",
-                           d->ln.name, d->top_k, SPLASH_CUDA_DFLASH_MAX_TOPK, d->rank, SPLASH_CUDA_DFLASH_MAX_RANK, d->V);
+                           d->ln.name, d->top_k, SPLASH_CUDA_MAX_TOPK, d->rank, SPLASH_CUDA_DFLASH_MAX_RANK, d->V);
     return 0;
 }
 
@@ -513,7 +513,7 @@ int check_dims(const CDraft *d, splash_error *err) {
 int alloc_scratch(CDraft *d, splash_error *err) {
     const size_t R = (size_t)d->R, H = (size_t)d->H, nb = (size_t)d->ln.max_block, k = (size_t)d->top_k;
     size_t ws = splash_cuda_argmax_workspace_bytes((int)nb, d->V);
-    const size_t tw = splash_cuda_dflash_topk_workspace_bytes((int)nb, d->V, (int)k); /* v2, and v1 sampling */
+    const size_t tw = splash_cuda_topk_workspace_bytes((int)nb, d->V, (int)k); /* v2, and v1 sampling */
     if (tw > ws) ws = tw;
     const size_t sizes[] = {R * H,  R * H, R * H, R * H, R * d->qw, R * d->kvw, R * d->kvw, R * d->qw, R * d->I,
                             R * d->I, R * d->P, R * d->n_in, nb * d->V, nb * d->rank, (1 + nb * k) * d->rank,

@@ -7,7 +7,7 @@
  * others as stored, vectors fp32: cuda_model.h's qc_upload) and runs the same
  * forward with the backend's kernels (norm, rope, q4 / dense products,
  * SwiGLU, rows) and the draft's own (backend/cuda/dflash.h: conv, ring
- * write, block attention, logit transform, top-k, selector edges).
+ * write, block attention, logit transform, selector edges; argmax.h: argmax, top-k).
  *
  * Per lane, the context K/V rings live on the device in the CPU's layout
  * (dflash_ctx.h's splash_dflash_kv with device memory), so a snapshot is the

@@ -71,26 +71,6 @@ size_t splash_dflash2_walk_scratch(int vocab, int rank) {
     return 2 * (size_t)rank * sizeof(float) + words * sizeof(uint32_t) + MAX_PREFIX * sizeof(int32_t) + 16;
 }
 
-/* The row's top_k allowed finite logits, descending, equal logits by lower id. */
-static int top_candidates(const float *l, int vocab, int top_k, const uint32_t *allow, int32_t *cand, float *val) {
-    int n = 0;
-    for (int t = 0; t < vocab; t++) {
-        if (allow && !(allow[t >> 5] >> (t & 31) & 1u)) continue;
-        float x = l[t];
-        if (!(x > -INFINITY)) continue; /* -inf or NaN: never a candidate */
-        if (n == top_k && !(x > val[n - 1])) continue;
-        int i = n < top_k ? n++ : n - 1;
-        while (i > 0 && x > val[i - 1]) {
-            val[i] = val[i - 1];
-            cand[i] = cand[i - 1];
-            i--;
-        }
-        val[i] = x;
-        cand[i] = t;
-    }
-    return n;
-}
-
 int splash_dflash2_pick(const float *score, int n, float T, float u, float *q) {
     int pick = 0;
     if (T > 0) {
@@ -142,7 +122,7 @@ int splash_dflash2_walk(const splash_dflash2_selector *sel, const float *gate, c
             if (rc < 0) return splash_fail(err, rc, "dflash2 select: the mask of row %d failed", row);
         }
         float unary[SPLASH_DFLASH2_MAX_TOPK];
-        int n = top_candidates(l, V, K, a && a->mask ? allow : NULL, o->cand, unary);
+        int n = cpu_top_k(l, V, K, a && a->mask ? allow : NULL, o->cand, unary);
         o->n_cand = n;
         for (int k = n; k < SPLASH_DFLASH2_MAX_TOPK; k++) o->cand[k] = -1, o->score[k] = -INFINITY, o->q[k] = 0;
         if (!n) return row;

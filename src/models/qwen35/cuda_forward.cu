@@ -10,8 +10,10 @@
  *      written to pinned memory and uploaded with one copy;
  *   3. embedding, then per layer  x += Mixer(rmsnorm(x));  x += FFN(rmsnorm(x))
  *      (cuda_layers.cu), taps after the layers that have them;
- *   4. the LOGITS rows, gathered in row order, 64 at a time through the final
- *      norm and lm_head, each pass copied to the host.
+ *   4. the LOGITS and TOP rows, gathered in row order, 64 at a time through
+ *      the final norm and lm_head (then each row's top k when any row is
+ *      TOP: 8 bytes a candidate to the host instead of the vocabulary), each
+ *      pass copied to the host.
  *
  * Matrix products (qc_products): the rows of bulk-prefill lanes (PREFILL
  * lanes of >= QWEN35_CHUNKED_MIN_ROWS rows, the lanes the chunked GDN takes)
@@ -151,13 +153,14 @@ static size_t build_desc(qc_fwd *f) {
     uint8_t *h = m->desc_host;
     int32_t *pos = (int32_t *)(h + p->pos), *tok = (int32_t *)(h + p->tok), *vmap = (int32_t *)(h + p->vmap);
     int32_t *head = (int32_t *)(h + p->head_rows), *tap = (int32_t *)(h + p->tap_rows);
-    f->n_head = f->n_tap = 0;
+    f->n_head = f->n_tap = f->n_top = 0;
     for (int r = 0; r < f->R; r++) {
         const splash_row *row = &b->rows[r];
         pos[r] = row->pos[0];
         tok[r] = row->embed ? -1 : row->token;
         vmap[r] = -1;
-        if (row->flags & SPLASH_ROW_LOGITS) head[f->n_head++] = r;
+        if (row->flags & (SPLASH_ROW_LOGITS | SPLASH_ROW_TOP)) head[f->n_head++] = r;
+        if (row->flags & SPLASH_ROW_TOP) f->n_top++;
         if (row->flags & SPLASH_ROW_TAPS) tap[f->n_tap++] = r;
     }
     /* lanes: page tables, whole attention lanes, the verify map and pending list */
@@ -299,8 +302,10 @@ static int write_taps(qc_fwd *f, int layer) {
     return 0;
 }
 
-/* LOGITS rows [k0, k0 + nk) (compacted in row order) through the final norm
- * and lm_head into m->logits. */
+/* Head rows [k0, k0 + nk) (LOGITS and TOP rows compacted in row order)
+ * through the final norm and lm_head into m->logits; with TOP rows in the
+ * batch, every pass row's top b->top_k into m->top_ids / top_vals (the argmax
+ * for one: the same order, a cheaper kernel). */
 static int head_pass(qc_fwd *f, int k0, int nk) {
     qc_model *m = f->m;
     const size_t H = (size_t)m->d.hidden;
@@ -310,13 +315,55 @@ static int head_pass(qc_fwd *f, int k0, int nk) {
     if (rc) return rc;
     const qc_prod p = {&m->w.lm_head, m->logits, 0};
     QC_TRY(f, qc_products_rows(m, m->xn, H, nk, &p, 1));
+    if (!f->n_top) return 0;
+    const int V = m->d.vocab, K = f->b->top_k;
+    if (K == 1)
+        QC_TRY(f, splash_cuda_argmax(m->logits, (size_t)V, nk, V, m->top_ids, m->top_vals, m->top_ws, m->top_ws_bytes,
+                                     m->stream));
+    else
+        QC_TRY(f, splash_cuda_topk(m->logits, (size_t)V, nk, V, K, m->top_ids, m->top_vals, (size_t)K, m->top_n,
+                                   m->top_ws, m->top_ws_bytes, m->stream));
     return 0;
 }
 
-static int copy_logits(qc_fwd *f, int k0, int nk) {
-    const size_t V = (size_t)f->m->d.vocab;
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->logits + (size_t)k0 * V, f->m->logits, (size_t)nk * V * sizeof(float),
-                                    cudaMemcpyDeviceToHost, (cudaStream_t)f->m->stream));
+/* Copies the results of head rows [k0, k0 + nk) (one pass) to the host: the
+ * LOGITS rows' logits, the TOP rows' entries, each run of consecutive rows of
+ * a kind in one copy (a block's rows are one run). */
+static int copy_head(qc_fwd *f, int k0, int nk) {
+    qc_model *m = f->m;
+    const splash_batch *b = f->b;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    const int32_t *head = (const int32_t *)(m->desc_host + m->plan.head_rows);
+    const size_t V = (size_t)m->d.vocab, K = (size_t)b->top_k;
+    int li = 0, ti = 0; /* outputs before this pass */
+    for (int h = 0; h < k0; h++) {
+        li += (b->rows[head[h]].flags & SPLASH_ROW_LOGITS) != 0;
+        ti += (b->rows[head[h]].flags & SPLASH_ROW_TOP) != 0;
+    }
+    for (int kind = 0; kind < 2; kind++) {
+        const uint32_t flag = kind ? SPLASH_ROW_TOP : SPLASH_ROW_LOGITS;
+        int out = kind ? ti : li;
+        for (int h = 0; h < nk;) {
+            if (!(b->rows[head[k0 + h]].flags & flag)) {
+                h++;
+                continue;
+            }
+            int e = h + 1;
+            while (e < nk && (b->rows[head[k0 + e]].flags & flag)) e++;
+            const size_t n = (size_t)(e - h);
+            if (kind) {
+                SPLASH_CUDA_TRY(cudaMemcpyAsync(b->top_ids + out * K, m->top_ids + h * K, n * K * sizeof(int32_t),
+                                                cudaMemcpyDeviceToHost, s));
+                SPLASH_CUDA_TRY(cudaMemcpyAsync(b->top_logits + out * K, m->top_vals + h * K, n * K * sizeof(float),
+                                                cudaMemcpyDeviceToHost, s));
+            } else {
+                SPLASH_CUDA_TRY(cudaMemcpyAsync(b->logits + out * V, m->logits + h * V, n * V * sizeof(float),
+                                                cudaMemcpyDeviceToHost, s));
+            }
+            out += (int)n;
+            h = e;
+        }
+    }
     return 0;
 }
 
@@ -328,7 +375,7 @@ static int head(qc_fwd *f) {
     for (int k0 = 0; k0 < f->n_head; k0 += m->head_cap) {
         const int nk = f->n_head - k0 < m->head_cap ? f->n_head - k0 : m->head_cap;
         int rc = head_pass(f, k0, nk);
-        if (!rc) rc = copy_logits(f, k0, nk);
+        if (!rc) rc = copy_head(f, k0, nk);
         if (rc) return rc;
     }
     return 0;
@@ -356,7 +403,7 @@ static int body(void *ctx) {
 /* The forward's graph shape key (cuda_graphs.cu), or 0 when it runs eagerly:
  * graphs off, embedding overrides (host copies), chunked GDN lanes or more
  * than QC_GRAPH_LANES lanes (prefill: its kernels are long, launches do not
- * matter), LOGITS rows beyond one lm_head pass, a MoE forward of more than
+ * matter), LOGITS and TOP rows beyond one lm_head pass, a MoE forward of more than
  * 16 rows (its host-driven expert step synchronises).  Sets every attention
  * call's max_ctx to the key's context bucket: the longest context rounded up
  * to a power of two (at least 1,024, at most the pool's). */
@@ -380,6 +427,7 @@ static int graph_key(qc_fwd *f, int *key) {
     int n = 0;
     key[n++] = 1; /* a forward (commit keys start with 2) */
     key[n++] = f->R, key[n++] = b->n_lanes, key[n++] = f->n_head, key[n++] = f->n_tap, key[n++] = bucket;
+    key[n++] = f->n_top ? b->top_k : 0;
     for (int i = 0; i < b->n_lanes; i++) key[n++] = b->lanes[i].n_rows * 2 + (b->lanes[i].mode == SPLASH_LANE_VERIFY);
     return n;
 }
@@ -393,7 +441,7 @@ static int run(qc_fwd *f) {
     const int nk = graph_key(f, key);
     int rc = nk ? qc_graph_run(m, qc_graph_find(m, key, nk), body, f) : body(f);
     if (rc) return rc;
-    if (f->n_head && f->n_head <= m->head_cap && (rc = copy_logits(f, 0, f->n_head))) return rc;
+    if (f->n_head && f->n_head <= m->head_cap && (rc = copy_head(f, 0, f->n_head))) return rc;
     if (f->n_tap)
         SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->taps, m->taps, (size_t)f->n_tap * m->n_taps * m->d.hidden * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));

@@ -73,6 +73,13 @@ static void plan_scratch(qc_model *m, bump *b) {
     if (stack) m->fin = CARVE_F(b, R * stack);
     m->head_cap = m->max_rows < HEAD_ROWS ? m->max_rows : HEAD_ROWS;
     m->logits = CARVE_F(b, (size_t)m->head_cap * (size_t)d->vocab);
+    const int top_max = d->vocab < SPLASH_MAX_TOP ? d->vocab : SPLASH_MAX_TOP;
+    m->top_ids = (int32_t *)carve(b, (size_t)m->head_cap * top_max * sizeof(int32_t));
+    m->top_vals = CARVE_F(b, (size_t)m->head_cap * top_max);
+    m->top_n = (int32_t *)carve(b, (size_t)m->head_cap * sizeof(int32_t));
+    m->top_ws_bytes = maxz(splash_cuda_topk_workspace_bytes(m->head_cap, d->vocab, top_max),
+                           splash_cuda_argmax_workspace_bytes(m->head_cap, d->vocab));
+    m->top_ws = carve(b, m->top_ws_bytes);
     if (m->n_taps) m->taps = CARVE_F(b, R * (size_t)m->n_taps * H);
     if (d->n_gdn) {
         m->verify_cap = m->max_lanes * QWEN35_MAX_VERIFY_ROWS;

@@ -50,6 +50,7 @@
 extern "C" {
 #include "models/qwen35/qwen35.h"
 }
+#include "backend/cuda/argmax.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/dense_matmul.h"
 #include "backend/cuda/gdn.h"
@@ -178,7 +179,7 @@ typedef struct qc_pending {
 
 #define QC_MAX_GRAPHS 16     /* shape keys kept, least recently used evicted */
 #define QC_GRAPH_LANES 64    /* batches of more lanes run eagerly */
-#define QC_GRAPH_KEY_MAX (6 + QC_GRAPH_LANES)
+#define QC_GRAPH_KEY_MAX (7 + QC_GRAPH_LANES)
 
 /* One shape key's graph: seen once -> eager; twice -> captured, then replayed. */
 typedef struct qc_graph {
@@ -236,6 +237,11 @@ typedef struct qc_model {
     float *fin;                    /* a stacked matrix's outputs          [R][widest stack] */
     float *logits;                 /* [head_cap][vocab] */
     int head_cap;
+    int32_t *top_ids;              /* TOP rows: [head_cap][batch top_k] (argmax.h) */
+    float *top_vals;
+    int32_t *top_n;                /* [head_cap] */
+    void *top_ws;                  /* the top-k's / argmax's workspace for head_cap rows */
+    size_t top_ws_bytes;
     float *taps;                   /* [R][n_taps][H] */
     float *vsave;                  /* [n_gdn][verify_cap][C + 2 Hv]: pre-conv qkv | a | b */
     int verify_cap;
@@ -275,7 +281,8 @@ typedef struct qc_fwd {
     int n_vrows;                   /* verify rows (saved for commit) */
     int n_bulk;                    /* m->bulk[0, n_bulk): rows of PREFILL lanes of >= QWEN35_CHUNKED_MIN_ROWS rows,
                                       adjacent lanes merged: their q4 products run on the GEMM */
-    int n_head, n_tap;             /* rows with LOGITS, with TAPS */
+    int n_head, n_tap;             /* rows with LOGITS or TOP, with TAPS */
+    int n_top;                     /* rows with TOP (the head then keeps each head row's top b->top_k) */
     const char *what;              /* the op that failed */
 } qc_fwd;
 

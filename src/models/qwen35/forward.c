@@ -9,8 +9,11 @@
  * Per layer:  x += Mixer(rmsnorm(x) * (1+w_in));  x += FFN(rmsnorm(x) * (1+w_post))
  * (each block adds its output into x itself: the last matrix product of the
  * block accumulates into the residual, same bits as adding afterwards)
- * then the LOGITS rows: rmsnorm(x) * (1+w_final) -> lm_head.
+ * then the LOGITS and TOP rows: rmsnorm(x) * (1+w_final) -> lm_head (a TOP
+ * row then keeps its best top_k logits: cpu_top_k).
  */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "models/qwen35/qwen35.h"
@@ -79,10 +82,15 @@ int qwen35_check_batch(const qwen35_batch_limits *m, const splash_batch *b, spla
         if (!row->embed && (row->token < 0 || row->token >= d->vocab))
             return splash_fail(err, SPLASH_E_RANGE, "forward: row %d token %d outside the vocabulary [0, %d)", r,
                                row->token, d->vocab);
-        if (row->flags & ~(uint32_t)(SPLASH_ROW_LOGITS | SPLASH_ROW_TAPS))
+        if (row->flags & ~(uint32_t)(SPLASH_ROW_LOGITS | SPLASH_ROW_TAPS | SPLASH_ROW_TOP))
             return splash_fail(err, SPLASH_E_INVALID, "forward: row %d has unknown flags 0x%x", r, row->flags);
         if ((row->flags & SPLASH_ROW_LOGITS) && !b->logits)
             return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for logits but the batch has no buffer", r);
+        if ((row->flags & SPLASH_ROW_TOP) && (!b->top_ids || !b->top_logits))
+            return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for its top logits but the batch has no buffer", r);
+        if ((row->flags & SPLASH_ROW_TOP) && (b->top_k < 1 || b->top_k > SPLASH_MAX_TOP || b->top_k > d->vocab))
+            return splash_fail(err, SPLASH_E_RANGE, "forward: top_k %d outside [1, %d]", b->top_k,
+                               d->vocab < SPLASH_MAX_TOP ? d->vocab : SPLASH_MAX_TOP);
         if ((row->flags & SPLASH_ROW_TAPS) && (!b->taps || m->n_taps == 0))
             return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for taps but %s", r,
                                m->n_taps ? "the batch has no buffer" : "the model was loaded without tap layers");
@@ -137,6 +145,36 @@ static void write_taps(qwen35_fwd *f, int layer) {
     }
 }
 
+
+/* lm_head over the n normed head rows in m->xn (row order): runs of LOGITS
+ * rows straight into b->logits, runs of TOP-only rows QWEN35_HEAD_TMP_ROWS at
+ * a time into m->head_tmp; every TOP row keeps its top b->top_k from
+ * whichever holds its logits.  SPLASH_E_NOMEM when head_tmp cannot be made. */
+static int head(qwen35_model *m, const splash_batch *b, int n) {
+    const size_t H = (size_t)m->d.hidden, V = (size_t)m->d.vocab, K = (size_t)b->top_k;
+    int li = 0, ti = 0;
+    for (int k = 0; k < n;) {
+        const int log = (b->rows[m->head_rows[k]].flags & SPLASH_ROW_LOGITS) != 0;
+        int e = k + 1;
+        while (e < n && ((b->rows[m->head_rows[e]].flags & SPLASH_ROW_LOGITS) != 0) == log &&
+               (log || e - k < QWEN35_HEAD_TMP_ROWS))
+            e++;
+        if (!log && !m->head_tmp && !(m->head_tmp = malloc(sizeof(float) * V * QWEN35_HEAD_TMP_ROWS))) return SPLASH_E_NOMEM;
+        float *out = log ? b->logits + (size_t)li * V : m->head_tmp;
+        cpu_matmul(&m->cpu, m->w.lm_head, e - k, m->xn + (size_t)k * H, H, out, V);
+        for (int r = k; r < e; r++) {
+            if (!(b->rows[m->head_rows[r]].flags & SPLASH_ROW_TOP)) continue;
+            int32_t *ids = b->top_ids + (size_t)ti * K;
+            float *vals = b->top_logits + (size_t)ti * K;
+            for (int c = cpu_top_k(out + (size_t)(r - k) * V, (int)V, (int)K, NULL, ids, vals); c < (int)K; c++)
+                ids[c] = -1, vals[c] = -INFINITY;
+            ti++;
+        }
+        if (log) li += e - k;
+        k = e;
+    }
+    return 0;
+}
 /* ---- the pass ----------------------------------------------------------------- */
 
 int qwen35_forward(void *impl, const splash_batch *b, splash_error *err) {
@@ -184,17 +222,17 @@ int qwen35_forward(void *impl, const splash_batch *b, splash_error *err) {
         if (m->n_taps) write_taps(&f, li);
         qwen35_prof(m, QWEN35_PROF_FFN);
     }
-    /* the LOGITS rows, compacted in row order, through the final norm and lm_head */
+    /* the LOGITS and TOP rows, compacted in row order, through the final norm */
     int n = 0;
     size_t H = (size_t)d->hidden;
     for (int r = 0; r < f.R; r++)
-        if (b->rows[r].flags & SPLASH_ROW_LOGITS) m->head_rows[n++] = r;
+        if (b->rows[r].flags & (SPLASH_ROW_LOGITS | SPLASH_ROW_TOP)) m->head_rows[n++] = r;
     if (n) {
         for (int k = 0; k < n; k++)
             if (m->head_rows[k] != k) memcpy(m->x + (size_t)k * H, m->x + (size_t)m->head_rows[k] * H, H * sizeof(float));
         row_job j = {&f, m->w.final_norm, m->x, m->xn};
         qwen35_rows(m, n, norm_task, &j);
-        cpu_matmul(&m->cpu, m->w.lm_head, n, m->xn, H, b->logits, (size_t)d->vocab);
+        if (head(m, b, n)) return splash_fail(err, SPLASH_E_NOMEM, "forward: out of memory for the top logits");
     }
     qwen35_prof(m, QWEN35_PROF_HEAD);
     return 0;

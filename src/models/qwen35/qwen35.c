@@ -51,6 +51,7 @@ static void q_free(void *impl) {
     free(m->topk);
     free(m->erows);
     free(m->head_rows);
+    free(m->head_tmp);
     free(m->pending);
     free(m->alanes);
     free(m->tap_layers);

@@ -37,6 +37,7 @@ extern const splash_model_ops qwen35_ops;
 
 #define QWEN35_MAX_LAYERS 1024
 #define QWEN35_PAGE_TOKENS 32
+#define QWEN35_HEAD_TMP_ROWS 16 /* TOP-only rows per lm_head call of the CPU head */
 /* Most rows of one VERIFY lane.  Commit needs each verify row's GDN inputs,
  * about 18K floats per GDN layer per row on the 27B, so the buffer for them is
  * sized for max_lanes lanes of this many rows (capped by max_rows). */
@@ -171,7 +172,8 @@ typedef struct qwen35_model {
     int *erows;              /* [R] rows routed to one expert */
     float *erw;              /* [R] their weights */
     float *sgate;            /* [R] shared-expert gate logits */
-    int *head_rows;          /* [R] rows with LOGITS */
+    int *head_rows;          /* [R] rows with LOGITS or TOP */
+    float *head_tmp;         /* [QWEN35_HEAD_TMP_ROWS][vocab] logits of TOP-only rows (made on first use) */
     float *verify_state;     /* [max_lanes][Hv][dk][dv] a verify lane's delta state */
     /* verify save, per GDN layer [verify_cap][verify_row_floats]:
      * pre-conv [conv_dim] | k [Hk*dk] | v [Hv*dv] | g [Hv] | beta [Hv] */
