@@ -391,6 +391,128 @@ static int make_checkpoint(const char *dir, const shape *sh) {
     return rc ? 1 : 0;
 }
 
+/* ---- a synthetic package: the shape's exact tensors over one shared blob ----------
+ * For timing at full depth without weights: every tensor of the package is
+ * listed at offset 0 of one file (blob.bin, as large as the largest tensor),
+ * so a 64-layer 27B costs one ~0.7 GB file and no quantising.  Every 2-byte
+ * aligned pair of the blob is a bf16 (and every 4-byte word an f32) between
+ * 2^-7 and 2^-5 (high byte 0x3C, low byte random), so scales, biases, norms
+ * and gates are small positive numbers and half the q4 codes random: the
+ * kernels read the bytes of the real model; the outputs mean nothing. */
+typedef struct synth {
+    strbuf t;       /* the manifest's tensor entries */
+    size_t biggest; /* bytes of the largest tensor */
+    int n;
+} synth;
+
+static void synth_add(synth *y, const char *name, splash_dtype dt, int ndim, int64_t d0, int64_t d1, int64_t d2) {
+    const int64_t shape[3] = {d0, d1, d2};
+    size_t bytes = splash_tensor_bytes(dt, ndim, shape);
+    if (bytes > y->biggest) y->biggest = bytes;
+    sb_printf(&y->t, "%s\n  {\"name\": \"%s\", \"file\": \"blob.bin\", \"offset\": 0, \"dtype\": \"%s\", \"shape\": [", y->n++ ? "," : "",
+              name, splash_dtype_name(dt));
+    for (int d = 0; d < ndim; d++) sb_printf(&y->t, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    sb_printf(&y->t, "], \"bytes\": %zu}", bytes);
+}
+
+static int make_synthetic(const char *dir, const shape *sh) {
+    const int H = sh->H, L = sh->L, hd = sh->hd, E = sh->experts;
+    const int64_t conv = 2 * (int64_t)sh->hk * sh->dk + (int64_t)sh->hv * sh->dv, vdim = (int64_t)sh->hv * sh->dv;
+    synth y = {{0}, 0, 0};
+    sb_init(&y.t);
+    strbuf types;
+    sb_init(&types);
+    char nm[128];
+    synth_add(&y, "embed", SPLASH_Q4, 2, sh->V, H, 0);
+    synth_add(&y, "lm_head", SPLASH_Q4, 2, sh->V, H, 0);
+    synth_add(&y, "final_norm", SPLASH_F32, 1, H, 0, 0);
+    for (int i = 0; i < L; i++) {
+        const int attn = (i + 1) % 4 == 0; /* the 3:1 pattern */
+        sb_printf(&types, "%s\"%s\"", i ? ", " : "", attn ? "full_attention" : "linear_attention");
+#define T(suffix, dt, nd, a, b, c) (snprintf(nm, sizeof nm, "layers.%d.%s", i, suffix), synth_add(&y, nm, dt, nd, a, b, c))
+        T("input_norm", SPLASH_F32, 1, H, 0, 0);
+        T("post_norm", SPLASH_F32, 1, H, 0, 0);
+        if (attn) {
+            T("attn.q_proj", SPLASH_Q4, 2, 2 * (int64_t)sh->heads * hd, H, 0);
+            T("attn.k_proj", SPLASH_Q4, 2, (int64_t)sh->kvh * hd, H, 0);
+            T("attn.v_proj", SPLASH_Q4, 2, (int64_t)sh->kvh * hd, H, 0);
+            T("attn.o_proj", SPLASH_Q4, 2, H, (int64_t)sh->heads * hd, 0);
+            T("attn.q_norm", SPLASH_F32, 1, hd, 0, 0);
+            T("attn.k_norm", SPLASH_F32, 1, hd, 0, 0);
+        } else {
+            T("gdn.in_proj_qkv", SPLASH_Q4, 2, conv, H, 0);
+            T("gdn.in_proj_z", SPLASH_Q4, 2, vdim, H, 0);
+            T("gdn.in_proj_b", SPLASH_Q4, 2, sh->hv, H, 0);
+            T("gdn.in_proj_a", SPLASH_Q4, 2, sh->hv, H, 0);
+            T("gdn.out_proj", SPLASH_Q4, 2, H, vdim, 0);
+            T("gdn.conv", SPLASH_F32, 2, conv, 4, 0);
+            T("gdn.A_log", SPLASH_F32, 1, sh->hv, 0, 0);
+            T("gdn.dt_bias", SPLASH_F32, 1, sh->hv, 0, 0);
+            T("gdn.norm", SPLASH_F32, 1, sh->dv, 0, 0);
+        }
+        if (E) {
+            T("moe.router", SPLASH_BF16, 2, E, H, 0);
+            T("moe.experts_gate", SPLASH_Q4, 3, E, sh->moe_I, H);
+            T("moe.experts_up", SPLASH_Q4, 3, E, sh->moe_I, H);
+            T("moe.experts_down", SPLASH_Q4, 3, E, H, sh->moe_I);
+            T("moe.shared_gate", SPLASH_Q4, 2, sh->shared_I, H, 0);
+            T("moe.shared_up", SPLASH_Q4, 2, sh->shared_I, H, 0);
+            T("moe.shared_down", SPLASH_Q4, 2, H, sh->shared_I, 0);
+            T("moe.shared_expert_gate", SPLASH_BF16, 2, 1, H, 0);
+        } else {
+            T("ffn.gate", SPLASH_Q4, 2, sh->I, H, 0);
+            T("ffn.up", SPLASH_Q4, 2, sh->I, H, 0);
+            T("ffn.down", SPLASH_Q4, 2, H, sh->I, 0);
+        }
+#undef T
+    }
+    const size_t blob = (y.biggest + SPLASH_SECTION_ALIGN - 1) / SPLASH_SECTION_ALIGN * SPLASH_SECTION_ALIGN;
+    splash_error err = {0};
+    int rc = splash_mkdirs(dir, &err);
+    char *path = splash_path_join(dir, "blob.bin");
+    FILE *f = rc ? NULL : fopen(path, "wb");
+    uint8_t *buf = malloc(1 << 20);
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    for (size_t done = 0; f && buf && done < blob; done += 1 << 20) {
+        for (size_t k = 0; k < (1 << 20); k += 8) {
+            uint64_t z = mix_next(&st);
+            for (int b = 0; b < 8; b += 2) buf[k + b] = (uint8_t)(z >> (8 * b)), buf[k + b + 1] = 0x3C;
+        }
+        if (fwrite(buf, 1, blob - done < (1 << 20) ? blob - done : (1 << 20), f) == 0) break;
+    }
+    free(buf);
+    if (!f || fclose(f)) {
+        fprintf(stderr, "%s: %s\n", path, rc ? err.msg : "cannot be written");
+        free(path);
+        return 1;
+    }
+    free(path);
+    strbuf m;
+    sb_init(&m);
+    sb_printf(&m, "{\"format\": \"%s\", \"version\": %d, \"architecture\": \"%s\",\n \"model\": {\"hidden\": %d, \"layers\": %d, "
+                  "\"vocab\": %d, \"rms_eps\": 1e-06, \"max_positions\": 262144, \"tie_embeddings\": false,\n  \"layer_types\": [%s],\n"
+                  "  \"attention\": {\"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"rotary_dim\": %d, \"rope_theta\": 10000000.0},\n"
+                  "  \"gdn\": {\"key_heads\": %d, \"value_heads\": %d, \"key_dim\": %d, \"value_dim\": %d, \"conv_kernel\": 4},\n",
+              SPLASH_PACKAGE_FORMAT, SPLASH_PACKAGE_VERSION, E ? "qwen3_5_moe" : "qwen3_5", H, L, sh->V, types.data,
+              sh->heads, sh->kvh, hd, hd / 4, sh->hk, sh->hv, sh->dk, sh->dv);
+    if (E)
+        sb_printf(&m, "  \"moe\": {\"experts\": %d, \"top_k\": %d, \"expert_intermediate\": %d, \"shared_intermediate\": %d}},\n",
+                  E, sh->topk, sh->moe_I, sh->shared_I);
+    else
+        sb_printf(&m, "  \"ffn\": {\"intermediate\": %d}},\n", sh->I);
+    sb_printf(&m, " \"synthetic\": \"every tensor reads the start of blob.bin (bench_cpu --make-synthetic)\",\n"
+                  " \"files\": [{\"path\": \"blob.bin\", \"size\": %zu, \"sha256\": \"%064d\"}],\n \"tensors\": [%s]}\n",
+              blob, 0, y.t.data);
+    path = splash_path_join(dir, "manifest.json");
+    rc = splash_write_file(path, m.data, m.len, &err);
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    free(path);
+    sb_free(&m);
+    sb_free(&y.t);
+    sb_free(&types);
+    return rc ? 1 : 0;
+}
+
 /* ---- model timing -------------------------------------------------------------- */
 
 static double cpu_seconds(void) {
@@ -442,19 +564,22 @@ typedef struct bench_result {
     double prefill_tps, prefill_cpu;   /* tokens/s; CPU seconds per token */
     stat3 step;                        /* decode step seconds */
     double step_cpu;                   /* CPU seconds per decode step */
-    stat3 verify8, verify16;           /* seconds per VERIFY block */
+    stat3 verify8, verify16;           /* seconds per VERIFY block + its commit */
+    stat3 verify4x8;                   /* four lanes of 8 rows in one forward + their commits */
     double weight_bytes, state_bytes, kv_bytes; /* read per decoded token (state: read + written) */
     double rss_mb;
     float *logits;                     /* [decode][vocab] of the decode steps */
     int vocab;
 } bench_result;
 
+/* n rows of one lane at pos; each row asks for `flag` (LOGITS, or TOP: the
+ * argmax, what a greedy cycle reads, b->top_k = 1). */
 static int forward(splash_model *m, splash_batch *b, splash_lane *lane, splash_row *rows, int pos, int n, int mode,
-                   int vocab) {
+                   int vocab, uint32_t flag) {
     splash_error err = {0};
     for (int r = 0; r < n; r++) {
         int p = pos + r;
-        rows[r] = (splash_row){(int32_t)(((int64_t)p * 7919) % vocab), {p, p, p}, SPLASH_ROW_LOGITS, NULL};
+        rows[r] = (splash_row){(int32_t)(((int64_t)p * 7919) % vocab), {p, p, p}, flag, NULL};
     }
     lane->n_past = pos;
     lane->n_rows = n;
@@ -477,8 +602,9 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    int max_rows = prompt > 16 ? prompt : 16;
-    splash_model_options o = {.device = device, .threads = threads, .max_rows = max_rows, .max_lanes = 1,
+    enum { LANES = 4 }; /* the multi-lane verify: LANES lanes of 8 rows */
+    int max_rows = prompt > 8 * LANES ? prompt : 8 * LANES;
+    splash_model_options o = {.device = device, .threads = threads, .max_rows = max_rows, .max_lanes = LANES,
                               .kv_format = kv_format, .cpu_activations = (splash_cpu_act)splash_cpu_act_parse(act)};
     splash_model *m;
     if (splash_model_load(pkg, &o, &m, &err)) {
@@ -487,22 +613,26 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     }
     const splash_model_needs *nd = splash_model_get_needs(m);
     int T = prompt + decode + 16, n_pages = (T + nd->page_tokens - 1) / nd->page_tokens;
-    void *kv = splash_model_alloc_memory(m, nd->page_bytes * (size_t)n_pages + 1);
-    void *st = splash_model_alloc_memory(m, nd->state_bytes + 1);
-    int32_t *pages = malloc(sizeof(int32_t) * (size_t)n_pages);
-    for (int i = 0; i < n_pages; i++) pages[i] = i;
-    if (!kv || !st || splash_model_attach_memory(m, kv, n_pages, st, 1, &err)) {
+    void *kv = splash_model_alloc_memory(m, nd->page_bytes * (size_t)n_pages * LANES + 1);
+    void *st = splash_model_alloc_memory(m, nd->state_bytes * LANES + 1);
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)n_pages * LANES); /* lane i: pages [i n_pages, (i + 1) n_pages) */
+    for (int i = 0; i < n_pages * LANES; i++) pages[i] = i;
+    if (!kv || !st || splash_model_attach_memory(m, kv, n_pages * LANES, st, LANES, &err)) {
         fprintf(stderr, "attach: %s\n", err.msg);
         return 1;
     }
-    splash_model_reset_slot(m, 0);
+    for (int i = 0; i < LANES; i++) splash_model_reset_slot(m, i);
+    const int gpu = device && !strcmp(device, "cuda");
+    int32_t top_id[8 * LANES];
+    float top_val[8 * LANES];
     int V = nd->vocab;
     splash_row *rows = calloc((size_t)max_rows, sizeof *rows);
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)max_rows);
     res->logits = malloc(sizeof(float) * (size_t)V * (size_t)(decode > 0 ? decode : 1));
     res->vocab = V;
     splash_lane lane = {0, 0, 0, prompt, pages, n_pages, SPLASH_LANE_PREFILL};
-    splash_batch b = {.n_lanes = 1, .n_rows = prompt, .lanes = &lane, .rows = rows, .logits = logits};
+    splash_batch b = {.n_lanes = 1, .n_rows = prompt, .lanes = &lane, .rows = rows, .logits = logits,
+                      .top_k = 1, .top_ids = top_id, .top_logits = top_val};
     /* prefill (only the last row's logits are needed, as a server would) */
     double t0 = now(), c0 = cpu_seconds();
     for (int r = 0; r < prompt; r++)
@@ -521,23 +651,30 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     for (int i = 0; i < decode; i++) {
         t0 = now();
         int mode = decode_prefill ? SPLASH_LANE_PREFILL : SPLASH_LANE_VERIFY;
-        if (forward(m, &b, &lane, rows, prompt + i, 1, mode, V) || (!decode_prefill && splash_model_commit(m, 0, 1, &err))) {
+        /* the GPU returns the argmax as the engine's greedy cycle reads it; the CPU its
+         * logits, which main compares between activation paths */
+        uint32_t flag = gpu ? SPLASH_ROW_TOP : SPLASH_ROW_LOGITS;
+        if (forward(m, &b, &lane, rows, prompt + i, 1, mode, V, flag) ||
+            (!decode_prefill && splash_model_commit(m, 0, 1, &err))) {
             fprintf(stderr, "decode: %s\n", err.msg);
             return 1;
         }
         steps[i] = now() - t0;
-        memcpy(res->logits + (size_t)i * V, logits, sizeof(float) * (size_t)V);
+        if (!gpu) memcpy(res->logits + (size_t)i * V, logits, sizeof(float) * (size_t)V);
     }
     res->step_cpu = decode ? (cpu_seconds() - c0) / decode : 0;
     /* the first step warms caches */
     res->step = stats(steps + (decode > 1), decode - (decode > 1));
-    /* verify blocks (commit 0: the state stays; KV rows are overwritten) */
+    /* verify cycles: a block of 8 or 16 rows, each row's argmax read (TOP), and the
+     * commit of every row (the state advances; the next block's rows overwrite
+     * the same KV positions) */
     double *vt = calloc((size_t)vreps + 1, sizeof *vt);
     for (int which = 0; which < 2; which++) {
         int n = which ? 16 : 8;
         for (int k = 0; k < vreps; k++) {
             t0 = now();
-            if (forward(m, &b, &lane, rows, prompt + decode, n, SPLASH_LANE_VERIFY, V) || splash_model_commit(m, 0, 0, &err))
+            if (forward(m, &b, &lane, rows, prompt + decode, n, SPLASH_LANE_VERIFY, V, SPLASH_ROW_TOP) ||
+                splash_model_commit(m, 0, n, &err))
                 return 1;
             vt[k] = now() - t0;
         }
@@ -546,6 +683,29 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
         else
             res->verify8 = stats(vt, vreps);
     }
+    /* LANES lanes of 8 rows in one forward (lane 0 at the prompt's end, the others at
+     * the same positions over their own pages and states), then each lane's commit */
+    splash_lane ml[LANES];
+    for (int i = 0; i < LANES; i++) {
+        ml[i] = (splash_lane){i, prompt + decode, 8 * i, 8, pages + (size_t)i * n_pages, n_pages, SPLASH_LANE_VERIFY};
+        for (int r = 0; r < 8; r++) {
+            int p = prompt + decode + r;
+            rows[8 * i + r] = (splash_row){(int32_t)(((int64_t)(p + 101 * i) * 7919) % V), {p, p, p}, SPLASH_ROW_TOP, NULL};
+        }
+    }
+    splash_batch mb = {.n_lanes = LANES, .n_rows = 8 * LANES, .lanes = ml, .rows = rows, .top_k = 1, .top_ids = top_id,
+                       .top_logits = top_val};
+    for (int k = 0; k < vreps; k++) {
+        t0 = now();
+        if (splash_model_forward(m, &mb, &err)) {
+            fprintf(stderr, "verify %d lanes: %s\n", LANES, err.msg);
+            return 1;
+        }
+        for (int i = 0; i < LANES; i++)
+            if (splash_model_commit(m, i, 8, &err)) return 1;
+        vt[k] = now() - t0;
+    }
+    res->verify4x8 = stats(vt, vreps);
     free(vt);
     free(steps);
     struct rusage ru;
@@ -565,6 +725,9 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     printf("%-5s verify 8 rows: %.3f ms [%.3f, %.3f] = %.2fx one row; 16 rows: %.3f ms [%.3f, %.3f] = %.2fx\n", act,
            1e3 * res->verify8.med, 1e3 * res->verify8.p10, 1e3 * res->verify8.p90, res->verify8.med / res->step.med,
            1e3 * res->verify16.med, 1e3 * res->verify16.p10, 1e3 * res->verify16.p90, res->verify16.med / res->step.med);
+    printf("%-5s verify 4 lanes x 8 rows: %.3f ms [%.3f, %.3f] = %.2fx one row (each verify with its commit; rows read as argmax)\n",
+           act, 1e3 * res->verify4x8.med, 1e3 * res->verify4x8.p10, 1e3 * res->verify4x8.p90,
+           res->verify4x8.med / res->step.med);
     splash_model_free_memory(m, kv);
     splash_model_free_memory(m, st);
     splash_model_free(m);
@@ -620,7 +783,7 @@ static double load_average(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *make = NULL, *weights = "q4", *act_list = "fp32,int8", *device = "cpu", *shape_name = NULL;
+    const char *model = NULL, *make = NULL, *synth_dir = NULL, *weights = "q4", *act_list = "fp32,int8", *device = "cpu", *shape_name = NULL;
     int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 0, V = 0, I = 3584, bw = 1, dprefill = 0;
     int kv_format = SPLASH_KV_F32;
     double gpu_gbs = 4300;
@@ -628,6 +791,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(a, "--model")) model = v, i++;
         else if (!strcmp(a, "--make-random")) make = v, i++;
+        else if (!strcmp(a, "--make-synthetic")) synth_dir = v, i++;
         else if (!strcmp(a, "--weights")) weights = v, i++;
         else if (!strcmp(a, "--threads")) threads = atoi(v), i++;
         else if (!strcmp(a, "--prompt")) prompt = atoi(v), i++;
@@ -649,11 +813,25 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: bench_cpu --make-random PKG [--weights q4|q8|bf16] [--hidden N] [--layers N]\n"
                             "                 [--vocab N] [--intermediate N]\n"
                             "       bench_cpu --make-random PKG --shape 27b|35b-a3b [--layers N] [--vocab N]\n"
+                            "       bench_cpu --make-synthetic PKG --shape 27b|35b-a3b [--layers N]  (full depth in\n"
+                            "                 seconds: every tensor over one random blob; for --device cuda timing)\n"
                             "       bench_cpu --model PKG [--device cpu|cuda] [--threads T] [--prompt N] [--decode N]\n"
                             "                 [--verify-reps N] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]\n"
                             "                 [--gpu-gbs 4300] [--kv-format f32|bf16|int8]\n");
             return 2;
         }
+    }
+    if (synth_dir) {
+        shape sh;
+        if (!shape_name || !named_shape(shape_name, &sh)) {
+            fprintf(stderr, "bench_cpu: --make-synthetic needs --shape 27b or 35b-a3b\n");
+            return 2;
+        }
+        if (L > 0) sh.L = L;
+        double t = now();
+        if (make_synthetic(synth_dir, &sh)) return 1;
+        printf("synthetic package %s (%s, %d layers) written in %.1f s\n", synth_dir, shape_name, sh.L, now() - t);
+        return 0;
     }
     if (make) {
         char ckpt[1024];
