@@ -535,6 +535,9 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
 
 /* ---- MoE ---------------------------------------------------------------------------------------- */
 
+extern "C" int splash_q4_group_plan(const int32_t *, int, int, int32_t *, struct CUstream_st *) {
+    return 0; /* as the route's plan: the emulated grouped step needs none */
+}
 extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int E, int top_k, int norm_topk,
                                      int shared, const float *sl, size_t lds, int32_t *idx, float *w, int32_t *,
                                      struct CUstream_st *) { /* the plan: the emulated grouped step needs none */

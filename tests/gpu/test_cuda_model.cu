@@ -390,6 +390,10 @@ static void case_lanes(Fixture *f, float *lc, float *lg) {
     run1(f, &f->gpu, 0, 140, 7, SPLASH_LANE_VERIFY, alone);
     report_exact(f->tag, "GPU: verify lane alone = in batch", !memcmp(alone, lg, sizeof(float) * 7 * f->V));
     free(alone);
+    /* 21 verify rows: more than one 16-row product launch (MoE: the expert step 16 rows at a time) */
+    const LaneSpec c[3] = {{0, 140, 7, SPLASH_LANE_VERIFY}, {1, 22, 7, SPLASH_LANE_VERIFY}, {2, 43, 7, SPLASH_LANE_VERIFY}};
+    cms = run(f, &f->cpu, c, 3, lc), gms = run(f, &f->gpu, c, 3, lg);
+    check(f, "3 lanes: verify 7+7+7", lc, lg, 21, kRowBound, gms, cms);
 }
 
 /* VERIFY 7 + commit 7 leaves the state of PREFILL 7 (GPU, bytes). */

@@ -403,15 +403,13 @@ static int body(void *ctx) {
 /* The forward's graph shape key (cuda_graphs.cu), or 0 when it runs eagerly:
  * graphs off, embedding overrides (host copies), chunked GDN lanes or more
  * than QC_GRAPH_LANES lanes (prefill: its kernels are long, launches do not
- * matter), LOGITS and TOP rows beyond one lm_head pass, a MoE forward of more than
- * 16 rows (its host-driven expert step synchronises).  Sets every attention
+ * matter), LOGITS and TOP rows beyond one lm_head pass.  Sets every attention
  * call's max_ctx to the key's context bucket: the longest context rounded up
  * to a power of two (at least 1,024, at most the pool's). */
 static int graph_key(qc_fwd *f, int *key) {
     qc_model *m = f->m;
     const splash_batch *b = f->b;
     if (!m->use_graphs || f->n_chunked || b->n_lanes > QC_GRAPH_LANES || f->n_head > m->head_cap) return 0;
-    if (m->d.moe && f->R > SPLASH_Q4_MAX_M) return 0; /* the host-driven MoE step synchronises */
     for (int r = 0; r < f->R; r++)
         if (b->rows[r].embed) return 0;
     int ctx = 0;

@@ -194,10 +194,12 @@ int qc_ffn_layer(qc_fwd *f, const qc_layer *L) {
 }
 
 /* The routed experts of rows [r0, r1) into fo: bulk prefill rows on the
- * GEMM; up to 16 rows device-driven (no host sync: graphs), on xn's prepared
- * form from the norm when it holds these rows; more host-driven.  The last
- * two give the same bits, so a row's numbers depend on its lane only.
- * shared (device-driven rows only): the route appended the shared expert
+ * GEMM; the others device-driven (no host sync: graphs), 16 rows at a time
+ * (several verify lanes: each 16 with its own plan, so an expert shared by
+ * their slots is read once per 4 of them), on xn's prepared form from the
+ * norm when it holds these rows.  Per row the same bits as the host-driven
+ * step (splash_cuda_moe_experts), so a row's numbers depend on its lane only.
+ * shared (rows [0, R <= 16) only): the route appended the shared expert
  * (expert E) to each row, and the sum also adds x += fo. */
 static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, const int32_t *plan, int shared) {
     qc_model *m = f->m;
@@ -205,24 +207,29 @@ static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, c
     const size_t H = (size_t)d->hidden, K = (size_t)d->top_k + (shared ? 1 : 0); /* slots a row */
     const int n = r1 - r0;
     if (n <= 0) return 0;
+    if (!bulk && n > SPLASH_Q4_MAX_M) {
+        for (int c = r0; c < r1; c += SPLASH_Q4_MAX_M) {
+            const int c1 = r1 - c < SPLASH_Q4_MAX_M ? r1 : c + SPLASH_Q4_MAX_M;
+            QC_TRY(f, splash_q4_group_plan(m->topi + (size_t)c * K, (c1 - c) * (int)K, d->experts, m->moe.plan, m->stream));
+            int rc = moe_experts(f, L, c, c1, 0, m->moe.plan, 0);
+            if (rc) return rc;
+        }
+        return 0;
+    }
     const int32_t *idx = m->topi + (size_t)r0 * K;
     const float *w = m->topw + (size_t)r0 * K, *xn = m->xn + (size_t)r0 * H;
     float *fo = m->fo + (size_t)r0 * H;
     if (bulk)
         return splash_cuda_moe_experts_gemm(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n, xn, H,
                                             fo, H, &m->moe, m->stream);
-    if (n <= SPLASH_Q4_MAX_M) {
-        if (r0 || m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != n) {
-            int rc = splash_q4_prep_x(&m->xp, xn, n, (int)H, (int)H, m->stream);
-            if (rc) return rc;
-            m->xp_src = r0 ? nullptr : m->xn, m->xp_ld = H;
-        }
-        return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + shared, idx,
-                                               w, plan, n, (int)K, &m->xp, fo, H, shared ? m->x + (size_t)r0 * H : nullptr,
-                                               H, &m->moe, m->stream);
+    if (r0 || m->xp_src != m->xn || m->xp_ld != H || m->xp.cols != (int)H || m->xp.M != n) {
+        int rc = splash_q4_prep_x(&m->xp, xn, n, (int)H, (int)H, m->stream);
+        if (rc) return rc;
+        m->xp_src = r0 ? nullptr : m->xn, m->xp_ld = H;
     }
-    return splash_cuda_moe_experts(L->experts_gate, L->experts_up, L->experts_down, d->experts, idx, w, n, xn, H, fo, H,
-                                   &m->moe, m->stream);
+    return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + shared, idx, w,
+                                           plan, n, (int)K, &m->xp, fo, H, shared ? m->x + (size_t)r0 * H : nullptr, H,
+                                           &m->moe, m->stream);
 }
 
 int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
