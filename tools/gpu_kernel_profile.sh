@@ -4,11 +4,12 @@
 #   tools/gpu_model_check.sh --prepare       (here: .carry/splash-bin.txz)
 #   tools/gpu_kernel_profile.sh [--shape 27b|35b-a3b] [--layers 4] [--decode 3] [--prompt 1] [--trace]
 #       (the GPU machine, carrying .carry)
-# Makes the random package of tools/gpu_synthetic_bench.sh (first L layers), then runs bench_cpu
+# Makes the synthetic package of tools/gpu_synthetic_bench.sh --synthetic (first L layers: every
+# tensor over one random blob, made in a second), then runs bench_cpu
 # under Nsight Compute (ncu: every kernel replayed alone with the caches flushed, so weights come
 # from HBM as in a real decode step) for a --prompt-token prompt (1: decode only; 512: where a
 # prefill's time goes), --decode one-token steps (PREFILL 1),
-# one VERIFY of 8 and of 16 rows; graphs off (ncu times kernels, not graphs).  Prints per kernel
+# VERIFY blocks of 8 and 16 rows and 4 lanes x 8 rows, each with its commit; graphs off (ncu times kernels, not graphs).  Prints per kernel
 # (name, grid, block): launches, mean duration, DRAM bytes read + written per launch and that
 # as GB/s; then the total.  Raw CSV in $OUT/ncu.csv.
 # --trace: instead of ncu, the kernel timeline as the program runs, CUDA graphs on (CUPTI through
@@ -35,7 +36,7 @@ tar -C "$W" -xJf "${CARRY_TXZ:-.carry/splash-bin.txz}" || exit 1 # CARRY_TXZ: an
 export LD_LIBRARY_PATH="$W/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 P=$W/prof-$SHAPE-$LAYERS
-[ -d "$P" ] || "$W/bin/bench_cpu" --make-random "$P" --shape "$SHAPE" --layers "$LAYERS" > "$OUT/make.log" 2>&1 ||
+[ -d "$P" ] || "$W/bin/bench_cpu" --make-synthetic "$P" --shape "$SHAPE" --layers "$LAYERS" > "$OUT/make.log" 2>&1 ||
     { tail -5 "$OUT/make.log"; exit 1; }
 # the benchmark both modes run (KV pages int8, as served)
 RUN=("$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --kv-format int8 --no-bandwidth --prompt "$PROMPT"

@@ -88,6 +88,7 @@ static void plan_scratch(qc_model *m, bump *b) {
         m->vsave = CARVE_F(b, (size_t)d->n_gdn * (size_t)m->verify_cap * m->vsave_row);
         m->vstate = CARVE_F(b, (size_t)m->max_lanes * Hv * (size_t)d->dk * (size_t)d->dv);
         m->commit_dev = (splash_cuda_gdn_lane *)carve(b, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane));
+        m->commit_conv = CARVE_F(b, (size_t)QC_COMMIT_BRANCHES * QWEN35_MAX_VERIFY_ROWS * C);
     }
     if (m->w.max_q4_cols) m->xprep_mem = carve(b, splash_q4_xprep_bytes(m->w.max_q4_cols));
     if (m->use_gemm && m->w.max_q4_cols && m->max_rows >= QWEN35_CHUNKED_MIN_ROWS) /* bulk prefill lanes exist */
@@ -149,6 +150,11 @@ static void c_free(void *impl) {
     splash_cuda_moe_scratch_free(&m->moe);
     qc_weights_free(&m->w);
     if (m->stream) cudaStreamDestroy((cudaStream_t)m->stream);
+    for (int i = 0; i < QC_COMMIT_BRANCHES; i++) {
+        if (m->commit_streams[i]) cudaStreamDestroy((cudaStream_t)m->commit_streams[i]);
+        if (m->commit_join[i]) cudaEventDestroy((cudaEvent_t)m->commit_join[i]);
+    }
+    if (m->commit_fork) cudaEventDestroy((cudaEvent_t)m->commit_fork);
     free(m->pending);
     free(m->bulk);
     free(m->tap_layers);
@@ -235,6 +241,19 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
             goto fail;
         }
         m->stream = s;
+        for (int i = 0; i < QC_COMMIT_BRANCHES && e == cudaSuccess; i++) {
+            cudaEvent_t ev;
+            if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) == cudaSuccess) m->commit_streams[i] = s;
+            if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+                m->commit_join[i] = ev;
+        }
+        cudaEvent_t ev;
+        if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+            m->commit_fork = ev;
+        if (e != cudaSuccess) {
+            rc = splash_fail(err, SPLASH_E_IO, "the commit's streams: %s", cudaGetErrorString(e));
+            goto fail;
+        }
     }
     if ((rc = qc_weights_upload(pkg, d, &m->w, err))) {
         splash_error_prefix(err, "%s", splash_package_dir(pkg));
@@ -369,8 +388,12 @@ static int c_reset(void *impl, int slot) {
 }
 
 /* The replay's kernels (what a commit graph holds): per GDN layer the conv
- * (advancing the conv state; its outputs into u2) and the recurrence in
- * place on rows [first, first + n) of the verify save. */
+ * (advancing the conv state; its outputs into the branch's commit_conv) and
+ * the recurrence in place on rows [first, first + n) of the verify save.
+ * The layers do not depend on each other: layer gi runs on branch
+ * gi % QC_COMMIT_BRANCHES, forked from the model's stream and joined back
+ * (captured, the graph's parallel branches), so the ~2 latency-bound
+ * kernels a layer overlap instead of queueing (27B: 48 layers). */
 typedef struct replay_ctx {
     qc_model *m;
     int first, n;
@@ -382,23 +405,33 @@ static int replay_kernels(void *ctx) {
     const qwen35_dims *d = &m->d;
     const cudaStream_t s = (cudaStream_t)m->stream;
     const int C = d->conv_dim, Hv = d->hv;
+    const int nb = d->n_gdn < QC_COMMIT_BRANCHES ? d->n_gdn : QC_COMMIT_BRANCHES;
+    SPLASH_CUDA_TRY(cudaEventRecord((cudaEvent_t)m->commit_fork, s));
+    for (int b = 0; b < nb; b++)
+        SPLASH_CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)m->commit_streams[b], (cudaEvent_t)m->commit_fork, 0));
     for (int li = 0; li < d->n_layers; li++) {
         const qc_layer *L = &m->w.layers[li];
         if (L->is_attn) continue;
-        const int gi = L->index;
+        const int gi = L->index, b = gi % QC_COMMIT_BRANCHES;
+        const cudaStream_t bs = (cudaStream_t)m->commit_streams[b];
+        float *conv = m->commit_conv + (size_t)b * QWEN35_MAX_VERIFY_ROWS * C;
         const float *save = m->vsave + ((size_t)gi * m->verify_cap + (size_t)r->first) * m->vsave_row;
         int rc = splash_cuda_gdn_conv(L->conv_t, C, d->conv_kernel, m->commit_dev + gi, 1, r->n, save, m->vsave_row,
-                                      m->u2, (size_t)C, s);
+                                      conv, (size_t)C, bs);
         if (rc) return rc;
         splash_cuda_gdn_args a;
         memset(&a, 0, sizeof a);
         a.lanes = m->commit_dev + gi, a.n_lanes = 1;
         a.hk = d->hk, a.hv = Hv, a.dk = d->dk, a.dv = d->dv;
-        a.mixed = m->u2, a.ldm = (size_t)C;
+        a.mixed = conv, a.ldm = (size_t)C;
         a.a = save + C, a.b = save + C + Hv, a.ldab = m->vsave_row;
         a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
         a.eps = d->rms_eps;
-        if ((rc = splash_cuda_gdn_recurrent(&a, s))) return rc;
+        if ((rc = splash_cuda_gdn_recurrent(&a, bs))) return rc;
+    }
+    for (int b = 0; b < nb; b++) {
+        SPLASH_CUDA_TRY(cudaEventRecord((cudaEvent_t)m->commit_join[b], (cudaStream_t)m->commit_streams[b]));
+        SPLASH_CUDA_TRY(cudaStreamWaitEvent(s, (cudaEvent_t)m->commit_join[b], 0));
     }
     return 0;
 }

@@ -179,6 +179,7 @@ typedef struct qc_pending {
 
 #define QC_MAX_GRAPHS 16     /* shape keys kept, least recently used evicted */
 #define QC_GRAPH_LANES 64    /* batches of more lanes run eagerly */
+#define QC_COMMIT_BRANCHES 8 /* GDN layers replayed at once by a commit */
 #define QC_GRAPH_KEY_MAX (7 + QC_GRAPH_LANES)
 
 /* One shape key's graph: seen once -> eager; twice -> captured, then replayed. */
@@ -257,8 +258,13 @@ typedef struct qc_model {
     size_t xp_ld;
     splash_cuda_moe_scratch moe;
     size_t scratch_bytes;
-    /* commit: one lane per GDN layer, pinned + device */
+    /* commit: one lane per GDN layer, pinned + device; the layers' replays are
+     * independent, so they run on QC_COMMIT_BRANCHES streams forked from
+     * stream (a graph's parallel branches), each branch its own conv output */
     splash_cuda_gdn_lane *commit_host, *commit_dev;
+    struct CUstream_st *commit_streams[QC_COMMIT_BRANCHES];
+    struct CUevent_st *commit_fork, *commit_join[QC_COMMIT_BRANCHES];
+    float *commit_conv;            /* [QC_COMMIT_BRANCHES][QWEN35_MAX_VERIFY_ROWS][conv_dim] */
     qc_pending *pending;           /* [max_lanes] */
     qc_rows *bulk;                 /* [max_lanes] this forward's bulk-prefill row ranges (qc_fwd.n_bulk) */
     int n_pending;
