@@ -16,7 +16,7 @@
  * Ceilings: device-to-device cudaMemcpy (read + write bytes over time) and a
  * read-only streaming kernel.
  *
- * Usage: bench_q4_matmul [--sweep] [--csv FILE] [--only NAME,...] | --gemm [--only NAME,...]
+ * Usage: bench_q4_matmul [--sweep] [--csv FILE] [--only NAME,...] | --gemm [--only NAME,...] | --rows-scan NAME
  *   --sweep  also times every compiled config per (shape, M) (30 launches
  *            each, output checked against the preset's), selects one ksplit
  *            per shape and the fastest config per M class, prints that as
@@ -26,6 +26,10 @@
  *            the prep and the product (median of 20 launches, weights rotated
  *            as above), TFLOP/s against the ~990 dense fp16 peak, and the
  *            16-rows-a-launch path it replaces (prep_x + matmul per 16 rows).
+ *   --rows-scan  the named shape's M = 1 preset config over row counts from
+ *            half to twice the shape's: how the launch's waves of blocks
+ *            (their count against the SMs' resident blocks) shape the
+ *            bandwidth of one matrix.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -241,6 +245,52 @@ static const Shape kShapes[] = {
 static const int kMs[] = {1, 2, 4, 8, 16};
 #define NMS 5
 
+/* ---- --rows-scan ---- */
+
+static int rows_scan(const char *name, int sms) {
+    const Shape *sh = NULL;
+    for (int i = 0; i < NSHAPES; i++)
+        if (!strcmp(kShapes[i].name, name)) sh = &kShapes[i];
+    if (!sh) {
+        fprintf(stderr, "--rows-scan: no shape named %s\n", name);
+        return 2;
+    }
+    splash_q4_config cfg;
+    if (splash_q4_config_pick(sh->rows, sh->cols, 1, &cfg)) return 1;
+    const int max_rows = 2 * sh->rows;
+    const size_t bytes = (splash_q4_tiled_bytes(max_rows, sh->cols) + 255) & ~(size_t)255;
+    int nbuf = (int)(((size_t)1 << 30) / bytes) + 1;
+    if (nbuf < 2) nbuf = 2;
+    MatCtx mc;
+    mc.buf_bytes = bytes, mc.nbuf = nbuf, mc.cols = sh->cols, mc.cfg = &cfg;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&mc.pool, bytes * nbuf));
+    fill_weights<<<4096, 256>>>((uint32_t *)mc.pool, bytes / 4, splash_q4_tiled_codes_bytes(max_rows, sh->cols) / 4, nbuf,
+                                77u);
+    float *x;
+    void *xmem;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * sh->cols));
+    fill_x<<<64, 256>>>(x, (size_t)sh->cols, 5u);
+    SPLASH_CUDA_CHECK(cudaMalloc(&xmem, splash_q4_xprep_bytes(sh->cols)));
+    splash_q4_xprep xp;
+    splash_q4_xprep_init(&xp, xmem, sh->cols);
+    if (splash_q4_prep_x(&xp, x, 1, sh->cols, sh->cols, NULL)) return 1;
+    mc.xp = &xp;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&mc.y, sizeof(float) * max_rows));
+    printf("%s x %d at M = 1, config r %d u %d stages %d warps %d ksplit %d wk %d, %d SMs\n", sh->name, sh->cols, cfg.r,
+           cfg.u, cfg.stages, cfg.warps, cfg.ksplit, cfg.wk, sms);
+    printf("| rows | row tiles | blocks (tiles / (r x warps / wk) x ksplit) | us | GB/s |\n|---|---|---|---|---|\n");
+    for (int k = 16; k <= 64; k++) {
+        const int rows = (int)((int64_t)sh->rows * k / 32 / 16 * 16);
+        mc.rows = rows;
+        const int tiles = rows / 16, per_block = cfg.r * cfg.warps / cfg.wk;
+        const int blocks = (tiles + per_block - 1) / per_block * cfg.ksplit;
+        float sp;
+        const float us = time_launches(launch_mat, &mc, &sp);
+        printf("| %d | %d | %d | %.2f | %.0f |\n", rows, tiles, blocks, us, splash_q4_tiled_bytes(rows, sh->cols) / (us * 1e3));
+    }
+    return 0;
+}
+
 typedef struct {
     float us, spread, graph_us; /* the reported config */
     float preset_us;            /* the preset compiled in, same method */
@@ -398,7 +448,7 @@ static int bench_gemm(const char *only) {
 
 int main(int argc, char **argv) {
     int sweep = 0, gemm = 0;
-    const char *csv_path = NULL, *only = NULL;
+    const char *csv_path = NULL, *only = NULL, *scan = NULL;
     int m_only = 0; /* --m M: time that M only (a profiler's single launch) */
     NVAR = splash_q4_compiled_variants(kVariants, MAXVAR);
     if (NVAR > MAXVAR) return 1;
@@ -408,8 +458,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) m_only = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rows-scan") && i + 1 < argc) scan = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...] [--m M] | --gemm [--only NAME,...]\n",
+            fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...] [--m M] | --gemm [--only NAME,...] | "
+                            "--rows-scan NAME\n",
                     argv[0]);
             return 2;
         }
@@ -423,6 +475,7 @@ int main(int argc, char **argv) {
            prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9);
     for (int i = 0; i < 2 * NRUN; i++) SPLASH_CUDA_CHECK(cudaEventCreate(&ev[i]));
     if (gemm) return bench_gemm(only);
+    if (scan) return rows_scan(scan, prop.multiProcessorCount);
 
     /* Ceilings. */
     const size_t cbytes = (size_t)1 << 30;
