@@ -91,6 +91,7 @@ struct CDraft {
     /* descriptor and results (pinned) */
     Desc dp;
     uint8_t *desc_h, *desc_d;
+    cudaEvent_t desc_up;             /* recorded after each upload of desc_h: rewrite it only once that ran */
     int32_t *h_tok, *h_ncand, *h_cand;
     float *h_edges;
     float *mask_row;                 /* host [H] */
@@ -229,6 +230,7 @@ int block_forward(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B) 
     const splash_dflash_ctx *c = d->c;
     const splash_dflash_dims *dm = &c->d;
     const size_t H = (size_t)d->H;
+    SPLASH_CUDA_TRY(cudaEventSynchronize(d->desc_up)); /* an append may still be uploading it */
     int32_t *pos = (int32_t *)(d->desc_h + d->dp.pos), *gidx = (int32_t *)(d->desc_h + d->dp.gidx);
     float *emb = (float *)(d->desc_h + d->dp.emb);
     for (int i = 0; i < B; i++) pos[i] = kv->n_ctx + i, gidx[i] = i ? 1 : 0;
@@ -238,6 +240,7 @@ int block_forward(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B) 
     memcpy(emb + H, d->mask_row, H * sizeof(float));
     ((int32_t *)(d->desc_h + d->dp.ids))[0] = anchor;
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
+    SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
     const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
     TRY(splash_cuda_gather_rows((const float *)(d->desc_d + d->dp.emb), H, (const int32_t *)(d->desc_d + d->dp.gidx), B,
                                 d->x, H, d->H, d->stream));
@@ -393,13 +396,18 @@ int cd_propose(void *impl, const splash_draft_req *r, float *, int32_t *tokens, 
 }
 
 /* Up to R committed rows of taps at positions pos0.. into the lane's rings
- * (dflash_ctx.c's append: a layer computes only the positions its ring keeps). */
+ * (dflash_ctx.c's append: a layer computes only the positions its ring keeps).
+ * Not waited for: the kernels run on the draft's stream while the engine goes
+ * on (the next propose, snapshot or restore queues behind them on that stream;
+ * the taps are copied out of the caller's buffer before this returns). */
 int append_chunk(CDraft *d, splash_dflash_kv *kv, const float *taps, int rows, int pos0, int end) {
     const splash_dflash_dims *dm = &d->c->d;
     const size_t H = (size_t)d->H;
+    SPLASH_CUDA_TRY(cudaEventSynchronize(d->desc_up)); /* the last upload of desc_h has run */
     int32_t *pos = (int32_t *)(d->desc_h + d->dp.pos);
     for (int r = 0; r < rows; r++) pos[r] = pos0 + r;
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
+    SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->in, taps, (size_t)rows * d->n_in * sizeof(float), cudaMemcpyHostToDevice,
                                     d->stream));
     TRY(prod(d, d->in, (size_t)d->n_in, rows, &d->fc, d->x));
@@ -416,7 +424,6 @@ int append_chunk(CDraft *d, splash_dflash_kv *kv, const float *taps, int rows, i
         TRY(splash_cuda_dflash_ring_write(d->k, (size_t)d->kvw, nr, d->kvw, kv->k[l], kv->cap[l], pos0 + skip, d->stream));
         TRY(splash_cuda_dflash_ring_write(d->v, (size_t)d->kvw, nr, d->kvw, kv->v[l], kv->cap[l], pos0 + skip, d->stream));
     }
-    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream)); /* the descriptor is written again by the next chunk */
     return 0;
 }
 
@@ -481,6 +488,7 @@ void cd_free(void *impl) {
     if (d->desc_d) cudaFree(d->desc_d);
     if (d->pinned) cudaFreeHost(d->pinned);
     if (d->stream) cudaStreamDestroy(d->stream);
+    if (d->desc_up) cudaEventDestroy(d->desc_up);
     free(d->kv);
     free(d->mask_row);
     splash_dflash_lanes_release(&d->ln);
@@ -621,6 +629,10 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
     if (e != cudaSuccess) {
         d->stream = nullptr;
         return splash_fail(err, SPLASH_E_IO, "draft on the GPU: a stream: %s", cudaGetErrorString(e));
+    }
+    if ((e = cudaEventCreateWithFlags(&d->desc_up, cudaEventDisableTiming)) != cudaSuccess) {
+        d->desc_up = nullptr;
+        return splash_fail(err, SPLASH_E_IO, "draft on the GPU: an event: %s", cudaGetErrorString(e));
     }
     if ((rc = qc_upload_run(upload_walk, d, &d->wdev, &d->wbytes, &d->max_q4_cols, err))) return rc;
     if ((rc = alloc_scratch(d, err))) return rc;
