@@ -610,7 +610,7 @@ static int lane_block(const splash_engine *e, const splash_gen *g) {
 static int lane_top_need(const splash_engine *e, const splash_gen *g) {
     if (e->full_rows || e->on_logits) return 0;
     int need = splash_sampling_top_need(&g->sp, e->vocab);
-    return need <= SPLASH_MAX_TOP ? need : 0;
+    return need <= e->needs->max_top ? need : 0;
 }
 
 /* A lane's decision rows this step: whole rows of logits, or TOP rows. */

@@ -69,6 +69,7 @@ typedef struct splash_model_needs {
     size_t weight_bytes;      /* weights resident for this model */
     size_t scratch_bytes;     /* scratch for max_rows / max_lanes */
     int vocab;                /* logits per row */
+    int max_top;              /* most entries a TOP row may ask for (<= SPLASH_MAX_TOP; 0: no TOP rows) */
     int hidden;               /* width of tap / embedding rows */
     int max_positions;
 } splash_model_needs;

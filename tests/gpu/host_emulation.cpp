@@ -787,6 +787,7 @@ extern "C" int splash_cuda_dflash_edges(const float *gate, const float *pred, co
 
 /* ---- argmax and top-k (argmax.h): the greedy rule, largest value, ties to the lowest index ---------------- */
 
+extern "C" int splash_cuda_topk_max_k(int n) { return n < SPLASH_CUDA_MAX_TOPK ? n : SPLASH_CUDA_MAX_TOPK; }
 extern "C" size_t splash_cuda_topk_workspace_bytes(int rows, int n, int k) {
     return rows > 0 && n > 0 && k > 0 ? 256 : 0;
 }

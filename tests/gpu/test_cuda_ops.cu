@@ -1631,6 +1631,13 @@ static void test_dflash_select(const char *name, int rows, int V, int k, int ran
     char sh[80];
     snprintf(sh, sizeof sh, "%s %d x %d, k %d (ties, NaN, -inf)", name, rows, V, k);
     report("dflash top-k", sh, err, 0, us, (double)N * 4);
+    /* the largest k it takes (the model's max_top): past it the call refuses */
+    const int kmax = splash_cuda_topk_max_k(V);
+    int bounds = kmax == (V < 64 ? V : 64) ? 0 : 1;
+    bounds += splash_cuda_topk_max_k(400000) != 60; /* 98 chunks of 4,096: 5,888 / 98 */
+    if (kmax < 64) bounds += splash_cuda_topk(dx, V, rows, V, kmax + 1, dc, dval, k, dn, ws, wsb, NULL) != SPLASH_E_INVALID;
+    snprintf(sh, sizeof sh, "%s: the largest k (%d) and past it", name, kmax);
+    report("dflash top-k", sh, bounds, 0, -1, 0);
     /* edges: gate [rows][rank], pred rows [1 + (rows-1) k][rank], succ rows [rows k][rank] */
     const size_t np = 1 + (size_t)(rows - 1) * k, ns = (size_t)rows * k;
     float *gate = hfloats((size_t)rows * rank), *pred = hfloats(np * rank), *succ = hfloats(ns * rank);

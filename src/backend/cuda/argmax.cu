@@ -210,6 +210,12 @@ extern "C" int splash_cuda_lm_head_argmax(const splash_q4_matrix *w, const splas
     return splash_cuda_argmax(logits, (size_t)w->rows, xp->M, w->rows, idx, val, workspace, workspace_bytes, stream);
 }
 
+extern "C" int splash_cuda_topk_max_k(int n) {
+    if (n < 1) return 0;
+    const int k = kTopPairs / top_chunks(n);
+    return k < SPLASH_CUDA_MAX_TOPK ? (k < n ? k : n) : (SPLASH_CUDA_MAX_TOPK < n ? SPLASH_CUDA_MAX_TOPK : n);
+}
+
 extern "C" size_t splash_cuda_topk_workspace_bytes(int rows, int n, int k) {
     if (rows < 1 || n < 1 || k < 1) return 0;
     const size_t pairs = (size_t)rows * top_chunks(n) * k;

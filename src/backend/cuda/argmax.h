@@ -43,6 +43,9 @@ int splash_cuda_lm_head_argmax(const splash_q4_matrix *w, const splash_q4_xprep 
  * block per 4,096 columns keeps its k best, one block per row merges them. */
 #define SPLASH_CUDA_MAX_TOPK 64
 size_t splash_cuda_topk_workspace_bytes(int rows, int n, int k);
+/* The largest k the top-k takes over rows of n (at most SPLASH_CUDA_MAX_TOPK;
+ * 64 up to ~376K columns). */
+int splash_cuda_topk_max_k(int n);
 int splash_cuda_topk(const float *x, size_t ldx, int rows, int n, int k, int32_t *cand, float *val, size_t ldc,
                      int32_t *n_cand, void *workspace, size_t workspace_bytes, struct CUstream_st *stream);
 

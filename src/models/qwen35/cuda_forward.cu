@@ -131,7 +131,12 @@ static int validate(qc_model *m, const splash_batch *b, splash_error *err) {
     /* d, n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps, max_context */
     qwen35_batch_limits lim = {&m->d, m->n_slots, m->max_rows, m->max_lanes, m->n_pages, m->verify_cap, m->n_taps,
                                (int64_t)m->ctx_cap};
-    return qwen35_check_batch(&lim, b, err);
+    int rc = qwen35_check_batch(&lim, b, err);
+    for (int r = 0; !rc && r < b->n_rows; r++)
+        if ((b->rows[r].flags & SPLASH_ROW_TOP) && b->top_k > m->needs.max_top)
+            rc = splash_fail(err, SPLASH_E_RANGE, "forward: top_k %d, the GPU's top-k takes at most %d here", b->top_k,
+                             m->needs.max_top);
+    return rc;
 }
 
 /* ---- the descriptor ------------------------------------------------------------------ */

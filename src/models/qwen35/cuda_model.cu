@@ -268,6 +268,8 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
     m->needs.weight_bytes = m->w.bytes;
     m->needs.scratch_bytes = m->scratch_bytes;
     m->needs.vocab = d->vocab;
+    m->needs.max_top = splash_cuda_topk_max_k(d->vocab); /* its per-row merge bounds chunks x k */
+    if (m->needs.max_top > SPLASH_MAX_TOP) m->needs.max_top = SPLASH_MAX_TOP;
     m->needs.hidden = d->hidden;
     m->needs.max_positions = d->max_positions;
     *impl = m;

@@ -189,6 +189,7 @@ static int q_load(splash_package *pkg, const splash_model_options *opt, void **i
     m->needs.state_bytes = m->state_floats * sizeof(float);
     m->needs.weight_bytes = m->w.bytes;
     m->needs.vocab = d->vocab;
+    m->needs.max_top = d->vocab < SPLASH_MAX_TOP ? d->vocab : SPLASH_MAX_TOP;
     m->needs.hidden = d->hidden;
     m->needs.max_positions = d->max_positions;
     *impl = m;
