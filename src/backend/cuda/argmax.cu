@@ -212,8 +212,9 @@ extern "C" int splash_cuda_lm_head_argmax(const splash_q4_matrix *w, const splas
 
 extern "C" int splash_cuda_topk_max_k(int n) {
     if (n < 1) return 0;
-    const int k = kTopPairs / top_chunks(n);
-    return k < SPLASH_CUDA_MAX_TOPK ? (k < n ? k : n) : (SPLASH_CUDA_MAX_TOPK < n ? SPLASH_CUDA_MAX_TOPK : n);
+    int k = kTopPairs / top_chunks(n); /* min(that, SPLASH_CUDA_MAX_TOPK, n) */
+    if (k > SPLASH_CUDA_MAX_TOPK) k = SPLASH_CUDA_MAX_TOPK;
+    return k < n ? k : n;
 }
 
 extern "C" size_t splash_cuda_topk_workspace_bytes(int rows, int n, int k) {
