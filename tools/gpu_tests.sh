@@ -154,14 +154,14 @@ REFLIB="" MODEL_LIBS="" SPLASH_BIN=""
 if pkg-config --exists $PKGS 2>/dev/null; then
     mkdir -p "$B" && touch "$B/.deps-ok" # the dependencies are there: skip tools/deps.sh
     if make -s BUILD="$B" CUDA=0 -j"$JOBS" "$B/libsplash.a" "$B/splash" >"$OUT/build.log" 2>&1; then
-        REFLIB="$B/libsplash.a" SPLASH_BIN="$B/splash" MODEL_LIBS="$(pkg-config --libs $PKGS) -lm -lpthread"
+        REFLIB="$B/libsplash.a" SPLASH_BIN="$B/splash" MODEL_LIBS="$(pkg-config --libs $PKGS) -lm -lpthread -ldl"
     fi
 fi
 if [ -z "$REFLIB" ] && [ -f "$PREP/libsplash.a" ]; then
     CRYPTO=$(ldconfig -p 2>/dev/null | awk '/libcrypto\.so/ {print $NF; exit}')
     ZLIB=$(ldconfig -p 2>/dev/null | awk '/libz\.so/ {print $NF; exit}') # base/gzip.c, when pulled in
     REFLIB="$PREP/libsplash.a"
-    if [ -n "$CRYPTO" ]; then MODEL_LIBS="-Xlinker $CRYPTO ${ZLIB:+-Xlinker $ZLIB} -lm -lpthread"; else echo "    no libcrypto: test_cuda_model skipped"; fi
+    if [ -n "$CRYPTO" ]; then MODEL_LIBS="-Xlinker $CRYPTO ${ZLIB:+-Xlinker $ZLIB} -lm -lpthread -ldl"; else echo "    no libcrypto: test_cuda_model skipped"; fi
 fi
 if [ -z "$REFLIB" ]; then
     SRCS="$(ls src/backend/cpu/*.c) src/base/status.c src/base/mem.c src/base/threads.c src/base/log.c src/package/tensor.c"
@@ -200,13 +200,13 @@ if grep -v 'ptxas info' "$B/ptxas.log" | grep -iE 'warning|error'; then echo "CU
 grep -E 'spill' "$B/ptxas.log" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' && echo "    SPILLS (see ptxas.log)"
 
 stamp "build: tests and benchmark"
-LIBS="-lm -lpthread"
-[ "$REFLIB" = "$B/libsplash.a" ] && LIBS="$(pkg-config --libs $PKGS) -lm -lpthread"
+LIBS="-lm -lpthread -ldl"
+[ "$REFLIB" = "$B/libsplash.a" ] && LIBS="$(pkg-config --libs $PKGS) -lm -lpthread -ldl"
 $NVCC $FLAGS tests/gpu/test_cuda_ops.cu $CU_OBJS "$REFLIB" $LIBS -o "$B/test_cuda_ops" >>"$OUT/build.log" 2>&1 &
 p1=$!
-$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/cuda/q4_matmul.o" "$B/cuda/q4_gemm.o" -o "$B/test_q4_matmul" >>"$OUT/build.log" 2>&1 &
+$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/cuda/q4_matmul.o" "$B/cuda/q4_gemm.o" "$B/cuda/blas.o" -ldl -o "$B/test_q4_matmul" >>"$OUT/build.log" 2>&1 &
 p2=$!
-$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/cuda/q4_matmul.o" "$B/cuda/q4_gemm.o" -o "$B/bench_q4_matmul" >>"$OUT/build.log" 2>&1 &
+$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/cuda/q4_matmul.o" "$B/cuda/q4_gemm.o" "$B/cuda/blas.o" -ldl -o "$B/bench_q4_matmul" >>"$OUT/build.log" 2>&1 &
 p3=$!
 p4=""
 if [ -n "$MODEL_LIBS" ]; then

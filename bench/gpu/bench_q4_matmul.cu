@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/blas.h"
 #include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 
@@ -399,12 +400,41 @@ static int launch_by16(void *p, int i) { /* what the model did before the GEMM: 
     return 0;
 }
 
+/* the cuBLASLt path (blas.h): uniform prep; expansion; the fp16 GEMM */
+static splash_cuda_blas *g_blas;
+static uint16_t *g_w16;
+static void *g_blas_ws;
+
+static int launch_prep_uniform(void *p, int i) {
+    (void)i;
+    GemmCtx *c = (GemmCtx *)p;
+    return splash_q4_gemm_prep_uniform(c->xg, c->x, c->R, c->cols, (size_t)c->cols, (struct CUstream_st *)g_stream);
+}
+
+static int launch_expand(void *p, int i) {
+    GemmCtx *c = (GemmCtx *)p;
+    splash_q4_matrix m;
+    splash_q4_matrix_init(&m, c->pool + (size_t)(i % c->nbuf) * c->buf_bytes, c->rows, c->cols);
+    return splash_q4_expand_f16(&m, g_w16, (struct CUstream_st *)g_stream);
+}
+
+static int launch_blas(void *p, int i) {
+    (void)i;
+    GemmCtx *c = (GemmCtx *)p;
+    return splash_cuda_blas_gemm(g_blas, g_w16, c->rows, c->cols, c->xg->hi, c->R, c->xg->alpha, c->xg->alpha + 1, c->y,
+                                 g_blas_ws, (struct CUstream_st *)g_stream);
+}
+
 static int bench_gemm(const char *only) {
-    static const int kRs[] = {64, 128, 256, 512, 1024, 4096};
+    static const int kRs[] = {64, 128, 256, 512, 1024, 2048, 4096};
     const int nR = (int)(sizeof kRs / sizeof kRs[0]), Rmax = kRs[nR - 1];
-    printf("\nprefill GEMM (q4_gemm.h): median of 20 launches; TFLOP/s = 2 rows cols R / product time\n");
-    printf("| shape | rows x cols | R | prep us | product us | TFLOP/s | weights GB/s | 16-row path us | speed-up |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
+    if (splash_cuda_blas_open(&g_blas)) printf("cuBLASLt did not load: its columns are empty\n");
+    else SPLASH_CUDA_CHECK(cudaMalloc(&g_blas_ws, SPLASH_CUDA_BLAS_WORKSPACE));
+    printf("\nprefill GEMM (q4_gemm.h): median of 20 launches; TFLOP/s = 2 rows cols R / product time\n"
+           "cuBLASLt (blas.h): x prepared with one scale (prep), the matrix expanded to fp16 (expand), the GEMM\n");
+    printf("| shape | rows x cols | R | prep us | product us | TFLOP/s | weights GB/s | 16-row path us | speed-up |"
+           " blas prep us | expand us | blas us | blas TFLOP/s | blas total vs q4_gemm |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int si = 0; si < NSHAPES; si++) {
         const Shape *sh = &kShapes[si];
         if (only ? !name_listed(only, sh->name) : (si < 9 && si != 5 && si != 7)) continue; /* default: stacks, down, out_proj */
@@ -429,18 +459,30 @@ static int bench_gemm(const char *only) {
         splash_q4_xprep_init(&xp, xpm, sh->cols);
         gc.xg = &xg, gc.xp = &xp, gc.x = x;
         SPLASH_CUDA_CHECK(cudaMalloc((void **)&gc.y, sizeof(float) * Rmax * sh->rows));
+        if (g_blas) SPLASH_CUDA_CHECK(cudaMalloc((void **)&g_w16, (size_t)sh->rows * sh->cols * 2));
         for (int ri = 0; ri < nR; ri++) {
             gc.R = kRs[ri];
             const float prep = time_launches_n(launch_gemm_prep, &gc, NULL, 20);
             launch_gemm_prep(&gc, 0);
             const float us = time_launches_n(launch_gemm, &gc, NULL, 20);
-            const float old = gc.R <= 512 ? time_launches_n(launch_by16, &gc, NULL, 10) : -1.f;
+            const float old = gc.R <= 256 ? time_launches_n(launch_by16, &gc, NULL, 10) : -1.f;
             const double tf = 2.0 * sh->rows * sh->cols * gc.R / (us * 1e6);
             printf("| %s | %dx%d | %d | %.1f | %.1f | %.0f | %.0f |", sh->name, sh->rows, sh->cols, gc.R, prep, us, tf,
                    (double)bytes / (us * 1e3));
-            if (old > 0) printf(" %.1f | %.2fx |\n", old, old / (prep + us));
-            else printf(" - | - |\n");
+            if (old > 0) printf(" %.1f | %.2fx |", old, old / (prep + us));
+            else printf(" - | - |");
+            if (!g_blas) {
+                printf(" - | - | - | - | - |\n");
+                continue;
+            }
+            const float bprep = time_launches_n(launch_prep_uniform, &gc, NULL, 20);
+            launch_prep_uniform(&gc, 0);
+            const float ex = time_launches_n(launch_expand, &gc, NULL, 20);
+            const float bl = time_launches_n(launch_blas, &gc, NULL, 20);
+            printf(" %.1f | %.1f | %.1f | %.0f | %.2fx |\n", bprep, ex, bl, 2.0 * sh->rows * sh->cols * gc.R / (bl * 1e6),
+                   (prep + us) / (bprep + ex + bl));
         }
+        if (g_blas) cudaFree(g_w16);
         cudaFree(gc.pool), cudaFree(x), cudaFree(xgm), cudaFree(xpm), cudaFree(gc.y);
     }
     return 0;

@@ -36,6 +36,7 @@ extern "C" {
 }
 #include "backend/cuda/act.h"
 #include "backend/cuda/argmax.h"
+#include "backend/cuda/blas.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/cuda_check.h"
@@ -260,15 +261,14 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
  * from these by far less than the roundings).  x kept as fp32 in hi's place. */
 extern "C" int splash_q4_tiled_fp16_ok(const uint8_t *, int, int) { return 1; }
 extern "C" size_t splash_q4_gemm_x_bytes(int rows_cap, int cols_cap) {
-    return (size_t)rows_cap * cols_cap * sizeof(float) + 256;
+    return (size_t)rows_cap * cols_cap * sizeof(float) + 256; /* + 256: alpha of the uniform preparation */
 }
 extern "C" int splash_q4_gemm_x_init(splash_q4_gemm_x *xg, void *mem, int rows_cap, int cols_cap) {
     memset(xg, 0, sizeof *xg);
     xg->hi = (uint16_t *)mem, xg->rows_cap = rows_cap, xg->cols_cap = cols_cap;
     return 0;
 }
-extern "C" int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
-                                   struct CUstream_st *) {
+static int emu_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx, struct CUstream_st *) {
     if (R < 1 || R > xg->rows_cap || cols > xg->cols_cap || ldx < (size_t)cols) return SPLASH_E_INVALID;
     float *d = (float *)xg->hi;
     for (int n = 0; n < R; n++) memcpy(d + (size_t)n * cols, x + (size_t)n * ldx, (size_t)cols * sizeof(float));
@@ -311,7 +311,80 @@ static int emu_gemm_rows(const splash_q4_matrix *w, const float *xin, int R, siz
 extern "C" int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x *xg, float *y, int add,
                               struct CUstream_st *) {
     if (xg->cols != w->cols) return SPLASH_E_MISMATCH;
-    return emu_gemm_rows(w, (const float *)xg->hi, xg->R, (size_t)w->cols, y, add);
+    if (!xg->alpha) return emu_gemm_rows(w, (const float *)xg->hi, xg->R, (size_t)w->cols, y, add);
+    /* uniform-prepared (fp16 x 2^k, alpha 2^-k): x as those values */
+    float *x = (float *)malloc(sizeof(float) * xg->R * xg->cols);
+    if (!x) return SPLASH_E_NOMEM;
+    for (size_t i = 0; i < (size_t)xg->R * xg->cols; i++) x[i] = __half2float(((const __half *)xg->hi)[i]) * xg->alpha[0];
+    const int rc = emu_gemm_rows(w, x, xg->R, (size_t)w->cols, y, add);
+    free(x);
+    return rc;
+}
+
+/* The cuBLASLt path (blas.h, q4_gemm.h's uniform preparation and fp16
+ * expansion) with real fp16 values in device memory's place: x rounded to
+ * fp16 after one power of two for all rows, weights fp16(scale * q + bias)
+ * from fp16 scale and bias, sums in double. */
+extern "C" int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                           struct CUstream_st *) {
+    if (R < 1 || R > xg->rows_cap || cols > xg->cols_cap || ldx < (size_t)cols) return SPLASH_E_INVALID;
+    float mx = 0.f;
+    for (int n = 0; n < R; n++)
+        for (int c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(x[(size_t)n * ldx + c]));
+    int e = 0;
+    if (mx > 0.f) frexpf(mx, &e);
+    const int kk = mx > 0.f ? 14 - e : 0;
+    __half *h = (__half *)xg->hi;
+    for (int n = 0; n < R; n++)
+        for (int c = 0; c < cols; c++) h[(size_t)n * cols + c] = __float2half_rn(ldexpf(x[(size_t)n * ldx + c], kk));
+    xg->alpha = (float *)((uint8_t *)xg->hi + (size_t)xg->rows_cap * xg->cols_cap * sizeof(float));
+    xg->alpha[0] = ldexpf(1.f, -kk), xg->alpha[1] = 0.f, xg->alpha[2] = 1.f;
+    xg->R = R, xg->cols = cols;
+    return 0;
+}
+extern "C" int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                   struct CUstream_st *s) {
+    xg->alpha = nullptr;
+    return emu_gemm_prep(xg, x, R, cols, ldx, s);
+}
+extern "C" int splash_q4_expand_f16(const splash_q4_matrix *w, uint16_t *w16, struct CUstream_st *) {
+    const splash_qlayout L = splash_matrix_layout(SPLASH_Q4, w->rows, w->cols);
+    const int cols = w->cols, groups = cols / 64;
+    const uint8_t *codes = w->codes + L.q_offset;
+    const uint16_t *sc = (const uint16_t *)(w->codes + L.scales_offset), *bi = (const uint16_t *)(w->codes + L.biases_offset);
+    __half *out = (__half *)w16;
+    for (int r = 0; r < w->rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const uint8_t b = codes[(size_t)r * (cols / 2) + c / 2];
+            const int q = (c & 1) ? b >> 4 : b & 15;
+            const double s16 = __half2float(__float2half_rn(bf16f(sc[(size_t)r * groups + c / 64])));
+            const double b16 = __half2float(__float2half_rn(bf16f(bi[(size_t)r * groups + c / 64])));
+            out[(size_t)r * cols + c] = __double2half(q * s16 + b16); /* exact, then one rounding: the GPU's fma */
+        }
+    return 0;
+}
+struct splash_cuda_blas {
+    int unused;
+};
+extern "C" int splash_cuda_blas_open(splash_cuda_blas **out) {
+    const char *env = getenv("SPLASH_CUDA_BLAS");
+    *out = env && !strcmp(env, "0") ? nullptr : (splash_cuda_blas *)calloc(1, sizeof **out);
+    return *out ? 0 : SPLASH_E_UNSUPPORTED;
+}
+extern "C" void splash_cuda_blas_close(splash_cuda_blas *b) { free(b); }
+extern "C" int splash_cuda_blas_gemm(splash_cuda_blas *b, const uint16_t *w16, int N, int K, const uint16_t *x16, int R,
+                                     const float *alpha, const float *beta, float *y, void *ws, struct CUstream_st *) {
+    if (!b || !ws || N < 1 || K < 1 || R < 1) return SPLASH_E_INVALID;
+    const __half *w = (const __half *)w16, *x = (const __half *)x16;
+    for (int n = 0; n < R; n++)
+        for (int r = 0; r < N; r++) {
+            double acc = 0;
+            for (int c = 0; c < K; c++)
+                acc += (double)__half2float(w[(size_t)r * K + c]) * __half2float(x[(size_t)n * K + c]);
+            float *o = y + (size_t)n * N + r;
+            *o = *beta != 0.f ? fmaf(*alpha, (float)acc, *beta * *o) : *alpha * (float)acc;
+        }
+    return 0;
 }
 
 /* ---- plain products and rows ---------------------------------------------------------- */
@@ -449,14 +522,15 @@ extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *poo
     return 0;
 }
 
-extern "C" size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx) {
-    if (rows < 1 || n_heads < 1 || head_dim < 1 || max_ctx < 1) return 0;
-    return (size_t)rows * n_heads * head_dim * 4 * ((max_ctx + 255) / 256) + 64;
+extern "C" size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx, int split) {
+    if (rows < 1 || n_heads < 1 || head_dim < 1 || max_ctx < 1 || split < 0 || split % 64) return 0;
+    const int sp = split ? split : SPLASH_CUDA_ATTN_SPLIT;
+    return (size_t)rows * n_heads * head_dim * 4 * ((max_ctx + sp - 1) / sp) + 64; /* the GPU's order of size */
 }
 
 extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUstream_st *) {
     const splash_cuda_kv_layout *l = a->layout;
-    if (a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, l->head_dim, a->max_ctx))
+    if (a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, l->head_dim, a->max_ctx, a->split))
         return SPLASH_E_RANGE;
     cpu_kv_layout c = cpu_layout(l);
     cpu_attn_lane *cl = (cpu_attn_lane *)malloc(sizeof *cl * (size_t)a->n_lanes);
@@ -543,7 +617,15 @@ static int gdn(const splash_cuda_gdn_args *a, int chunked) {
     return 0;
 }
 extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *) { return gdn(a, 0); }
-extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *) { return gdn(a, 1); }
+extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks) {
+    return (size_t)hv * (3 * 64 * dk + 64 * dv + 64 * 64 + 3 * 64 + 4) * n_lanes * chunks; /* as the GPU's */
+}
+extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *) {
+    if (!a->ws || a->ws_floats < splash_cuda_gdn_chunked_ws_floats(a->hv, a->dk, a->dv, a->n_lanes, 1) ||
+        a->max_lane_rows < 1)
+        return SPLASH_E_INVALID;
+    return gdn(a, 1);
+}
 
 /* ---- MoE ---------------------------------------------------------------------------------------- */
 

@@ -131,7 +131,8 @@ typedef struct {
     int T, V;
     splash_package *pkg;
     Side cpu, gpu;   /* gpu: products 16 rows a launch everywhere (SPLASH_CUDA_GEMM=0), fp32-grade */
-    Side tc;         /* the GPU as served: bulk prefill rows on the tensor-core GEMM */
+    Side tc;         /* the GPU as served: bulk prefill rows on the tensor-core GEMM (q4_gemm.h) */
+    Side bl;         /* bulk prefill rows of >= 64 on cuBLASLt (blas.h; tc again where it does not load) */
     int ppl;             /* pages per lane */
     int32_t pages[LANES * MAX_T];
 } Fixture;
@@ -197,7 +198,12 @@ static int fixture_open(Fixture *f, const char *packages) {
     setenv("SPLASH_CUDA_GEMM", "0", 1);
     side_load(f, &f->gpu, 1);
     setenv("SPLASH_CUDA_GEMM", "1", 1);
+    setenv("SPLASH_CUDA_BLAS", "0", 1);
     side_load(f, &f->tc, 1);
+    unsetenv("SPLASH_CUDA_BLAS");
+    setenv("SPLASH_CUDA_BLAS_MIN_ROWS", "64", 1); /* the fixtures' prompts are shorter than the served minimum */
+    side_load(f, &f->bl, 1);
+    unsetenv("SPLASH_CUDA_BLAS_MIN_ROWS");
     if (f->cpu.nd->page_bytes != f->gpu.nd->page_bytes || f->cpu.nd->state_bytes != f->gpu.nd->state_bytes)
         die("the two backends declare different page or state sizes", NULL);
     return 0;
@@ -268,7 +274,7 @@ static void commit(Side *s, int slot, int n) {
 
 static void reset(Fixture *f, int slot) {
     if (splash_model_reset_slot(f->cpu.m, slot) || splash_model_reset_slot(f->gpu.m, slot) ||
-        splash_model_reset_slot(f->tc.m, slot))
+        splash_model_reset_slot(f->tc.m, slot) || splash_model_reset_slot(f->bl.m, slot))
         die("reset", NULL);
 }
 
@@ -318,15 +324,16 @@ static void case_prefill(Fixture *f, float *lc, float *lg) {
     check(f, what, lc, lg, f->T, kPrefillBound, gms, cms);
 }
 
-/* The GPU as served (tc): a prefill of T rows on the tensor-core GEMM
- * against the CPU, and its rows independent of the other lanes (bitwise). */
-static void case_tensor(Fixture *f, float *lc, float *lg) {
+/* The GPU as served (s: tc or bl): a prefill of T rows on the tensor-core
+ * GEMM against the CPU, and its rows independent of the other lanes
+ * (bitwise). */
+static void case_tensor(Fixture *f, Side *s, const char *how, float *lc, float *lg) {
     reset(f, 0);
     reset(f, 1);
     const double cms = run1(f, &f->cpu, 0, 0, f->T, SPLASH_LANE_PREFILL, lc);
-    const double gms = run1(f, &f->tc, 0, 0, f->T, SPLASH_LANE_PREFILL, lg);
+    const double gms = run1(f, s, 0, 0, f->T, SPLASH_LANE_PREFILL, lg);
     char what[40];
-    snprintf(what, sizeof what, "prefill %d, tensor cores", f->T);
+    snprintf(what, sizeof what, "prefill %d, %s", f->T, how);
     double worst, l2;
     compare(lc, lg, f->T, f->V, &worst, &l2);
     if (strstr(f->tag, "moe")) /* report() bounds its `worst` argument: the case's L2 here */
@@ -335,10 +342,11 @@ static void case_tensor(Fixture *f, float *lc, float *lg) {
         report(f->tag, what, f->T, worst, l2, kTensorBound, gms, cms);
     reset(f, 0);
     const LaneSpec a[2] = {{0, 0, 70, SPLASH_LANE_PREFILL}, {1, 0, 66, SPLASH_LANE_PREFILL}}; /* two bulk lanes */
-    run(f, &f->tc, a, 2, lc);
+    run(f, s, a, 2, lc);
     reset(f, 0);
-    run1(f, &f->tc, 0, 0, 70, SPLASH_LANE_PREFILL, lg);
-    report_exact(f->tag, "GPU tc: prefill lane alone = in batch", !memcmp(lc, lg, sizeof(float) * 70 * f->V));
+    run1(f, s, 0, 0, 70, SPLASH_LANE_PREFILL, lg);
+    snprintf(what, sizeof what, "GPU %s: lane alone = in batch", how);
+    report_exact(f->tag, what, !memcmp(lc, lg, sizeof(float) * 70 * f->V));
 }
 
 /* Prefill P on both sides (reported), then VERIFY blocks of `block` rows,
@@ -528,9 +536,9 @@ int main(int argc, char **argv) {
     SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
     static Fixture fx[] = {
-        {"dense-tiny", "dense-tiny-q4", "dense-tiny q4", {0}, 0, 0, NULL, {}, {}, {}, 0, {0}},
-        {"moe-tiny", "moe-tiny-q4", "moe-tiny q4", {0}, 0, 0, NULL, {}, {}, {}, 0, {0}},
-        {"dense-tiny", "dense-tiny-bf16", "dense-tiny bf16", {0}, 0, 0, NULL, {}, {}, {}, 0, {0}},
+        {"dense-tiny", "dense-tiny-q4", "dense-tiny q4", {0}, 0, 0, NULL, {}, {}, {}, {}, 0, {0}},
+        {"moe-tiny", "moe-tiny-q4", "moe-tiny q4", {0}, 0, 0, NULL, {}, {}, {}, {}, 0, {0}},
+        {"dense-tiny", "dense-tiny-bf16", "dense-tiny bf16", {0}, 0, 0, NULL, {}, {}, {}, {}, 0, {0}},
     };
     float *lc = (float *)malloc(sizeof(float) * MAX_T * 1024), *lg = (float *)malloc(sizeof(float) * MAX_T * 1024);
     int ran = 0;
@@ -540,7 +548,8 @@ int main(int argc, char **argv) {
         if (f->V > 1024) die("fixture vocabulary larger than the test's buffers", NULL);
         ran++;
         case_prefill(f, lc, lg);
-        case_tensor(f, lc, lg);
+        case_tensor(f, &f->tc, "tensor cores", lc, lg);
+        case_tensor(f, &f->bl, "cuBLASLt", lc, lg);
         case_blocks(f, 130, 1, 1, "decode 1 x 70 (verify+commit)", lc, lg);
         case_blocks(f, 130, 7, 0, "verify 7, accept 1..7", lc, lg);
         case_lanes(f, lc, lg);
@@ -550,6 +559,7 @@ int main(int argc, char **argv) {
         side_free(&f->cpu);
         side_free(&f->gpu);
         side_free(&f->tc);
+        side_free(&f->bl);
         splash_package_close(f->pkg);
     }
     free(lc), free(lg);

@@ -575,8 +575,8 @@ static void test_attention(const Shape *s, int format, const LaneSpec *ls, int n
     if (use_gate)
         for (size_t i = 0; i < N; i++) ref[i] = ref[i] * cpu_sigmoid(gate[i]);
     float *dq = dcopy(q, N), *dg = dcopy(gate, N), *dO = dfloats(N);
-    const size_t wsb = splash_cuda_attn_workspace_bytes(k.rows, H, hd, k.max_ctx);
-    void *ws = dmalloc(wsb);
+    const size_t wsb = splash_cuda_attn_workspace_bytes(k.rows, H, hd, k.max_ctx, 0);
+    void *ws = dmalloc(wsb); /* >= the long split's */
     poison(dO, N * 4);
     splash_cuda_attn_args a;
     memset(&a, 0, sizeof a);
@@ -591,9 +591,23 @@ static void test_attention(const Shape *s, int format, const LaneSpec *ls, int n
         a.layer = alternate_layers ? i & 1 : 1;
         return splash_cuda_attention(&a, NULL);
     });
-    char op[32];
+    char op[48];
     snprintf(op, sizeof op, "attention%s", use_gate ? " (+gate)" : "");
     report(op, sh, err, bound, us, k.kv_bytes + (use_gate ? 3.0 : 2.0) * N * 4);
+    /* the long split of bulk-prefill rows: the same bound, its own timing */
+    a.split = SPLASH_CUDA_ATTN_SPLIT_LONG, a.layer = 1;
+    poison(dO, N * 4);
+    rc = splash_cuda_attention(&a, NULL);
+    down(got, dO, N * 4);
+    err = rc ? INFINITY : rel_err(got, ref, N);
+    us = time_us([&](int i) {
+        a.layer = alternate_layers ? i & 1 : 1;
+        return splash_cuda_attention(&a, NULL);
+    });
+    snprintf(op, sizeof op, "attention%s, long split", use_gate ? " (+gate)" : "");
+    /* 4x the bound: a split sums up to 4,096 positions in one fp32 chain, not
+     * 128 (measured 9.95e-6 against 3.27e-6 at a 32K context) */
+    report(op, sh, err, 4 * bound, us, k.kv_bytes + (use_gate ? 3.0 : 2.0) * N * 4);
     free(q), free(gate), free(ref), free(got), free(scores);
     cudaFree(dq), cudaFree(dg), cudaFree(dO), cudaFree(ws);
     kv_free(&k);
@@ -898,6 +912,11 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
     a.lanes = dl, a.n_lanes = nl, a.hk = s->hk, a.hv = hv, a.dk = dk, a.dv = dv;
     a.mixed = g.dmixed, a.ldm = g.conv_dim, a.a = g.da, a.b = g.db, a.ldab = hv, a.neg_a = g.dna, a.dt_bias = g.ddt;
     a.o = dO, a.ldo = g.vd, a.z = g.dz, a.ldz = g.vd, a.norm_w = g.dnw, a.y = dY, a.ldy = g.vd, a.eps = kEps;
+    int max_rows = 0;
+    for (int i = 0; i < nl; i++) max_rows = lane_rows[i] > max_rows ? lane_rows[i] : max_rows;
+    /* a workspace of 2 chunks a lane: several prep / state launch pairs */
+    a.ws_floats = splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, nl, 2), a.ws = dfloats(a.ws_floats);
+    a.max_lane_rows = max_rows;
     poison(dO, NV * 4), poison(dY, NV * 4);
     int rc = splash_cuda_gdn_chunked(&a, NULL);
     float *go = hfloats(NV), *gy = hfloats(NV), *gs = hfloats(nl * hs_all);
@@ -931,6 +950,10 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
     float *tO = dfloats(TV), *tY = dfloats(TV);
     splash_cuda_gdn_args b = a;
     b.lanes = dtl, b.n_lanes = 1, b.mixed = t.dmixed, b.a = t.da, b.b = t.db, b.z = t.dz, b.o = tO, b.y = tY;
+    b.max_lane_rows = timing_rows; /* every chunk in the workspace: one launch pair */
+    b.ws_floats = splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, 1, (timing_rows + SPLASH_CUDA_GDN_CHUNK - 1) /
+                                                                       SPLASH_CUDA_GDN_CHUNK);
+    b.ws = dfloats(b.ws_floats);
     const double bytes = timing_rows * ((double)t.conv_dim + 2.0 * hv + 3.0 * t.vd) * 4 + 2.0 * hs_all * 4;
     snprintf(sh, sizeof sh, "%s 1 lane x %d rows (prefill)", s->name, timing_rows);
     { /* one lane: the chunked kernel splits each head's columns over 2-4 blocks (a cluster) */
@@ -943,6 +966,13 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
         SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
         report("gdn_chunked 1 lane (split heads) vs recurrent, y", sh, rc1 || rc2 ? INFINITY : rel_err(c1, c2, TV), 1e-4,
                -1, 0);
+        splash_cuda_gdn_args b1 = b; /* a workspace of one chunk: a launch pair a chunk, the same bits */
+        b1.ws_floats = splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, 1, 1);
+        rc2 = splash_cuda_gdn_chunked(&b1, NULL);
+        down(c2, tY, TV * 4);
+        SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
+        report("gdn_chunked: 1 chunk a launch = all at once (bitwise)", sh,
+               rc1 || rc2 || memcmp(c1, c2, TV * 4) ? INFINITY : 0, 0, -1, 0);
         free(c1), free(c2);
     }
     double us = time_us([&](int) { return splash_cuda_gdn_chunked(&b, NULL); });
@@ -953,7 +983,7 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
     free(qn), free(kn), free(gg), free(gb), free(slots), free(rslots), free(ro), free(ry), free(scratch), free(gl);
     free(go), free(gy), free(gs), free(ro2), free(rs2);
     cudaFree(dslots), cudaFree(dslots2), cudaFree(dO), cudaFree(dY), cudaFree(dl), cudaFree(dst), cudaFree(dtl);
-    cudaFree(tO), cudaFree(tY);
+    cudaFree(tO), cudaFree(tY), cudaFree(a.ws), cudaFree(b.ws);
     gdn_in_free(&g);
     gdn_in_free(&t);
 }

@@ -20,6 +20,7 @@
  * (test_q4_matmul --gemm runs only those).
  * Prints PASS/FAIL lines and ends with "N passed, N failed".
  */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,6 +30,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/blas.h"
 #include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 
@@ -692,6 +694,124 @@ static void test_gemm(const char *name, int rows, int cols, int R, uint64_t seed
     cudaFree(xd), cudaFree(yd), cudaFree(y2d), cudaFree(xgm), cudaFree(wdev);
 }
 
+/* The cuBLASLt path (blas.h): the matrix expanded to fp16 (every weight
+ * bitwise fp16(fp16(scale) * q + fp16(bias)), one rounding), x prepared
+ * with one power of two for all rows, then the GEMM: relative L2 against
+ * fp64 within the GEMM's bounds, a NaN-filled y written (beta 0 never
+ * reads it), y += W x (beta 1) within fp32 roundings of y + W x, and
+ * splash_q4_gemm reading the uniform preparation within the same bounds.
+ * Skipped (reported) where the library does not load. */
+static void test_blas(const char *name, int rows, int cols, int R, uint64_t seed) {
+    splash_cuda_blas *bl = NULL;
+    if (splash_cuda_blas_open(&bl)) {
+        printf("SKIP blas %s: cuBLASLt did not load\n", name);
+        return;
+    }
+    HostQ4 h;
+    host_q4_make(&h, rows, cols, seed);
+    const size_t tb = splash_q4_tiled_bytes(rows, cols);
+    uint8_t *tiled = (uint8_t *)malloc(tb);
+    if (!tiled || splash_q4_repack_host(h.blob, rows, cols, tiled, tb) != 0) exit(1);
+    splash_q4_matrix dm;
+    void *wdev = upload_tiled(tiled, rows, cols, &dm);
+    free(tiled);
+    const size_t nw = (size_t)rows * cols;
+    uint16_t *w16d, *w16h = (uint16_t *)malloc(nw * 2);
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&w16d, nw * 2));
+    int rc = splash_q4_expand_f16(&dm, w16d, NULL);
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    SPLASH_CUDA_CHECK(cudaMemcpy(w16h, w16d, nw * 2, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    const int groups = cols / 64;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            const uint8_t byte = h.codes[(size_t)r * (cols / 2) + c / 2];
+            const int q = (c & 1) ? byte >> 4 : byte & 15;
+            const double s16 = __half2float(__float2half_rn(bf16_to_f32(h.scales[(size_t)r * groups + c / 64])));
+            const double b16 = __half2float(__float2half_rn(bf16_to_f32(h.biases[(size_t)r * groups + c / 64])));
+            const __half e = __double2half(q * s16 + b16); /* exact in double, one rounding */
+            bad += memcmp(&e, w16h + (size_t)r * cols + c, 2) != 0;
+        }
+    result(rc == 0 && bad == 0, "blas %s %dx%d: fp16 expansion bitwise (%zu of %zu weights differ)", name, rows, cols,
+           bad, nw);
+
+    float *xh = (float *)malloc(sizeof(float) * R * cols);
+    for (int n = 0; n < R; n++)
+        for (int c = 0; c < cols; c++) { /* rows of three spreads, as test_gemm */
+            float v = rng_uniform(-1.f, 1.f) * (n % 3 == 2 ? 300.f : n % 3 == 1 ? 1e-3f : 1.f);
+            xh[(size_t)n * cols + c] = n == 5 ? fabsf(v) + 0.1f : v;
+        }
+    float *xd, *yd, *y2d;
+    void *xgm, *ws;
+    splash_q4_gemm_x xg;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&xd, sizeof(float) * R * cols));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&yd, sizeof(float) * R * rows));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&y2d, sizeof(float) * R * rows));
+    SPLASH_CUDA_CHECK(cudaMalloc(&xgm, splash_q4_gemm_x_bytes(R, cols)));
+    SPLASH_CUDA_CHECK(cudaMalloc(&ws, SPLASH_CUDA_BLAS_WORKSPACE));
+    SPLASH_CUDA_CHECK(cudaMemcpy(xd, xh, sizeof(float) * R * cols, cudaMemcpyHostToDevice));
+    if (splash_q4_gemm_x_init(&xg, xgm, R, cols)) exit(1);
+    SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, sizeof(float) * R * rows)); /* NaN */
+    rc = splash_q4_gemm_prep_uniform(&xg, xd, R, cols, (size_t)cols, NULL);
+    if (!rc) rc = splash_cuda_blas_gemm(bl, w16d, rows, cols, xg.hi, R, xg.alpha, xg.alpha + 1, yd, ws, NULL);
+    if (!rc) rc = splash_q4_gemm(&dm, &xg, y2d, 0, NULL); /* the built-in GEMM on the uniform preparation */
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    float *yh = (float *)malloc(sizeof(float) * R * rows), *y2h = (float *)malloc(sizeof(float) * R * rows);
+    SPLASH_CUDA_CHECK(cudaMemcpy(yh, yd, sizeof(float) * R * rows, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(y2h, y2d, sizeof(float) * R * rows, cudaMemcpyDeviceToHost));
+    int finite = 1;
+    for (size_t i = 0; i < (size_t)R * rows; i++) finite &= isfinite(yh[i]) && isfinite(y2h[i]) ? 1 : 0;
+    int *check = (int *)malloc(sizeof(int) * (rows < 4200 ? rows : 4200));
+    const int n_all = pick_rows(rows, check);
+    const int nc = n_all < 600 ? n_all : 600;
+    double *wr = (double *)malloc(sizeof(double) * cols);
+    double *num = (double *)calloc((size_t)2 * R, sizeof(double)), *den = (double *)calloc((size_t)R, sizeof(double));
+    for (int i = 0; i < nc; i++) {
+        const int r = check[(long)i * n_all / nc];
+        host_q4_row(&h, r, wr);
+        for (int n = 0; n < R; n++) {
+            double s = 0;
+            for (int c = 0; c < cols; c++) s += wr[c] * (double)xh[(size_t)n * cols + c];
+            const double d0 = yh[(size_t)n * rows + r] - s, d1 = y2h[(size_t)n * rows + r] - s;
+            num[n] += d0 * d0, num[R + n] += d1 * d1, den[n] += s * s;
+        }
+    }
+    double tn[2] = {0, 0}, td = 0, worst[2] = {0, 0};
+    for (int n = 0; n < R; n++) {
+        td += den[n];
+        for (int k = 0; k < 2; k++) {
+            tn[k] += num[k * R + n];
+            const double e = sqrt(num[k * R + n] / (den[n] > 0 ? den[n] : 1));
+            if (e > worst[k]) worst[k] = e;
+        }
+    }
+    free(num), free(den);
+    const double e0 = sqrt(tn[0] / (td > 0 ? td : 1)), e1 = sqrt(tn[1] / (td > 0 ? td : 1));
+    result(rc == 0 && finite && e0 <= kGemmTol && worst[0] <= 4 * kGemmTol,
+           "blas %s %dx%d, R=%d: rel L2 %.2e, worst x row %.2e", name, rows, cols, R, e0, worst[0]);
+    result(rc == 0 && e1 <= kGemmTol && worst[1] <= 4 * kGemmTol,
+           "blas %s: q4_gemm on the uniform preparation rel L2 %.2e, worst x row %.2e", name, e1, worst[1]);
+
+    /* y += W x: beta 1 (fp32: within a few roundings of y + the product) */
+    for (size_t i = 0; i < (size_t)R * rows; i++) y2h[i] = rng_uniform(-4.f, 4.f);
+    SPLASH_CUDA_CHECK(cudaMemcpy(y2d, y2h, sizeof(float) * R * rows, cudaMemcpyHostToDevice));
+    rc = splash_cuda_blas_gemm(bl, w16d, rows, cols, xg.hi, R, xg.alpha, xg.alpha + 2, y2d, ws, NULL);
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    float *sum = (float *)malloc(sizeof(float) * R * rows);
+    SPLASH_CUDA_CHECK(cudaMemcpy(sum, y2d, sizeof(float) * R * rows, cudaMemcpyDeviceToHost));
+    double worst_add = 0;
+    for (size_t i = 0; i < (size_t)R * rows; i++) {
+        const double want = (double)y2h[i] + yh[i];
+        const double e = fabs(sum[i] - want) / (fabs(want) + 1e-30);
+        if (fabs(want) > 1e-3 && e > worst_add) worst_add = e;
+    }
+    result(rc == 0 && worst_add <= 1e-6, "blas %s: y += W x within %.1e of y + (W x)", name, worst_add);
+
+    free(xh), free(yh), free(y2h), free(sum), free(check), free(wr), free(h.blob), free(w16h);
+    cudaFree(xd), cudaFree(yd), cudaFree(y2d), cudaFree(xgm), cudaFree(ws), cudaFree(wdev), cudaFree(w16d);
+    splash_cuda_blas_close(bl);
+}
+
 /* Scales outside fp16's normal range (or weights beyond 2^15) keep a matrix
  * off the GEMM. */
 static void test_gemm_fp16_ok(void) {
@@ -751,6 +871,9 @@ int main(int argc, char **argv) {
     test_gemm("tail", 520, 512, 300, 54);
     test_gemm("gdn qkv|z|b|a", 16480, 5120, 256, 55);
     test_gemm("ffn down", 5120, 17408, 130, 56);
+    test_blas("odd", 300, 192, 77, 57);
+    test_blas("tail", 520, 512, 300, 58);
+    test_blas("ffn down", 5120, 17408, 260, 59);
     if (gemm_only) {
         printf("%d passed, %d failed\n", n_pass, n_fail);
         return n_fail ? 1 : 0;

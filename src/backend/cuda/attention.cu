@@ -141,10 +141,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_split_kernel(const AttnAr
     const int nq = G * ln.n_rows - qv0; /* query vectors of this block */
     if (nq <= 0) return;
     const int nqb = nq < a.qchunk ? nq : a.qchunk;
-    const int p0 = blockIdx.z * kSplit;
+    const int p0 = blockIdx.z * a.split;
     const int last_lim = ln.n_past + (qv0 + nqb - 1) / G + 1; /* the block's longest context */
     if (p0 >= last_lim) return;
-    const int p1 = min(p0 + kSplit, last_lim);
+    const int p1 = min(p0 + a.split, last_lim);
 
     float *qs = smem;                       /* [qchunk][HD] */
     float *ks = qs + (size_t)a.qchunk * HD; /* [kTile][HD + 1] */
@@ -284,6 +284,8 @@ struct CombineArgs {
     size_t ldg, ldo;
     int n_lanes, rows, n_heads, head_dim;
     int n_splits; /* the split kernel's grid.z: splits that exist in the workspace */
+    int split;    /* positions per split */
+    int direct1;  /* the split kernel wrote the rows of one split (the int8 kernel does) */
 };
 
 /* fac[] of the combine kernel, in floats: the splits rounded up to 4.  The
@@ -315,7 +317,8 @@ __global__ void __launch_bounds__(kCombineDims * kCombineGroups) attn_combine_ke
     /* ctx <= max_ctx is the caller's promise (attention.h); a lane that breaks
      * it gets a wrong result for its last positions, never a read outside
      * the workspace or fac. */
-    const int ns = min((ctx + kSplit - 1) / kSplit, a.n_splits);
+    const int ns = min((ctx + a.split - 1) / a.split, a.n_splits);
+    if (ns == 1 && a.direct1) return; /* done by the split kernel */
     const size_t stride = (size_t)a.rows * a.n_heads; /* between splits, in (row, head) units */
     const size_t base = (size_t)row * a.n_heads + h;
     float mx = -INFINITY;
@@ -437,11 +440,12 @@ extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *poo
     return SPLASH_OK;
 }
 
-static int n_splits(int max_ctx) { return (max_ctx + kSplit - 1) / kSplit; }
+static int split_of(int split) { return split ? split : kSplit; }
+static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }
 
-extern "C" size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx) {
-    if (rows < 1 || n_heads < 1 || head_dim < 1 || max_ctx < 1) return 0;
-    const size_t units = (size_t)n_splits(max_ctx) * rows * n_heads;
+extern "C" size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx, int split) {
+    if (rows < 1 || n_heads < 1 || head_dim < 1 || max_ctx < 1 || split < 0 || split % 64) return 0;
+    const size_t units = (size_t)n_splits(max_ctx, split_of(split)) * rows * n_heads;
     return align64(units * head_dim * sizeof(float)) + align64(units * 2 * sizeof(float));
 }
 
@@ -451,15 +455,16 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     const int hd = l->head_dim;
     if (a->layer < 0 || a->layer >= l->n_layers || a->n_lanes < 0 || a->n_lanes > 65535 || a->rows < 0 ||
         a->rows > 65535 || a->max_lane_rows < 0 || a->max_ctx < 0 || a->n_heads < 1 || a->n_heads % l->kv_heads ||
-        a->n_heads > 65535 || a->max_ctx > kMaxSplits * kSplit)
+        a->n_heads > 65535 || a->split < 0 || a->split % 64 || a->max_ctx > kMaxSplits * split_of(a->split))
         return SPLASH_E_INVALID;
+    const int split = split_of(a->split);
     if (hd != 64 && hd != 128 && hd != 256) return SPLASH_E_UNSUPPORTED;
     if (l->format != kFmtF32 && l->format != kFmtBf16 && l->format != kFmtInt8) return SPLASH_E_UNSUPPORTED;
     if (a->rows == 0 || a->n_lanes == 0 || a->max_lane_rows == 0 || a->max_ctx == 0) return SPLASH_OK;
-    if (a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, hd, a->max_ctx))
+    if (a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, hd, a->max_ctx, a->split))
         return SPLASH_E_RANGE;
     const cudaStream_t s = (cudaStream_t)stream;
-    const int G = a->n_heads / l->kv_heads, splits = n_splits(a->max_ctx);
+    const int G = a->n_heads / l->kv_heads, splits = n_splits(a->max_ctx, split);
     const int nq = G * a->max_lane_rows;
 
     /* Query vectors per block: all of them when the (lane, kv head, split)
@@ -490,6 +495,8 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     k.n_heads = a->n_heads, k.group = G, k.rows = a->rows;
     k.qchunk = qchunk, k.n_qchunks = qchunks;
     k.scale = a->scale;
+    k.split = split;
+    k.out = a->out, k.gate = a->gate, k.ldo = a->ldo, k.ldg = a->ldg;
     const dim3 grid((unsigned)(l->kv_heads * qchunks), (unsigned)a->n_lanes, (unsigned)splits);
     int rc;
     if (int8)
@@ -506,7 +513,7 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     c.lanes = a->lanes, c.part_o = k.part_o, c.part_ml = k.part_ml, c.gate = a->gate, c.out = a->out;
     c.ldg = a->ldg, c.ldo = a->ldo;
     c.n_lanes = a->n_lanes, c.rows = a->rows, c.n_heads = a->n_heads, c.head_dim = hd;
-    c.n_splits = splits;
+    c.n_splits = splits, c.split = split, c.direct1 = int8;
     SPLASH_CUDA_TRY(
         launch_kernel(attn_combine_kernel,
                       dim3((unsigned)a->n_heads, (unsigned)a->rows, (unsigned)((hd + kCombineDims - 1) / kCombineDims)),

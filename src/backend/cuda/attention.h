@@ -23,7 +23,7 @@
  *
  * Attention = two launches (flash-decoding):
  *  1. split: one block per (kv head, query chunk, lane, split of
- *     SPLASH_CUDA_ATTN_SPLIT positions).  The block loads its query vectors
+ *     SPLASH_CUDA_ATTN_SPLIT positions, or the call's split).  The block loads its query vectors
  *     (the G = n_heads / kv_heads query heads of the kv head times the lane's
  *     rows: one K/V tile in shared memory serves all of them) and keeps an
  *     online softmax per query vector; it writes the unnormalised partial
@@ -34,7 +34,7 @@
  *     divides, and applies the output gate sigmoid(gate) when gate is not
  *     NULL.
  * The arithmetic per (row, head) depends only on its own inputs and the
- * fixed split length: results do not depend on the batch (other lanes, how
+ * split length: results do not depend on the batch (other lanes, how
  * many rows, max_ctx).  They agree with cpu_attention to fp32 rounding (the
  * softmax is accumulated online and in a different order).
  *
@@ -54,7 +54,10 @@ extern "C" {
 
 struct CUstream_st;
 
-#define SPLASH_CUDA_ATTN_SPLIT 128 /* positions per split block: fixes the arithmetic */
+#define SPLASH_CUDA_ATTN_SPLIT 128 /* positions per split block by default: fixes the arithmetic */
+/* A longer split for prefill rows (splash_cuda_attn_args.split): 32x fewer
+ * partials to write and merge, and still thousands of blocks. */
+#define SPLASH_CUDA_ATTN_SPLIT_LONG 4096
 
 /* The CPU's cpu_kv_layout, field for field (format is SPLASH_KV_* of
  * runtime/model.h: F32 0, BF16 1, INT8 2). */
@@ -84,7 +87,8 @@ int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *pool, int laye
                          const splash_cuda_attn_lane *lanes, int n_lanes, int rows, const float *k, size_t ldk,
                          const float *v, size_t ldv, struct CUstream_st *stream);
 
-size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx);
+/* split: positions per split (0: SPLASH_CUDA_ATTN_SPLIT), as the call's. */
+size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx, int split);
 
 typedef struct splash_cuda_attn_args {
     const splash_cuda_kv_layout *layout; /* host */
@@ -103,6 +107,8 @@ typedef struct splash_cuda_attn_args {
     float *out;                          /* [rows][n_heads * head_dim] */
     size_t ldo;
     float scale;                         /* head_dim^-0.5 */
+    int split;                           /* positions per split block: 0 (SPLASH_CUDA_ATTN_SPLIT) or a multiple of
+                                            64; a row's bits depend on it, so a lane keeps one */
     void *workspace;
     size_t workspace_bytes;
 } splash_cuda_attn_args;

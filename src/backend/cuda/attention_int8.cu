@@ -9,7 +9,7 @@
  * block stages its split's K and V bytes once (cp.async, int8 as stored)
  * and the tensor cores do both products for up to 32 query vectors.
  *
- * A block: one (lane, kv head, split of SPLASH_CUDA_ATTN_SPLIT positions,
+ * A block: one (lane, kv head, split of a.split positions,
  * chunk of <= 32 query vectors), 4 warps; warp w takes n-tile w of 8 query
  * vectors.  The split's positions pass through shared memory 64 at a time
  * (two stages: the smaller footprint lets ~4 blocks share an SM, whose
@@ -56,7 +56,6 @@ using namespace splash_cuda;
 
 namespace {
 
-constexpr int kSplit = SPLASH_CUDA_ATTN_SPLIT;
 constexpr int kStage = 64; /* positions in shared memory at a time: two stages per split */
 constexpr int kWarps = 4;
 constexpr int kPw = 9; /* floats per row of a warp's 16 x 8 P tile */
@@ -71,7 +70,7 @@ struct Geo {
 
 template <int HD>
 constexpr size_t smem_words(int qchunk) {
-    return (size_t)kStage * (Geo<HD>::KW + Geo<HD>::VW + 2) + 2 * kSplit + 2 * (size_t)qchunk * Geo<HD>::QW + qchunk +
+    return (size_t)kStage * (Geo<HD>::KW + Geo<HD>::VW + 2) + 2 * kStage + 2 * (size_t)qchunk * Geo<HD>::QW + qchunk +
            kWarps * 16 * kPw + kWarps;
 }
 
@@ -119,9 +118,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
     uint32_t *Ks = sm;                                            /* [kStage][KW] int8 K rows */
     uint32_t *Vs = Ks + kStage * GG::KW;                          /* [kStage][VW] int8 V rows */
     const uint8_t **rowp = reinterpret_cast<const uint8_t **>(Vs + kStage * GG::VW); /* [kStage] K row, NULL past p1 */
-    float *ksc = reinterpret_cast<float *>(rowp + kStage);        /* [kSplit] */
-    float *vsc = ksc + kSplit;                                    /* [kSplit] */
-    uint32_t *Qh = reinterpret_cast<uint32_t *>(vsc + kSplit);    /* [qchunk][QW] fp16 hi of q * 2^k */
+    float *ksc = reinterpret_cast<float *>(rowp + kStage);        /* [kStage] the stage's K scales */
+    float *vsc = ksc + kStage;                                    /* [kStage] */
+    uint32_t *Qh = reinterpret_cast<uint32_t *>(vsc + kStage);    /* [qchunk][QW] fp16 hi of q * 2^k */
     uint32_t *Ql = Qh + (size_t)a.qchunk * GG::QW;                /* lo */
     float *qinv = reinterpret_cast<float *>(Ql + (size_t)a.qchunk * GG::QW); /* [qchunk] 2^-k */
     float *Pw = qinv + a.qchunk;                                  /* [kWarps][16][kPw] */
@@ -134,26 +133,19 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
     const int nq = G * ln.n_rows - qv0;
     if (nq <= 0) return;
     const int nqb = min(nq, a.qchunk), nqt = (nqb + 7) / 8;
-    const int p0 = blockIdx.z * kSplit;
+    const int p0 = blockIdx.z * a.split;
     const int last_lim = ln.n_past + (qv0 + nqb - 1) / G + 1; /* the block's longest context */
     if (p0 >= last_lim) return;
-    const int p1 = min(p0 + kSplit, last_lim);
+    const int p1 = min(p0 + a.split, last_lim);
     const size_t vdelta = a.v_off - a.k_off;
 
-    /* 1. the split's scales (and the largest V scale), the query vectors as
-     * fp16 hi + lo of q * 2^k (a warp per vector; zero rows past nqb) */
+    /* 1. the split's largest V scale, the query vectors as fp16 hi + lo of
+     * q * 2^k (a warp per vector; zero rows past nqb) */
     float vmax = 0.f;
-    for (int r = tid; r < kSplit; r += blockDim.x) {
-        const int pos = p0 + r;
-        float sk = 0.f, sv = 0.f;
-        if (pos < p1) {
-            const size_t lb = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
-            const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
-            sk = reinterpret_cast<const float *>(a.pool + lb + a.ks_off)[ri]; /* kv_write's: coherent loads */
-            sv = reinterpret_cast<const float *>(a.pool + lb + a.vs_off)[ri];
-        }
-        ksc[r] = sk, vsc[r] = sv;
-        vmax = fmaxf(vmax, sv);
+    for (int pos = p0 + tid; pos < p1; pos += blockDim.x) {
+        const size_t lb = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
+        const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
+        vmax = fmaxf(vmax, reinterpret_cast<const float *>(a.pool + lb + a.vs_off)[ri]); /* kv_write's: coherent */
     }
     vmax = warp_max(vmax);
     if (lane == 0) red[warp] = vmax;
@@ -200,12 +192,18 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
     float *P = Pw + warp * 16 * kPw;
     for (int s0 = p0; s0 < p1; s0 += kStage) { /* uniform */
         if (s0 > p0) __syncthreads(); /* the previous stage is consumed */
-        if (tid < kStage) {
+        if (tid < kStage) { /* the stage's K rows and scales */
             const int pos = s0 + tid;
-            rowp[tid] = pos < p1 ? a.pool + (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes +
-                                       a.layer_off + a.k_off +
-                                       ((size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens)) * HD
-                                 : nullptr;
+            float sk = 0.f, sv = 0.f;
+            rowp[tid] = nullptr;
+            if (pos < p1) {
+                const size_t lb = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
+                const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
+                rowp[tid] = a.pool + lb + a.k_off + ri * HD;
+                sk = reinterpret_cast<const float *>(a.pool + lb + a.ks_off)[ri];
+                sv = reinterpret_cast<const float *>(a.pool + lb + a.vs_off)[ri];
+            }
+            ksc[tid] = sk, vsc[tid] = sv;
         }
         __syncthreads();
         for (int i = tid; i < 2 * kStage * GG::RP; i += blockDim.x) {
@@ -250,7 +248,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
                     mma16816(S2, a0, a1, a2, a3, bl.x, bl.y);
                 }
             }
-            const int ra_ = s0 - p0 + 16 * mt + g, rb_ = ra_ + 8, pa = p0 + ra_, pb = p0 + rb_;
+            const int ra_ = 16 * mt + g, rb_ = ra_ + 8, pa = s0 + ra_, pb = s0 + rb_; /* in the stage */
             const float kA = ksc[ra_], kB = ksc[rb_];
             const float s00 = pa < lim0 ? __fmul_rn(__fmul_rn(__fmul_rn(S[0] + S2[0], qi0), kA), a.scale) : -INFINITY;
             const float s01 = pa < lim1 ? __fmul_rn(__fmul_rn(__fmul_rn(S[1] + S2[1], qi1), kA), a.scale) : -INFINITY;
@@ -309,12 +307,29 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
     }
     if (!active) return;
 
-    /* 3. the partials of qa, qa + 1: O (times 2^-k of P), max, sum */
+    /* 3. the partials of qa, qa + 1: O (times 2^-k of P), max, sum; or,
+     * when the split is the query vector's whole context, its output: the
+     * combine's operations on one split (o / l, then the gate), so the same
+     * bits */
 #pragma unroll
     for (int c = 0; c < 2; c++) {
         const int q = qa + c;
         if (q >= nqb) continue;
         const int qv = qv0 + q, r = qv / G, h = kvh * G + qv % G;
+        if ((c ? lim1 : lim0) <= a.split) {
+            const size_t row = (size_t)(ln.first_row + r);
+            float *o = a.out + row * a.ldo + (size_t)h * HD;
+            const float *gt = a.gate ? a.gate + row * a.ldg + (size_t)h * HD : nullptr;
+            const float il = 1.0f / (c ? l1 : l0);
+#pragma unroll
+            for (int d = 0; d < GG::RP; d++) {
+                const int dim = 64 * (d >> 2) + 4 * g + (d & 3);
+                float v0 = __fmul_rn(O[d][c], pinv) * il, v1 = __fmul_rn(O[d][2 + c], pinv) * il;
+                if (gt) v0 = __fmul_rn(v0, sigmoidf_(gt[dim])), v1 = __fmul_rn(v1, sigmoidf_(gt[dim + 32]));
+                o[dim] = v0, o[dim + 32] = v1;
+            }
+            continue;
+        }
         const size_t idx = ((size_t)blockIdx.z * a.rows + (size_t)(ln.first_row + r)) * a.n_heads + h;
         float *o = a.part_o + idx * HD;
 #pragma unroll

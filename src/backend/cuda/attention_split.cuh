@@ -28,6 +28,12 @@ struct AttnArgs {
     int format, page_tokens;
     int n_heads, group, rows;
     int qchunk, n_qchunks; /* query vectors per block, blocks per (lane, kv head) */
+    int split;             /* positions per split block (a multiple of 64) */
+    /* the int8 kernel: a query vector whose whole context is one split (ctx
+     * <= split) gets its final output here, gated; the combine skips it */
+    float *out;
+    const float *gate;
+    size_t ldo, ldg;
     float scale;
 };
 

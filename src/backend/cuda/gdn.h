@@ -92,6 +92,9 @@ typedef struct splash_cuda_gdn_args {
     float *y;           /* [rows][hv*dv] gated-norm output, or NULL */
     size_t ldy;
     float eps;          /* of the gated norm */
+    float *ws;          /* splash_cuda_gdn_chunked only: device workspace of ws_floats floats, */
+    size_t ws_floats;
+    int max_lane_rows;  /* and a bound on every lane's n_rows */
 } splash_cuda_gdn_args;
 
 /* The checks both GDN cores make of their arguments: SPLASH_E_INVALID (a
@@ -106,8 +109,13 @@ int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st 
  * arguments and outputs as splash_cuda_gdn_recurrent; agrees with it (and
  * with cpu_gdn_chunked) to fp32 rounding, not bitwise, so a lane's rows must
  * all go through one of the two (verify and commit use the recurrence).
- * Uses ~210 KB of shared memory per block at dk = dv = 128. */
+ * Needs a workspace (a->ws): what each chunk needs before the state
+ * reaches it is made for many chunks in parallel and kept there; at least
+ * splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, n_lanes, 1) floats, and the
+ * more chunks it holds (up to every lane's), the fewer launches.  Uses
+ * ~210 KB of shared memory per block at dk = dv = 128. */
 #define SPLASH_CUDA_GDN_CHUNK 64
+size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks);
 int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *stream);
 
 #ifdef __cplusplus

@@ -286,6 +286,76 @@ __global__ void __launch_bounds__(kPrepThreads) q4_gemm_prep_kernel(const float 
     if (threadIdx.x == 0) inv_scale[n] = inv;
 }
 
+/* One power of two for all rows (splash_q4_gemm_prep_uniform): first the
+ * largest |x| of every row into *amax (non-negative floats order as their
+ * bits), then each row scaled by it. */
+__global__ void __launch_bounds__(kPrepThreads) q4_gemm_amax_kernel(const float *x, size_t ldx, int cols,
+                                                                    uint32_t *amax) {
+    pdl_begin();
+    __shared__ float red[32];
+    const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)blockIdx.x * ldx);
+    float mx = 0.f;
+    for (int i = threadIdx.x; i < cols / 4; i += kPrepThreads) {
+        const float4 v = xr[i];
+        mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    }
+    mx = warp_max(mx);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < kPrepThreads / 32; i++) mx = fmaxf(mx, red[i]);
+        atomicMax(amax, __float_as_uint(mx));
+    }
+}
+
+__global__ void __launch_bounds__(kPrepThreads) q4_gemm_prep_uniform_kernel(const float *x, size_t ldx, int cols,
+                                                                            const uint32_t *amax, uint16_t *hi,
+                                                                            float *inv_scale, float *alpha) {
+    pdl_begin();
+    const int n = blockIdx.x;
+    float scale, inv;
+    row_pow2_scale(__uint_as_float(*amax), scale, inv);
+    const float4 *xr = reinterpret_cast<const float4 *>(x + (size_t)n * ldx);
+    uint2 *hr = reinterpret_cast<uint2 *>(hi + (size_t)n * cols);
+    for (int i = threadIdx.x; i < cols / 4; i += kPrepThreads) {
+        const float4 v = xr[i];
+        const __half2 h01 = __floats2half2_rn(v.x * scale, v.y * scale), h23 = __floats2half2_rn(v.z * scale, v.w * scale);
+        hr[i] = make_uint2(*reinterpret_cast<const uint32_t *>(&h01), *reinterpret_cast<const uint32_t *>(&h23));
+    }
+    if (threadIdx.x == 0) {
+        inv_scale[n] = inv;
+        if (n == 0) alpha[0] = inv, alpha[1] = 0.f, alpha[2] = 1.f;
+    }
+}
+
+/* ---- the matrix expanded to fp16 (splash_q4_expand_f16) ---------------------- */
+
+constexpr int kExpandThreads = 256;
+constexpr size_t kPairCodes = 512, kPairSb = 64; /* bytes of one (row tile, group) */
+
+/* A warp per (row tile, group): the GEMM's own fp16 weights (weights_tile),
+ * each lane's 16 columns of rows g and g + 8 stored as two 16-byte runs. */
+__global__ void __launch_bounds__(kExpandThreads) q4_expand_kernel(const uint8_t *codes, const uint8_t *sb, int rows,
+                                                                   int groups, size_t pairs, uint16_t *w16) {
+    pdl_begin();
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const size_t cols = (size_t)groups * 64;
+    const size_t warps = (size_t)gridDim.x * (kExpandThreads / 32);
+    for (size_t i = (size_t)blockIdx.x * (kExpandThreads / 32) + (threadIdx.x >> 5); i < pairs; i += warps) {
+        const size_t T = i / (size_t)groups, G = i % (size_t)groups;
+        ATile A;
+        weights_tile(A, ld_stream16(codes + i * kPairCodes + lane * 16), ld_stream8(sb + i * kPairSb + g * 8));
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const size_t row = T * 16 + g + 8 * h;
+            if (row >= (size_t)rows) continue;
+            uint4 *dst = reinterpret_cast<uint4 *>(w16 + row * cols + G * 64 + 16 * t);
+            dst[0] = make_uint4(A.a[2 * h][0], A.a[2 * h][1], A.a[2 * h][2], A.a[2 * h][3]);
+            dst[1] = make_uint4(A.a[2 * h + 1][0], A.a[2 * h + 1][1], A.a[2 * h + 1][2], A.a[2 * h + 1][3]);
+        }
+    }
+}
+
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 0; }
@@ -318,26 +388,56 @@ extern "C" int splash_q4_tiled_fp16_ok(const uint8_t *tiled, int rows, int cols)
 
 extern "C" size_t splash_q4_gemm_x_bytes(int rows_cap, int cols_cap) {
     if (rows_cap <= 0 || cols_cap <= 0 || cols_cap % 64) return 0;
-    return align256((size_t)rows_cap * cols_cap * 2) + align256((size_t)rows_cap * 4);
+    return align256((size_t)rows_cap * cols_cap * 2) + align256((size_t)rows_cap * 4) + 256;
 }
 
 extern "C" int splash_q4_gemm_x_init(splash_q4_gemm_x *xg, void *dev_mem, int rows_cap, int cols_cap) {
     if (!xg || !dev_mem || !splash_q4_gemm_x_bytes(rows_cap, cols_cap)) return SPLASH_E_INVALID;
-    xg->hi = (uint16_t *)dev_mem;
-    xg->inv_scale = (float *)((uint8_t *)dev_mem + align256((size_t)rows_cap * cols_cap * 2));
+    uint8_t *p = (uint8_t *)dev_mem;
+    xg->hi = (uint16_t *)p;
+    p += align256((size_t)rows_cap * cols_cap * 2);
+    xg->inv_scale = (float *)p;
+    p += align256((size_t)rows_cap * 4);
+    xg->alpha = (float *)p, xg->amax = (uint32_t *)(p + 64);
     xg->R = 0, xg->cols = 0;
     xg->rows_cap = rows_cap, xg->cols_cap = cols_cap;
     return SPLASH_OK;
 }
 
+static bool prep_args_ok(const splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx) {
+    return xg && x && R > 0 && R <= xg->rows_cap && cols > 0 && cols % 64 == 0 && cols <= xg->cols_cap &&
+           ldx >= (size_t)cols && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0;
+}
+
 extern "C" int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
                                    struct CUstream_st *stream) {
-    if (!xg || !x || R <= 0 || R > xg->rows_cap || cols <= 0 || cols % 64 || cols > xg->cols_cap || ldx < (size_t)cols ||
-        ldx % 4 || ((uintptr_t)x & 15))
-        return SPLASH_E_INVALID;
+    if (!prep_args_ok(xg, x, R, cols, ldx)) return SPLASH_E_INVALID;
     SPLASH_CUDA_TRY(launch_kernel(q4_gemm_prep_kernel, R, kPrepThreads, 0, (cudaStream_t)stream, x, ldx, cols, xg->hi,
                                   xg->inv_scale));
     xg->R = R, xg->cols = cols;
+    return SPLASH_OK;
+}
+
+extern "C" int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                           struct CUstream_st *stream) {
+    if (!prep_args_ok(xg, x, R, cols, ldx)) return SPLASH_E_INVALID;
+    const cudaStream_t s = (cudaStream_t)stream;
+    SPLASH_CUDA_TRY(cudaMemsetAsync(xg->amax, 0, sizeof *xg->amax, s));
+    SPLASH_CUDA_TRY(launch_kernel(q4_gemm_amax_kernel, R, kPrepThreads, 0, s, x, ldx, cols, xg->amax));
+    SPLASH_CUDA_TRY(launch_kernel(q4_gemm_prep_uniform_kernel, R, kPrepThreads, 0, s, x, ldx, cols,
+                                  (const uint32_t *)xg->amax, xg->hi, xg->inv_scale, xg->alpha));
+    xg->R = R, xg->cols = cols;
+    return SPLASH_OK;
+}
+
+extern "C" int splash_q4_expand_f16(const splash_q4_matrix *w, uint16_t *w16, struct CUstream_st *stream) {
+    if (!w || !w16 || !w->codes || !w->sb || w->rows <= 0 || w->groups <= 0 || ((uintptr_t)w16 & 15))
+        return SPLASH_E_INVALID;
+    const size_t pairs = (size_t)w->tiles * (size_t)w->groups;
+    const size_t blocks = (pairs + kExpandThreads / 32 - 1) / (kExpandThreads / 32);
+    const unsigned grid = (unsigned)(blocks < 132 * 16 ? blocks : 132 * 16); /* the rest by the warps' loop */
+    SPLASH_CUDA_TRY(launch_kernel(q4_expand_kernel, grid, kExpandThreads, 0, (cudaStream_t)stream, w->codes, w->sb,
+                                  w->rows, w->groups, pairs, w16));
     return SPLASH_OK;
 }
 

@@ -45,6 +45,9 @@ int splash_q4_tiled_fp16_ok(const uint8_t *tiled, int rows, int cols);
 typedef struct splash_q4_gemm_x {
     uint16_t *hi;     /* fp16 [rows_cap][cols_cap], row stride cols */
     float *inv_scale; /* [rows_cap] */
+    float *alpha;     /* [3]: after splash_q4_gemm_prep_uniform, the rows' one 2^-k, then 0 and 1 (the scalars
+                         a dense fp16 GEMM takes as alpha and beta: blas.h) */
+    uint32_t *amax;   /* [1] the uniform preparation's largest |x| (float bits) */
     int R, cols;      /* set by splash_q4_gemm_prep */
     int rows_cap, cols_cap;
 } splash_q4_gemm_x;
@@ -54,6 +57,21 @@ size_t splash_q4_gemm_x_bytes(int rows_cap, int cols_cap);
 int splash_q4_gemm_x_init(splash_q4_gemm_x *xg, void *dev_mem, int rows_cap, int cols_cap);
 /* x: device fp32 [R][cols], row stride ldx floats.  Sets xg->R, xg->cols. */
 int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx, struct CUstream_st *stream);
+/* The same with one power of two for all R rows (the largest |x| among
+ * them just under 2^14): inv_scale[n] = alpha[0] for every row, so
+ * splash_q4_gemm reads it too, and a dense GEMM that scales all its rows
+ * alike by one alpha (blas.h) can take it.  Scaling by a power of two is
+ * exact, so a row's fp16 values are those of its own scaling unless they
+ * fall below fp16's normal range (2^-14 of 2^14: 28 binades under the
+ * largest |x|). */
+int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                struct CUstream_st *stream);
+
+/* The tiled matrix expanded to fp16, row-major [w->rows][w->cols]:
+ * w16[r * cols + c] = fp16(scale * q + bias), one rounding (f16x2 fma of
+ * the scale and bias made fp16, as q4_gemm's weights), for a dense fp16
+ * GEMM (blas.h).  Only for matrices splash_q4_tiled_fp16_ok accepts. */
+int splash_q4_expand_f16(const splash_q4_matrix *w, uint16_t *w16, struct CUstream_st *stream);
 
 /* y: device fp32 [R][w->rows] (row stride w->rows), R = xg->R, xg->cols ==
  * w->cols.  add = 0: y = W x (written, never read); add = 1: y += W x (the

@@ -89,12 +89,26 @@ static int model_by16(qc_model *m, const float *x, size_t ldx, int r0, int r1, c
 }
 
 /* Rows [r0, r1) through the q4 matrices of p that take the GEMM: x prepared
- * once, one launch per matrix. */
+ * once, then per matrix one launch of q4_gemm.h, or for QC_BLAS_MIN_ROWS rows
+ * or more (when cuBLASLt loaded) the matrix expanded to fp16 and cuBLASLt's
+ * GEMM (x with one power of two for the range, its alpha). */
 static int q4_gemm_rows(qc_model *m, const float *x, size_t ldx, int r0, int r1, const qc_prod *p, int n, int q4_cols) {
-    int rc = splash_q4_gemm_prep(&m->gx, x + (size_t)r0 * ldx, r1 - r0, q4_cols, ldx, m->stream);
-    for (int j = 0; j < n && !rc; j++)
-        if (p[j].w->is_q4 && p[j].w->gemm)
-            rc = splash_q4_gemm(&p[j].w->q4, &m->gx, p[j].y + (size_t)r0 * p[j].w->rows, p[j].add, m->stream);
+    const int R = r1 - r0, blas = m->wexp && R >= m->blas_min_rows;
+    int rc = blas ? splash_q4_gemm_prep_uniform(&m->gx, x + (size_t)r0 * ldx, R, q4_cols, ldx, m->stream)
+                  : splash_q4_gemm_prep(&m->gx, x + (size_t)r0 * ldx, R, q4_cols, ldx, m->stream);
+    for (int j = 0; j < n && !rc; j++) {
+        const qc_matrix *w = p[j].w;
+        if (!w->is_q4 || !w->gemm) continue;
+        float *y = p[j].y + (size_t)r0 * w->rows;
+        if (!blas || w->rows % 8) { /* cuBLASLt's fast kernels want 16-byte aligned rows of y */
+            rc = splash_q4_gemm(&w->q4, &m->gx, y, p[j].add, m->stream);
+            continue;
+        }
+        rc = splash_q4_expand_f16(&w->q4, m->wexp, m->stream);
+        if (!rc)
+            rc = splash_cuda_blas_gemm(m->blas, m->wexp, w->rows, w->cols, m->gx.hi, R, m->gx.alpha,
+                                       m->gx.alpha + (p[j].add ? 2 : 1), y, m->blas_ws, m->stream);
+    }
     return rc;
 }
 
@@ -192,24 +206,35 @@ static size_t build_desc(qc_fwd *f) {
         }
     }
     f->n_vrows = vrow;
-    /* bulk-prefill rows for the GEMM: chunked lanes, adjacent ones merged */
+    /* bulk-prefill rows for the GEMM: chunked lanes, adjacent ones merged
+     * unless cuBLASLt may take them (its algorithm, so a row's bits, depends
+     * on the range's rows, which must not depend on other lanes) */
     f->n_bulk = 0;
     for (int i = 0; i < b->n_lanes && m->gx_mem; i++) {
         const splash_lane *l = &b->lanes[i];
         if (!chunked_lane(l)) continue;
-        if (f->n_bulk && m->bulk[f->n_bulk - 1].r1 == l->first_row)
+        if (f->n_bulk && m->bulk[f->n_bulk - 1].r1 == l->first_row && !m->wexp)
             m->bulk[f->n_bulk - 1].r1 += l->n_rows;
         else
             m->bulk[f->n_bulk++] = qc_rows{l->first_row, l->first_row + l->n_rows};
     }
-    /* attention calls: batch rows [r0, r1) each, lanes cut to them */
+    /* attention calls: batch rows [r0, r1) each, lanes cut to them; the
+     * rows of bulk-prefill lanes in calls of their own with the long split
+     * (fewer partials; a lane keeps its kind, so its bits never depend on
+     * other lanes) */
     f->n_chunks = 0;
     if (d->n_attn) {
         splash_cuda_attn_lane *cl = (splash_cuda_attn_lane *)(h + p->clanes);
-        for (int r0 = 0; r0 < f->R; r0 += m->attn_rows) {
+        memset(m->row_bulk, 0, (size_t)f->R);
+        for (int i = 0; i < b->n_lanes; i++)
+            if (chunked_lane(&b->lanes[i])) memset(m->row_bulk + b->lanes[i].first_row, 1, (size_t)b->lanes[i].n_rows);
+        for (int r0 = 0, r1; r0 < f->R; r0 = r1) {
+            const int bulk = m->row_bulk[r0], cap = bulk ? m->attn_rows_long : m->attn_rows;
+            for (r1 = r0 + 1; r1 < f->R && r1 - r0 < cap && m->row_bulk[r1] == bulk; r1++) {
+            }
             qc_chunk *c = &m->chunks[f->n_chunks];
             splash_cuda_attn_lane *out = cl + (size_t)f->n_chunks * m->max_lanes;
-            c->r0 = r0, c->r1 = r0 + m->attn_rows < f->R ? r0 + m->attn_rows : f->R;
+            c->r0 = r0, c->r1 = r1, c->split = bulk ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
             c->n_lanes = c->max_lane_rows = c->max_ctx = 0;
             for (int i = 0; i < b->n_lanes; i++) {
                 const int a0 = al[i].first_row > c->r0 ? al[i].first_row : c->r0;

@@ -94,6 +94,7 @@ int qc_attn_layer(qc_fwd *f, const qc_layer *L) {
         a.gate = m->agate + (size_t)ch->r0 * qw, a.ldg = qw;
         a.out = m->aout + (size_t)ch->r0 * qw, a.ldo = qw;
         a.scale = (float)pow((double)hd, -0.5);
+        a.split = ch->split;
         a.workspace = m->attn_ws, a.workspace_bytes = m->attn_ws_bytes;
         QC_TRY(f, splash_cuda_attention(&a, m->stream));
     }
@@ -144,6 +145,7 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     }
     if (f->n_chunked) {
         a.lanes = lanes + f->n_rec, a.n_lanes = f->n_chunked;
+        a.ws = m->gdn_ws, a.ws_floats = m->gdn_ws_floats, a.max_lane_rows = f->max_lane_rows;
         QC_TRY(f, splash_cuda_gdn_chunked(&a, m->stream));
     }
     return residual(f, &L->out_proj, y, VD);

@@ -19,6 +19,7 @@
 #define DEFAULT_MAX_ROWS 512
 #define ATTN_WORKSPACE_BUDGET ((size_t)256 << 20) /* bytes; bounds rows per attention call */
 #define HEAD_ROWS 64                              /* logits rows per lm_head pass */
+#define GDN_WORKSPACE_BUDGET ((size_t)256 << 20)  /* bytes of prepared GDN chunks (gdn.h): 36 of the 27B's a launch */
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -37,6 +38,22 @@ static void *carve(bump *b, size_t bytes) {
     return p;
 }
 #define CARVE_F(b, n) ((float *)carve(b, (size_t)(n) * sizeof(float)))
+
+/* The most weights of a q4 matrix the GEMM reads (qc_matrix.gemm): the
+ * size of its fp16 expansion for cuBLASLt. */
+static size_t gemm_weights_max(const qc_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->d.n_layers; i++) {
+        const qc_layer *L = &m->w.layers[i];
+        const qc_matrix *mats[] = {&L->q_proj, &L->k_proj, &L->v_proj, &L->o_proj, &L->in_qkv, &L->in_z,
+                                   &L->in_b, &L->in_a, &L->out_proj, &L->gate, &L->up, &L->down,
+                                   &L->router, &L->shared_gate, &L->shared_up, &L->shared_down,
+                                   &L->shared_expert_gate, &L->attn_in, &L->gdn_in, &L->ffn_in, &L->gates_in};
+        for (size_t j = 0; j < sizeof mats / sizeof *mats; j++)
+            if (mats[j]->is_q4 && mats[j]->gemm) n = maxz(n, (size_t)mats[j]->rows * (size_t)mats[j]->cols);
+    }
+    return n;
+}
 
 static void plan_scratch(qc_model *m, bump *b) {
     const qwen35_dims *d = &m->d;
@@ -90,9 +107,23 @@ static void plan_scratch(qc_model *m, bump *b) {
         m->commit_dev = (splash_cuda_gdn_lane *)carve(b, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane));
         m->commit_conv = CARVE_F(b, (size_t)QC_COMMIT_BRANCHES * QWEN35_MAX_VERIFY_ROWS * C);
     }
+    m->gdn_ws = nullptr, m->gdn_ws_floats = 0;
+    if (d->n_gdn && m->max_rows >= QWEN35_CHUNKED_MIN_ROWS) { /* the chunked kernel's prepared chunks */
+        const int lanes = m->max_lanes < m->max_rows / QWEN35_CHUNKED_MIN_ROWS ? m->max_lanes
+                                                                              : m->max_rows / QWEN35_CHUNKED_MIN_ROWS;
+        const size_t one = splash_cuda_gdn_chunked_ws_floats(d->hv, d->dk, d->dv, lanes, 1);
+        const size_t all = one * (size_t)((m->max_rows + SPLASH_CUDA_GDN_CHUNK - 1) / SPLASH_CUDA_GDN_CHUNK);
+        m->gdn_ws_floats = maxz(one, all < GDN_WORKSPACE_BUDGET / sizeof(float) ? all : GDN_WORKSPACE_BUDGET / sizeof(float));
+        m->gdn_ws = CARVE_F(b, m->gdn_ws_floats);
+    }
     if (m->w.max_q4_cols) m->xprep_mem = carve(b, splash_q4_xprep_bytes(m->w.max_q4_cols));
-    if (m->use_gemm && m->w.max_q4_cols && m->max_rows >= QWEN35_CHUNKED_MIN_ROWS) /* bulk prefill lanes exist */
-        m->gx_mem = carve(b, splash_q4_gemm_x_bytes(m->max_rows, m->w.max_q4_cols));
+    const bool bulk = m->use_gemm && m->w.max_q4_cols && m->max_rows >= QWEN35_CHUNKED_MIN_ROWS; /* lanes exist */
+    if (bulk) m->gx_mem = carve(b, splash_q4_gemm_x_bytes(m->max_rows, m->w.max_q4_cols));
+    m->wexp = nullptr, m->blas_ws = nullptr;
+    if (bulk && m->blas && m->max_rows >= m->blas_min_rows) {
+        m->wexp = (uint16_t *)carve(b, gemm_weights_max(m) * sizeof(uint16_t));
+        m->blas_ws = carve(b, SPLASH_CUDA_BLAS_WORKSPACE);
+    }
 }
 
 static int alloc_scratch(qc_model *m, splash_error *err) {
@@ -136,7 +167,8 @@ static void free_attach(qc_model *m) {
     if (m->desc_dev) cudaFree(m->desc_dev);
     if (m->desc_host) cudaFreeHost(m->desc_host);
     free(m->chunks);
-    m->attn_ws = nullptr, m->desc_dev = nullptr, m->desc_host = nullptr, m->chunks = nullptr;
+    free(m->row_bulk);
+    m->attn_ws = nullptr, m->desc_dev = nullptr, m->desc_host = nullptr, m->chunks = nullptr, m->row_bulk = nullptr;
     m->attn_ws_bytes = 0;
 }
 
@@ -148,6 +180,7 @@ static void c_free(void *impl) {
     if (m->scratch) cudaFree(m->scratch);
     if (m->commit_host) cudaFreeHost(m->commit_host);
     splash_cuda_moe_scratch_free(&m->moe);
+    splash_cuda_blas_close(m->blas);
     qc_weights_free(&m->w);
     if (m->stream) cudaStreamDestroy((cudaStream_t)m->stream);
     for (int i = 0; i < QC_COMMIT_BRANCHES; i++) {
@@ -261,6 +294,13 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
     }
     m->gdn_state_floats = d->n_gdn ? (size_t)(d->conv_kernel - 1) * d->conv_dim + (size_t)d->hv * d->dk * d->dv : 0;
     m->state_floats = (size_t)d->n_gdn * m->gdn_state_floats;
+    /* cuBLASLt for long prefill chunks, when the library is there (else the
+     * built-in GEMM takes them: same results within fp16 roundings) */
+    {
+        const char *v = getenv("SPLASH_CUDA_BLAS_MIN_ROWS"); /* tests: the fixtures' prompts are short */
+        m->blas_min_rows = v && atoi(v) > 0 ? atoi(v) : QC_BLAS_MIN_ROWS;
+    }
+    if (m->use_gemm && o.max_rows >= m->blas_min_rows && splash_cuda_blas_open(&m->blas)) m->blas = nullptr;
     if ((rc = alloc_scratch(m, err))) goto fail;
     m->needs.page_tokens = QWEN35_PAGE_TOKENS;
     m->needs.page_bytes = d->n_attn ? m->kv.page_bytes : 0;
@@ -311,32 +351,40 @@ static int c_attach(void *impl, void *kv_pages, int n_pages, void *states, int n
     cudaStreamSynchronize((cudaStream_t)m->stream);
     free_attach(m);
     m->kv_pool = nullptr, m->states = nullptr, m->n_pages = 0, m->n_slots = 0, m->n_pending = 0;
-    int ctx = d->max_positions, ws_rows = m->max_rows; /* no attention: one chunk */
+    int ctx = d->max_positions, ws_rows = m->max_rows, ws_rows_long = m->max_rows; /* no attention: one chunk */
     size_t ws = 0;
     if (d->n_attn) {
         const int64_t pool_ctx = (int64_t)n_pages * QWEN35_PAGE_TOKENS;
         if (pool_ctx < ctx) ctx = (int)pool_ctx;
         if (ctx > 0) {
-            const size_t one = splash_cuda_attn_workspace_bytes(1, d->heads, d->head_dim, ctx);
-            if (!one) return splash_fail(err, SPLASH_E_RANGE, "attach: attention context %d unsupported", ctx);
-            size_t rows = ATTN_WORKSPACE_BUDGET / one;
-            if (rows < 1) rows = 1;
-            if (rows > (size_t)m->max_rows) rows = (size_t)m->max_rows;
-            ws_rows = (int)rows;
-            ws = splash_cuda_attn_workspace_bytes(ws_rows, d->heads, d->head_dim, ctx);
+            /* rows per call of either split that the workspace budget holds */
+            for (int kind = 0; kind < 2; kind++) {
+                const int split = kind ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
+                const size_t one = splash_cuda_attn_workspace_bytes(1, d->heads, d->head_dim, ctx, split);
+                if (!one) return splash_fail(err, SPLASH_E_RANGE, "attach: attention context %d unsupported", ctx);
+                size_t rows = ATTN_WORKSPACE_BUDGET / one;
+                if (rows < 1) rows = 1;
+                if (rows > (size_t)m->max_rows) rows = (size_t)m->max_rows;
+                (kind ? ws_rows_long : ws_rows) = (int)rows;
+                ws = maxz(ws, splash_cuda_attn_workspace_bytes((int)rows, d->heads, d->head_dim, ctx, split));
+            }
         }
     }
     m->ctx_cap = ctx;
     m->pages_per_lane = d->n_attn ? (ctx + QWEN35_PAGE_TOKENS - 1) / QWEN35_PAGE_TOKENS : 0;
-    m->attn_rows = ws_rows;
-    m->max_chunks = (m->max_rows + ws_rows - 1) / ws_rows;
+    m->attn_rows = ws_rows, m->attn_rows_long = ws_rows_long;
+    /* a call ends when full, where the rows change kind (at most twice a
+     * bulk lane: into it and out of it), or at the last row */
+    m->max_chunks = (m->max_rows + ws_rows - 1) / ws_rows + (m->max_rows + ws_rows_long - 1) / ws_rows_long +
+                    2 * m->max_lanes + 1;
     m->plan = plan_desc(m);
     cudaError_t e = cudaSuccess;
     if (ws) e = cudaMalloc(&m->attn_ws, ws);
     if (e == cudaSuccess) e = cudaMalloc((void **)&m->desc_dev, m->plan.bytes);
     if (e == cudaSuccess) e = cudaMallocHost((void **)&m->desc_host, m->plan.bytes);
     m->chunks = (qc_chunk *)calloc((size_t)m->max_chunks, sizeof *m->chunks);
-    if (e != cudaSuccess || !m->chunks) {
+    m->row_bulk = (uint8_t *)malloc((size_t)m->max_rows);
+    if (e != cudaSuccess || !m->chunks || !m->row_bulk) {
         free_attach(m); /* what was allocated (the pointers started NULL) */
         return splash_fail(err, SPLASH_E_NOMEM, "attach: attention workspace (%zu MiB) and forward descriptor: %s",
                            ws >> 20, e != cudaSuccess ? cudaGetErrorString(e) : "out of host memory");

@@ -51,6 +51,7 @@ extern "C" {
 #include "models/qwen35/qwen35.h"
 }
 #include "backend/cuda/argmax.h"
+#include "backend/cuda/blas.h"
 #include "backend/cuda/attention.h"
 #include "backend/cuda/dense_matmul.h"
 #include "backend/cuda/gdn.h"
@@ -164,6 +165,7 @@ typedef struct qc_desc_plan {
 /* One attention call: batch rows [r0, r1) and the lanes that own them. */
 typedef struct qc_chunk {
     int r0, r1, n_lanes, max_lane_rows, max_ctx;
+    int split;                     /* splash_cuda_attn_args.split: 0, or the long split for bulk-prefill rows */
 } qc_chunk;
 
 /* Batch rows [r0, r1). */
@@ -180,6 +182,10 @@ typedef struct qc_pending {
 #define QC_MAX_GRAPHS 16     /* shape keys kept, least recently used evicted */
 #define QC_GRAPH_LANES 64    /* batches of more lanes run eagerly */
 #define QC_COMMIT_BRANCHES 8 /* GDN layers replayed at once by a commit */
+/* Bulk-prefill ranges of at least this many rows take cuBLASLt (blas.h)
+ * when it loaded: below it the fp16 expansion of each matrix costs more
+ * than the faster GEMM saves (NOTES.md, bench_q4_matmul --gemm). */
+#define QC_BLAS_MIN_ROWS 256
 #define QC_GRAPH_KEY_MAX (7 + QC_GRAPH_LANES)
 
 /* One shape key's graph: seen once -> eager; twice -> captured, then replayed. */
@@ -213,7 +219,9 @@ typedef struct qc_model {
     int ctx_cap;                   /* longest context: min(pool, max_positions) */
     int pages_per_lane;            /* ceil(ctx_cap / page_tokens) */
     int attn_rows;                 /* rows per attention call (bounds the workspace) */
-    int max_chunks;                /* ceil(max_rows / attn_rows) */
+    int attn_rows_long;            /* the same for bulk-prefill rows (SPLASH_CUDA_ATTN_SPLIT_LONG) */
+    int max_chunks;                /* attention calls of a forward at most */
+    uint8_t *row_bulk;             /* host [max_rows]: 1 for a row of a bulk-prefill lane (build_desc) */
     void *attn_ws;                 /* device */
     size_t attn_ws_bytes;
     qc_chunk *chunks;              /* host [max_chunks] */
@@ -248,11 +256,17 @@ typedef struct qc_model {
     int verify_cap;
     size_t vsave_row;              /* C + 2 Hv */
     float *vstate;                 /* [max_lanes][Hv][dk][dv] a verify lane's state after its rows */
+    float *gdn_ws;                 /* the chunked GDN kernel's workspace (gdn.h), gdn_ws_floats */
+    size_t gdn_ws_floats;
     void *xprep_mem;
     splash_q4_xprep xp;            /* prepared activation of the q4 products */
     void *gx_mem;
     splash_q4_gemm_x gx;           /* x prepared for the GEMM: [max_rows][max_q4_cols] fp16 (none when
                                       max_rows < QWEN35_CHUNKED_MIN_ROWS) */
+    splash_cuda_blas *blas;        /* cuBLASLt (blas.h) when it loaded and the GEMM is on, else NULL */
+    uint16_t *wexp;                /* [the largest GEMM matrix] fp16: a q4 matrix expanded for blas (NULL: none) */
+    void *blas_ws;                 /* SPLASH_CUDA_BLAS_WORKSPACE bytes */
+    int blas_min_rows;             /* QC_BLAS_MIN_ROWS, or SPLASH_CUDA_BLAS_MIN_ROWS (tests) */
     const float *xp_src;           /* what xp holds (its first 16 rows, stride xp_ld) when a fused producer
                                       made it (norm, SwiGLU: qc_products then skips the prep); else NULL */
     size_t xp_ld;
