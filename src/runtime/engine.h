@@ -129,6 +129,8 @@ int splash_gen_wait(splash_gen *g, int timeout_ms, strbuf *out, splash_gen_take 
  * the gen has logprobs, lps (either may be NULL); returns how many. */
 int splash_gen_records(splash_gen *g, int from, int max, splash_gen_token *toks, splash_logprobs *lps);
 
+#define SPLASH_GPU_PREFILL_CHUNK 2048
+
 typedef struct splash_engine_options {
     const char *model_dir;
     const char *device; /* "cpu" (NULL too), "cuda" or "auto" (splash_device_resolve) */
@@ -136,7 +138,7 @@ typedef struct splash_engine_options {
     int max_context; /* tokens per request (prompt + output); 0 = the model's limit, capped */
     int max_lanes;   /* requests decoding together (default 4) */
     int max_queue;   /* requests waiting for a lane (default 64) */
-    int prefill_chunk; /* rows per forward call (default 256) */
+    int prefill_chunk; /* rows per forward call (default 256; on a GPU SPLASH_GPU_PREFILL_CHUNK) */
     int slice_ms;      /* prefill slice time target while others decode (default 500, min 64 rows) */
     int kv_format;     /* splash_kv_format (0 = f32, exact; serve passes its --kv-format, int8 by default) */
     int cpu_activations; /* splash_cpu_act of q4/q8 products on the CPU (0 = auto: int8) */
