@@ -132,7 +132,7 @@ typedef struct {
     splash_package *pkg;
     Side cpu, gpu;   /* gpu: products 16 rows a launch everywhere (SPLASH_CUDA_GEMM=0), fp32-grade */
     Side tc;         /* the GPU as served: bulk prefill rows on the tensor-core GEMM (q4_gemm.h) */
-    Side bl;         /* bulk prefill rows of >= 64 on cuBLASLt (blas.h; tc again where it does not load) */
+    Side bl;         /* bulk prefill rows of >= 64 on cuBLASLt, every matrix (blas.h; tc again where it does not load) */
     int ppl;             /* pages per lane */
     int32_t pages[LANES * MAX_T];
 } Fixture;
@@ -202,8 +202,10 @@ static int fixture_open(Fixture *f, const char *packages) {
     side_load(f, &f->tc, 1);
     unsetenv("SPLASH_CUDA_BLAS");
     setenv("SPLASH_CUDA_BLAS_MIN_ROWS", "64", 1); /* the fixtures' prompts are shorter than the served minimum */
+    setenv("SPLASH_CUDA_BLAS_MIN_WEIGHTS", "1", 1); /* and their matrices smaller */
     side_load(f, &f->bl, 1);
     unsetenv("SPLASH_CUDA_BLAS_MIN_ROWS");
+    unsetenv("SPLASH_CUDA_BLAS_MIN_WEIGHTS");
     if (f->cpu.nd->page_bytes != f->gpu.nd->page_bytes || f->cpu.nd->state_bytes != f->gpu.nd->state_bytes)
         die("the two backends declare different page or state sizes", NULL);
     return 0;

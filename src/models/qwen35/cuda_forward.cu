@@ -93,14 +93,16 @@ static int model_by16(qc_model *m, const float *x, size_t ldx, int r0, int r1, c
  * or more (when cuBLASLt loaded) the matrix expanded to fp16 and cuBLASLt's
  * GEMM (x with one power of two for the range, its alpha). */
 static int q4_gemm_rows(qc_model *m, const float *x, size_t ldx, int r0, int r1, const qc_prod *p, int n, int q4_cols) {
-    const int R = r1 - r0, blas = m->wexp && R >= m->blas_min_rows;
+    const int R = r1 - r0;
+    int blas = 0; /* some matrix takes cuBLASLt: x prepared for it (q4_gemm reads that preparation too) */
+    for (int j = 0; j < n && m->wexp && R >= m->blas_min_rows; j++) blas |= qc_blas_shape(m, p[j].w);
     int rc = blas ? splash_q4_gemm_prep_uniform(&m->gx, x + (size_t)r0 * ldx, R, q4_cols, ldx, m->stream)
                   : splash_q4_gemm_prep(&m->gx, x + (size_t)r0 * ldx, R, q4_cols, ldx, m->stream);
     for (int j = 0; j < n && !rc; j++) {
         const qc_matrix *w = p[j].w;
         if (!w->is_q4 || !w->gemm) continue;
         float *y = p[j].y + (size_t)r0 * w->rows;
-        if (!blas || w->rows % 8) { /* cuBLASLt's fast kernels want 16-byte aligned rows of y */
+        if (!blas || !qc_blas_shape(m, w)) {
             rc = splash_q4_gemm(&w->q4, &m->gx, y, p[j].add, m->stream);
             continue;
         }

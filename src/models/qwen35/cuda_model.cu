@@ -39,8 +39,8 @@ static void *carve(bump *b, size_t bytes) {
 }
 #define CARVE_F(b, n) ((float *)carve(b, (size_t)(n) * sizeof(float)))
 
-/* The most weights of a q4 matrix the GEMM reads (qc_matrix.gemm): the
- * size of its fp16 expansion for cuBLASLt. */
+/* The most weights of a q4 matrix cuBLASLt may take (qc_blas_shape): the
+ * size of its fp16 expansion; 0: none. */
 static size_t gemm_weights_max(const qc_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->d.n_layers; i++) {
@@ -50,7 +50,7 @@ static size_t gemm_weights_max(const qc_model *m) {
                                    &L->router, &L->shared_gate, &L->shared_up, &L->shared_down,
                                    &L->shared_expert_gate, &L->attn_in, &L->gdn_in, &L->ffn_in, &L->gates_in};
         for (size_t j = 0; j < sizeof mats / sizeof *mats; j++)
-            if (mats[j]->is_q4 && mats[j]->gemm) n = maxz(n, (size_t)mats[j]->rows * (size_t)mats[j]->cols);
+            if (qc_blas_shape(m, mats[j])) n = maxz(n, (size_t)mats[j]->rows * (size_t)mats[j]->cols);
     }
     return n;
 }
@@ -296,11 +296,13 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
     m->state_floats = (size_t)d->n_gdn * m->gdn_state_floats;
     /* cuBLASLt for long prefill chunks, when the library is there (else the
      * built-in GEMM takes them: same results within fp16 roundings) */
-    {
-        const char *v = getenv("SPLASH_CUDA_BLAS_MIN_ROWS"); /* tests: the fixtures' prompts are short */
+    { /* tests: the fixtures' prompts are short and their matrices small */
+        const char *v = getenv("SPLASH_CUDA_BLAS_MIN_ROWS"), *w = getenv("SPLASH_CUDA_BLAS_MIN_WEIGHTS");
         m->blas_min_rows = v && atoi(v) > 0 ? atoi(v) : QC_BLAS_MIN_ROWS;
+        m->blas_min_weights = w && atoll(w) > 0 ? (size_t)atoll(w) : QC_BLAS_MIN_WEIGHTS;
     }
-    if (m->use_gemm && o.max_rows >= m->blas_min_rows && splash_cuda_blas_open(&m->blas)) m->blas = nullptr;
+    if (m->use_gemm && o.max_rows >= m->blas_min_rows && gemm_weights_max(m) && splash_cuda_blas_open(&m->blas))
+        m->blas = nullptr;
     if ((rc = alloc_scratch(m, err))) goto fail;
     m->needs.page_tokens = QWEN35_PAGE_TOKENS;
     m->needs.page_bytes = d->n_attn ? m->kv.page_bytes : 0;

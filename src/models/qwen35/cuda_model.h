@@ -186,6 +186,12 @@ typedef struct qc_pending {
  * when it loaded: below it the fp16 expansion of each matrix costs more
  * than the faster GEMM saves (NOTES.md, bench_q4_matmul --gemm). */
 #define QC_BLAS_MIN_ROWS 256
+/* ... and matrices of at least this many weights whose rows are a multiple
+ * of 8 (cuBLASLt's fast kernels want 16-byte aligned rows of y): on the
+ * default model's small matrices the expansion and the library's per-call
+ * cost lost to q4_gemm (eval of 1,024 tokens 3,663-3,829 -> 2,726-2,877
+ * tokens/s; NOTES.md), and such a model then never loads the library. */
+#define QC_BLAS_MIN_WEIGHTS ((size_t)8 << 20)
 #define QC_GRAPH_KEY_MAX (7 + QC_GRAPH_LANES)
 
 /* One shape key's graph: seen once -> eager; twice -> captured, then replayed. */
@@ -267,6 +273,7 @@ typedef struct qc_model {
     uint16_t *wexp;                /* [the largest GEMM matrix] fp16: a q4 matrix expanded for blas (NULL: none) */
     void *blas_ws;                 /* SPLASH_CUDA_BLAS_WORKSPACE bytes */
     int blas_min_rows;             /* QC_BLAS_MIN_ROWS, or SPLASH_CUDA_BLAS_MIN_ROWS (tests) */
+    size_t blas_min_weights;       /* QC_BLAS_MIN_WEIGHTS, or SPLASH_CUDA_BLAS_MIN_WEIGHTS (tests) */
     const float *xp_src;           /* what xp holds (its first 16 rows, stride xp_ld) when a fused producer
                                       made it (norm, SwiGLU: qc_products then skips the prep); else NULL */
     size_t xp_ld;
@@ -288,6 +295,11 @@ typedef struct qc_model {
     qc_graph graphs[QC_MAX_GRAPHS];
     uint64_t graph_clock;
 } qc_model;
+
+/* 1 when bulk prefill rows may take cuBLASLt for w (its shape; blas.h). */
+static inline int qc_blas_shape(const qc_model *m, const qc_matrix *w) {
+    return w->is_q4 && w->gemm && w->rows % 8 == 0 && (size_t)w->rows * (size_t)w->cols >= m->blas_min_weights;
+}
 
 /* Per-forward context shared by the layer functions. */
 typedef struct qc_fwd {
