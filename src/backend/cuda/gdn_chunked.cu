@@ -51,6 +51,10 @@ namespace {
 
 constexpr int kC = SPLASH_CUDA_GDN_CHUNK;
 constexpr int kThreads = 256;
+/* The prep kernel's threads: twice the state pass's (its phases are short
+ * loops over independent elements, latency-bound at 8 warps an SM; its
+ * ~150 KB of shared memory allows one block an SM either way). */
+constexpr int kPrepThreads = 512;
 
 struct ChunkArgs {
     splash_cuda_gdn_args p;
@@ -96,7 +100,7 @@ __device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
  * The chunk is the lane's c0 + blockIdx.y; its slot in the workspace
  * (lane, blockIdx.y, head). */
 template <int DK>
-__global__ void __launch_bounds__(kThreads, 1) gdn_chunk_prep_kernel(const ChunkArgs ca) {
+__global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const ChunkArgs ca) {
     pdl_begin();
     constexpr int KS = Plan<DK>::KS;
     const splash_cuda_gdn_args &a = ca.p;
@@ -113,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_prep_kernel(const Chunk
     float *A = U + (size_t)kC * dv;                  /* [kC][kC] */
     float *cum = A + (size_t)kC * kC, *ecum = cum + kC, *kd = ecum + kC, *bet = kd + kC, *gg = bet + kC;
     float *el = gg + kC;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kThreads / 32;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kPrepThreads / 32;
     const int kh = h / (a.hv / a.hk);
     const size_t key_dim = (size_t)a.hk * DK;
     const int L = min(kC, ln.n_rows - t0);
@@ -147,23 +151,23 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_prep_kernel(const Chunk
 
     /* 2. exp(cum), kd, U = beta v, W = beta k */
     const float last = cum[L - 1];
-    for (int i = tid; i < L; i += kThreads) {
+    for (int i = tid; i < L; i += kPrepThreads) {
         ecum[i] = expf(cum[i]);
         kd[i] = expf(last - cum[i]);
     }
     if (tid == 0) el[0] = expf(last);
-    for (int e = tid; e < L * dv; e += kThreads) {
+    for (int e = tid; e < L * dv; e += kPrepThreads) {
         const int i = e / dv, c = e % dv;
         U[(size_t)i * dv + c] = __fmul_rn(a.mixed[(row0 + i) * a.ldm + 2 * key_dim + (size_t)h * dv + c], bet[i]);
     }
-    for (int e = tid; e < L * DK; e += kThreads) {
+    for (int e = tid; e < L * DK; e += kPrepThreads) {
         const int i = e / DK, r = e % DK;
         W[(size_t)i * KS + r] = __fmul_rn(Kc[(size_t)i * KS + r], bet[i]);
     }
     __syncthreads();
 
     /* 3. A[i][j] = (kb_i . k_j) exp(cum_i - cum_j), j < i */
-    for (int p = tid; p < L * L; p += kThreads) {
+    for (int p = tid; p < L * L; p += kPrepThreads) {
         const int i = p / L, j = p % L;
         if (j >= i) continue;
         const float *wi = W + (size_t)i * KS, *kj = Kc + (size_t)j * KS;
@@ -174,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_prep_kernel(const Chunk
     __syncthreads();
 
     /* 4. W_i = kb_i exp(cum_i) */
-    for (int e = tid; e < L * DK; e += kThreads) {
+    for (int e = tid; e < L * DK; e += kPrepThreads) {
         const int i = e / DK, r = e % DK;
         W[(size_t)i * KS + r] = __fmul_rn(W[(size_t)i * KS + r], ecum[i]);
     }
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_prep_kernel(const Chunk
 
     /* 5. forward substitution, a thread per column of W (dk) and U (dv):
      * row i minus the solved rows j < i, in order */
-    for (int col = tid; col < DK + dv; col += kThreads) {
+    for (int col = tid; col < DK + dv; col += kPrepThreads) {
         float *X = col < DK ? W + col : U + (col - DK);
         const int st = col < DK ? KS : dv;
         for (int i = 1; i < L; i++) {
@@ -195,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_prep_kernel(const Chunk
     __syncthreads();
 
     /* 6. the output weights: A <- (q_i . k_j) exp(cum_i - cum_j), j <= i */
-    for (int p = tid; p < L * L; p += kThreads) {
+    for (int p = tid; p < L * L; p += kPrepThreads) {
         const int i = p / L, j = p % L;
         if (j > i) continue;
         const float *qi = Qc + (size_t)i * KS, *kj = Kc + (size_t)j * KS;
@@ -207,13 +211,13 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_prep_kernel(const Chunk
 
     const Slot so(DK, dv);
     float *g = a.ws + (((size_t)blockIdx.z * ca.nc + cy) * a.hv + h) * so.floats;
-    for (int e = tid; e < L * DK; e += kThreads) {
+    for (int e = tid; e < L * DK; e += kPrepThreads) {
         const int i = e / DK, r = e % DK;
         g[so.q + e] = Qc[(size_t)i * KS + r], g[so.k + e] = Kc[(size_t)i * KS + r], g[so.w + e] = W[(size_t)i * KS + r];
     }
-    for (int e = tid; e < L * dv; e += kThreads) g[so.u + e] = U[e];
-    for (int e = tid; e < L * kC; e += kThreads) g[so.a + e] = A[e];
-    for (int i = tid; i < L; i += kThreads) g[so.ec + i] = ecum[i], g[so.kd + i] = kd[i];
+    for (int e = tid; e < L * dv; e += kPrepThreads) g[so.u + e] = U[e];
+    for (int e = tid; e < L * kC; e += kPrepThreads) g[so.a + e] = A[e];
+    for (int i = tid; i < L; i += kPrepThreads) g[so.ec + i] = ecum[i], g[so.kd + i] = kd[i];
     if (tid == 0) g[so.el] = el[0];
 }
 
@@ -389,7 +393,7 @@ int launch_chunked(const ChunkArgs &ca, cudaStream_t s) {
         attr_set = true;
     }
     SPLASH_CUDA_TRY(launch_kernel(gdn_chunk_prep_kernel<DK>, dim3((unsigned)ca.p.hv, (unsigned)ca.nc, (unsigned)ca.p.n_lanes),
-                                  kThreads, prep_smem, s, ca));
+                                  kPrepThreads, prep_smem, s, ca));
     KernelLaunch c(dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1), dim3(kThreads, 1, 1),
                    Plan<DK>::floats(ca.p.dv / ca.ns) * sizeof(float), s, (unsigned)ca.ns);
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_chunk_state_kernel<DK>, ca));
