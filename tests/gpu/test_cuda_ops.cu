@@ -1807,6 +1807,10 @@ int main(int argc, char **argv) {
             test_kv_write(&kTiny, fmts[f], tiny, 3);
             test_attention(&kTiny, fmts[f], tiny, 3, f == 0, 1e-5, 0);
         }
+        /* a lane's rows across a split's end (128; the long split's 4,096): in one
+         * block, vectors of one split (written by the split kernel) beside longer ones */
+        const LaneSpec edge[2] = {{120, 16}, {4090, 12}};
+        test_attention(&kTiny, SPLASH_KV_INT8, edge, 2, 1, 1e-5, 0);
         const LaneSpec moe_tiny[2] = {{7, 16}, {63, 2}};
         test_attention(&kTinyMoe, SPLASH_KV_INT8, moe_tiny, 2, 1, 1e-5, 0);
         test_attention(&kTinyMoe, SPLASH_KV_BF16, moe_tiny, 2, 0, 1e-5, 0);
@@ -1817,6 +1821,7 @@ int main(int argc, char **argv) {
         const LaneSpec mix[2] = {{1000, 16}, {10, 1}};
         const LaneSpec dec32k[1] = {{32767, 1}};
         const LaneSpec ver32k[1] = {{32752, 16}};
+        const LaneSpec edge27[2] = {{120, 16}, {4090, 12}};
         for (int f = 0; f < 2; f++) {
             const int fmt = f ? SPLASH_KV_BF16 : SPLASH_KV_INT8;
             test_kv_write(&k27B, fmt, ver, 2);
@@ -1824,6 +1829,7 @@ int main(int argc, char **argv) {
             test_attention(&k27B, fmt, ver, 2, 1, 1e-5, 0);
             test_attention(&k35B, fmt, mix, 2, 1, 1e-5, 0);
         }
+        test_attention(&k27B, SPLASH_KV_INT8, edge27, 2, 1, 1e-5, 0);
         test_attention(&kHd128, SPLASH_KV_INT8, ver, 2, 1, 1e-5, 0);
         test_attention(&kHd128, SPLASH_KV_INT8, mix, 2, 0, 1e-5, 0);
         test_attention(&k27B, SPLASH_KV_INT8, dec32k, 1, 0, 1e-5, 1);

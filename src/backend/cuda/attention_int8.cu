@@ -316,7 +316,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
         const int q = qa + c;
         if (q >= nqb) continue;
         const int qv = qv0 + q, r = qv / G, h = kvh * G + qv % G;
-        if ((c ? lim1 : lim0) <= a.split) {
+        if ((c ? lim1 : lim0) <= a.split) { /* its only split is split 0 */
+            if (blockIdx.z) continue; /* a later split of the block's longer rows: nothing of this vector */
             const size_t row = (size_t)(ln.first_row + r);
             float *o = a.out + row * a.ldo + (size_t)h * HD;
             const float *gt = a.gate ? a.gate + row * a.ldg + (size_t)h * HD : nullptr;
