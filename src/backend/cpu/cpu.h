@@ -165,7 +165,7 @@ void cpu_softmax(float *x, int n);
  * allow, when allow is not NULL), descending, equal values by lower column:
  * ids[] their columns, vals[] the values.  Returns how many (< k when fewer
  * are finite).  -inf and NaN are never chosen.  The reference of the GPU's
- * top-k (backend/cuda/topk.h) and of sampling's top_k order. */
+ * top-k (backend/cuda/argmax.h) and of sampling's top_k order. */
 int cpu_top_k(const float *x, int n, int k, const uint32_t *allow, int32_t *ids, float *vals);
 
 /* ---- rotary (rope.c) ----------------------------------------------------- */
