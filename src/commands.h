@@ -11,6 +11,7 @@ int splash_cmd_pack(int argc, char **argv);           /* src/package/cmd_pack.c 
 int splash_cmd_verify(int argc, char **argv);         /* src/package/cmd_pack.c */
 int splash_cmd_pull(int argc, char **argv);           /* src/package/cmd_pull.c */
 int splash_cmd_eval(int argc, char **argv);           /* src/runtime/cmd_eval.c */
+int splash_cmd_bench(int argc, char **argv);          /* src/runtime/cmd_bench.c (also bench/bench_cpu) */
 int splash_cmd_tokenize(int argc, char **argv);       /* src/text/cmd_tokenize.c */
 int splash_cmd_detokenize(int argc, char **argv);     /* src/text/cmd_tokenize.c */
 int splash_cmd_apply_template(int argc, char **argv); /* src/text/cmd_template.c */

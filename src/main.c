@@ -15,6 +15,7 @@ static const command commands[] = {
     {"verify", splash_cmd_verify, "re-hash every file of a package against its manifest"},
     {"pull", splash_cmd_pull, "download and verify a model into the cache, print its directory"},
     {"eval", splash_cmd_eval, "run a token sequence through a model, print perplexity, dump logits"},
+    {"bench", splash_cmd_bench, "model speed: prefill, decode, verify blocks; synthetic 27B / 35B-A3B packages"},
     {"tokenize", splash_cmd_tokenize, "text on stdin to token ids"},
     {"detokenize", splash_cmd_detokenize, "token ids on stdin to text"},
     {"apply-template", splash_cmd_apply_template, "render a chat request (JSON on stdin) to the prompt"},
