@@ -881,18 +881,21 @@ int splash_cmd_bench(int argc, char **argv) {
     }
     if (kv_format < 0) kv_format = SPLASH_KV_F32;
     if (!act_list) act_list = "fp32,int8";
-    if (synth_dir) {
-        shape sh = generic_shape(H, I);
+    shape sh; /* of --make-synthetic / --make-random: --shape's, else a dense one of --hidden etc. */
+    if (synth_dir || make) {
+        sh = generic_shape(H, I);
         if (shape_name && !named_shape(shape_name, &sh)) {
             fprintf(stderr, "%s: --shape %s: expected 27b or 35b-a3b\n", prog, shape_name);
             return 2;
         }
         if (L > 0) sh.L = L;
         if (V > 0) sh.V = V;
-        if (sh.H < 64 || sh.H % 64 || sh.I < 64 || sh.I % 64 || sh.V < 1) {
+        if (!shape_name && (H < 64 || H % 64 || I < 64 || I % 64 || sh.V < 1)) {
             fprintf(stderr, "%s: --hidden and --intermediate: multiples of 64; --vocab >= 1\n", prog);
             return 2;
         }
+    }
+    if (synth_dir) {
         double t = now();
         if (make_synthetic(synth_dir, &sh)) return 1;
         printf("synthetic package %s (%s, %d layers) written in %.1f s\n", synth_dir, shape_name ? shape_name : "dense",
@@ -902,13 +905,6 @@ int splash_cmd_bench(int argc, char **argv) {
     if (make) {
         char ckpt[1024];
         snprintf(ckpt, sizeof ckpt, "%s.ckpt", make);
-        shape sh = generic_shape(H, I);
-        if (shape_name && !named_shape(shape_name, &sh)) {
-            fprintf(stderr, "%s: --shape %s: expected 27b or 35b-a3b\n", prog, shape_name);
-            return 2;
-        }
-        if (L > 0) sh.L = L;
-        if (V > 0) sh.V = V;
         double t = now();
         if (make_checkpoint(ckpt, &sh)) return 1;
         printf("random checkpoint written to %s in %.1f s\n", ckpt, now() - t);

@@ -49,6 +49,11 @@ test("--synthetic makes the production shape's package once, then measures it as
     assert.equal(r.status, 0, r.stderr);
     assert.doesNotMatch(r.stdout, /written/); // the package is reused
     assert.match(r.stdout, /prefill 4 tokens/);
+    // what the GPU scripts run: --make-synthetic with --shape (the MoE has no dense FFN width)
+    r = run("--make-synthetic", path.join(tmp, "moe2"), "--shape", "35b-a3b", "--layers", "1");
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(JSON.parse(fs.readFileSync(path.join(tmp, "moe2", "manifest.json"), "utf8")).tensors.length,
+        m.tensors.length);
 });
 
 test("bad arguments are usage errors that say what is wrong", () => {
