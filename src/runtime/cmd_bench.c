@@ -855,16 +855,17 @@ int splash_cmd_bench(int argc, char **argv) {
         }
     }
     if (synthetic) { /* make the package when it is not there, then measure it as served */
-        shape sh;
-        if (!named_shape(synthetic, &sh) || L < 0) {
-            fprintf(stderr, "%s: --synthetic takes 27b or 35b-a3b (not %s)\n", prog, synthetic);
+        shape sy;
+        if (!named_shape(synthetic, &sy) || L < 0) {
+            fprintf(stderr, L < 0 ? "%s: --layers takes a positive count\n" : "%s: --synthetic takes 27b or 35b-a3b (not %s)\n",
+                    prog, synthetic);
             return 2;
         }
-        if (L > 0) sh.L = L;
+        if (L > 0) sy.L = L;
         static char path[1024];
         if (!dir) {
             const char *tmp = getenv("TMPDIR");
-            snprintf(path, sizeof path, "%s/splash-synthetic-%s-%d", tmp && *tmp ? tmp : "/tmp", synthetic, sh.L);
+            snprintf(path, sizeof path, "%s/splash-synthetic-%s-%d", tmp && *tmp ? tmp : "/tmp", synthetic, sy.L);
             dir = path;
         }
         char *manifest = splash_path_join(dir, "manifest.json");
@@ -872,8 +873,8 @@ int splash_cmd_bench(int argc, char **argv) {
         free(manifest);
         if (!have) {
             double t = now();
-            if (make_synthetic(dir, &sh)) return 1;
-            printf("synthetic package %s (%s, %d layers) written in %.1f s\n", dir, synthetic, sh.L, now() - t);
+            if (make_synthetic(dir, &sy)) return 1;
+            printf("synthetic package %s (%s, %d layers) written in %.1f s\n", dir, synthetic, sy.L, now() - t);
         }
         model = dir;
         if (kv_format < 0) kv_format = SPLASH_KV_INT8;
