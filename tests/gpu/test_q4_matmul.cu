@@ -603,6 +603,19 @@ static void test_grouped(int rows, int cols) {
  * then an fp32 add. */
 static const double kGemmTol = 2e-3; /* fp16 weights and x: ~2^-11 each */
 
+/* R rows of x for the GEMMs (malloc'd): three spreads (1, 1e-3, 300), row 5
+ * of constant sign. */
+static float *gemm_rows_x(int R, int cols) {
+    float *xh = (float *)malloc(sizeof(float) * R * cols);
+    if (!xh) exit(1);
+    for (int n = 0; n < R; n++)
+        for (int c = 0; c < cols; c++) {
+            float v = rng_uniform(-1.f, 1.f) * (n % 3 == 2 ? 300.f : n % 3 == 1 ? 1e-3f : 1.f);
+            xh[(size_t)n * cols + c] = n == 5 ? fabsf(v) + 0.1f : v;
+        }
+    return xh;
+}
+
 static void test_gemm(const char *name, int rows, int cols, int R, uint64_t seed) {
     HostQ4 h;
     host_q4_make(&h, rows, cols, seed);
@@ -614,12 +627,7 @@ static void test_gemm(const char *name, int rows, int cols, int R, uint64_t seed
     void *wdev = upload_tiled(tiled, rows, cols, &dm);
     free(tiled);
 
-    float *xh = (float *)malloc(sizeof(float) * R * cols);
-    for (int n = 0; n < R; n++)
-        for (int c = 0; c < cols; c++) { /* rows of three spreads, one of constant sign, one tiny */
-            float v = rng_uniform(-1.f, 1.f) * (n % 3 == 2 ? 300.f : n % 3 == 1 ? 1e-3f : 1.f);
-            xh[(size_t)n * cols + c] = n == 5 ? fabsf(v) + 0.1f : v;
-        }
+    float *xh = gemm_rows_x(R, cols);
     float *xd, *yd, *y2d;
     void *xgm;
     splash_q4_gemm_x xg;
@@ -735,12 +743,7 @@ static void test_blas(const char *name, int rows, int cols, int R, uint64_t seed
     result(rc == 0 && bad == 0, "blas %s %dx%d: fp16 expansion bitwise (%zu of %zu weights differ)", name, rows, cols,
            bad, nw);
 
-    float *xh = (float *)malloc(sizeof(float) * R * cols);
-    for (int n = 0; n < R; n++)
-        for (int c = 0; c < cols; c++) { /* rows of three spreads, as test_gemm */
-            float v = rng_uniform(-1.f, 1.f) * (n % 3 == 2 ? 300.f : n % 3 == 1 ? 1e-3f : 1.f);
-            xh[(size_t)n * cols + c] = n == 5 ? fabsf(v) + 0.1f : v;
-        }
+    float *xh = gemm_rows_x(R, cols);
     float *xd, *yd, *y2d;
     void *xgm, *ws;
     splash_q4_gemm_x xg;
