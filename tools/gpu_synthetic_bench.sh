@@ -4,11 +4,14 @@
 #   tools/gpu_model_check.sh --prepare      (here: the CUDA build of splash and bench_cpu, packed
 #                                            into .carry/splash-bin.txz)
 #   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256[,32768]] [--decode 32]
-#                                [--graphs 0,1] [--gemm 0,1] [--synthetic]   (CARRY_TXZ="a.txz b.txz": several builds)
+#                                [--graphs 0,1] [--gemm 0,1] [--synthetic] [--prefill]
+#                                (CARRY_TXZ="a.txz b.txz": several builds)
 #       (the GPU machine, carrying .carry)
 # --synthetic: `bench_cpu --make-synthetic` instead: every tensor of the package over one random
 # 0.7 GB blob (no checkpoint, no quantising), so the full depth (--depths 64 / 40) takes seconds to
 # make and its time is measured, not fitted; a single depth prints no fit.
+# --prefill: the prefill is what is timed (2 decode steps, one verify repetition: their columns
+# are then rough).
 # For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
 # of the exact dimensions, first L layers of the 3:1 pattern (the full 27B is 54 GB of bf16, more
 # than the machine's disk holds beside its package), packs it q4, then `bench_cpu --device cuda`
@@ -23,7 +26,7 @@
 # packages (KV pages int8, as served).  Logs and the fitted table in $OUT.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
-SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32 GRAPHS="1" GEMMS="1" MAKE=--make-random
+SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32 VREPS=9 GRAPHS="1" GEMMS="1" MAKE=--make-random
 DEVICE=${DEVICE:-cuda}       # DEVICE=cpu with MAKE_ARGS="--vocab 2048": a check of this script without a GPU
 MAKE_ARGS=${MAKE_ARGS:-}
 while [ $# -gt 0 ]; do
@@ -35,7 +38,8 @@ while [ $# -gt 0 ]; do
     --graphs) GRAPHS=$2; shift 2 ;;
     --gemm) GEMMS=$2; shift 2 ;;
     --synthetic) MAKE=--make-synthetic; shift ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    --prefill) DECODE=2 VREPS=1; shift ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
     esac
 done
 case "$SHAPE" in 27b) FULL=64 ;; 35b-a3b) FULL=40 ;; *) echo "--shape 27b or 35b-a3b"; exit 2 ;; esac
@@ -75,7 +79,7 @@ for L in ${DEPTHS//,/ }; do
     for TAG in $TAGS; do
         LOG=$OUT/bench-$SHAPE-$L-p$N-g$G-e$E-$TAG.log
         SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E run_bench --model "$P" --device "$DEVICE" --act int8 --kv-format int8 --no-bandwidth \
-            --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps 9 > "$LOG" 2>&1 || { tail -5 "$LOG"; exit 1; }
+            --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps "$VREPS" > "$LOG" 2>&1 || { tail -5 "$LOG"; exit 1; }
         echo "$TAG: depth $L, prompt $N, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
         grep -E "^(cuda|int8|read per|decode|prefill)" "$LOG"
     done

@@ -17,28 +17,38 @@
  * in order) then run side by side.  Then one block of 256 threads per
  * (value head, lane) walks the lane's chunks in order (gdn_chunk_state_kernel),
  * copying each chunk's prepared parts in, with everything in shared memory
- * (~210 KB at dk = dv = 128): the
- * state S [dk][dv], the chunk's k, q and W [64][dk+1] (rows padded by one
- * float so that a thread per (i, j) pair reads 32 banks), U [64][dv], A
- * [64][64].  Each phase is a loop over output elements with the column index
- * fastest across threads (so row operands are broadcasts and column operands
- * consecutive), separated by barriers; the three products of dv columns
- * (W S, Q S + A U, K^T U: 3/4 of the arithmetic) give each thread a 4 x 4
- * tile of outputs, so a float4 of S or U and four broadcasts feed 16 FMAs
- * (they were bound by shared-memory loads, two per FMA).  Sums run in the CPU's order (over r
- * or j ascending, fmaf), products are rounded as the CPU rounds them, so
- * the result is close to cpu_gdn_chunked; the q/k norms and the gates are the
- * recurrence kernel's.  The chunk's outputs go through shared memory (the W
- * buffer, free by then) for the gated norm.
+ * (~220 KB at dk = dv = 128): the state S [dk][dv], the chunk's k, q and W
+ * [64][dk+4] (rows padded by four floats: 16-byte aligned for float4 and
+ * asynchronous copies, and a float4 per lane of consecutive rows covers the
+ * 32 banks in 4 wavefronts), U [64][dv], A [64][64].  Each phase is a loop
+ * over output elements with the column index fastest across threads (so row
+ * operands are broadcasts and column operands consecutive), separated by
+ * barriers; the three products of dv columns (W S, Q S + A U, K^T U: 3/4 of
+ * the arithmetic) give each thread a 4 x 4 tile of outputs, so a float4 of S
+ * or U and four broadcasts feed 16 FMAs (they were bound by shared-memory
+ * loads, two per FMA), and the prep's k.k and q.k products give a lane 4
+ * rows x 1 column with float4 along the sum (were 2 loads a FMA too).  Sums
+ * run in the CPU's order (over r or j ascending, fmaf), products are rounded
+ * as the CPU rounds them, so the result is close to cpu_gdn_chunked; the q/k
+ * norms and the gates are the recurrence kernel's.  The chunk's outputs go
+ * through shared memory (the W buffer, free by then) for the gated norm.
  *
- * Plain fp32 on CUDA cores: correct first.  Tensor cores (the A, W S, Q S and
- * K^T U products are small GEMMs) are the next step.
+ * Loads.  Both kernels bring their inputs in as asynchronous copies, all in
+ * flight at once (copy_rows_async), instead of loops of plain loads that
+ * waited for each; the state pass asks L2 for the next chunk's prepared
+ * parts while it computes this one (the workspace outgrows L2 at a long
+ * prefill), and copies the gate z of the chunk's rows in while it updates
+ * the state.
+ *
+ * Plain fp32 on CUDA cores.  Tensor cores (the A, W S, Q S and K^T U
+ * products are small GEMMs) are the next step.
  *
  * C++ used: a template over dk; no STL.
  */
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
@@ -66,19 +76,21 @@ struct ChunkArgs {
 /* Shared-memory plan in floats (dv runtime). */
 template <int DK>
 struct Plan {
-    static constexpr int KS = DK + 1; /* padded row stride of Kc, Qc, W */
+    static constexpr int KS = DK + 4; /* padded row stride of Kc, Qc, W (see the top) */
+    static constexpr int AS = kC + 4; /* the state pass's A: rows i and i + 4 in other banks */
     __host__ __device__ static size_t w_floats(int dv) {
-        return (size_t)kC * (KS > dv ? KS : dv); /* W, later the chunk's outputs [L][dv] */
+        return (size_t)kC * (KS > dv ? KS : dv); /* W, later the chunk's outputs [L][dv]; Qc, later z */
     }
     __host__ __device__ static size_t floats(int dv) { /* dv: the block's slice */
-        return (size_t)DK * dv + 2 * (size_t)kC * KS + w_floats(dv) + (size_t)kC * dv + (size_t)kC * kC + 10 * kC;
+        return (size_t)DK * dv + (size_t)kC * KS + 2 * w_floats(dv) + (size_t)kC * dv + (size_t)kC * AS + 10 * kC;
     }
 };
 
-/* A prepared chunk in the workspace (floats): q (normalised, scaled), k,
- * W = (I + A)^-1 (beta k exp(cum)) [kC][dk]; U = (I + A)^-1 (beta v)
- * [kC][dv]; the output weights (q_i . k_j) exp(cum_i - cum_j) [kC][kC];
- * exp(cum), exp(cum_L - cum) [kC]; exp(cum_L). */
+/* A prepared chunk in the workspace (floats): q exp(cum) and k exp(cum_L -
+ * cum) (q, k normalised, q scaled; each product rounded once, as the state
+ * pass used to round it), W = (I + A)^-1 (beta k exp(cum)) [kC][dk]; U =
+ * (I + A)^-1 (beta v) [kC][dv]; the output weights (q_i . k_j) exp(cum_i -
+ * cum_j) [kC][kC]; exp(cum), exp(cum_L - cum) [kC]; exp(cum_L). */
 struct Slot {
     int q, k, w, u, a, ec, kd, el, floats;
     __host__ __device__ Slot(int dk, int dv) {
@@ -92,6 +104,92 @@ __host__ __device__ inline size_t slot_floats(int hv, int dk, int dv) { return (
 __device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
     acc[0] = fmaf(a, b.x, acc[0]), acc[1] = fmaf(a, b.y, acc[1]);
     acc[2] = fmaf(a, b.z, acc[2]), acc[3] = fmaf(a, b.w, acc[3]);
+}
+
+/* acc[ii][.] += sum_r X[i0 + ii][r] S[r][c0 .. c0 + 3], r ascending (fmaf:
+ * the CPU's order per output): a float4 of each X row covers 4 r, so 8
+ * loads feed 64 FMAs (a scalar broadcast a row and r: 20). */
+template <int DK>
+__device__ __forceinline__ void rows_times_state(float (&acc)[4][4], const float *X, int i0, const float *S, int dv,
+                                                 int c0) {
+    constexpr int KS = Plan<DK>::KS;
+#pragma unroll 2
+    for (int r = 0; r < DK; r += 4) {
+        float4 x[4], s4[4];
+#pragma unroll
+        for (int ii = 0; ii < 4; ii++) x[ii] = *reinterpret_cast<const float4 *>(X + (size_t)(i0 + ii) * KS + r);
+#pragma unroll
+        for (int k = 0; k < 4; k++) s4[k] = *reinterpret_cast<const float4 *>(S + (size_t)(r + k) * dv + c0);
+#pragma unroll
+        for (int ii = 0; ii < 4; ii++) {
+            fma4(acc[ii], x[ii].x, s4[0]), fma4(acc[ii], x[ii].y, s4[1]);
+            fma4(acc[ii], x[ii].z, s4[2]), fma4(acc[ii], x[ii].w, s4[3]);
+        }
+    }
+}
+
+__device__ __forceinline__ float lane4(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+/* rows x w floats from global memory (row stride ss) into shared memory (row
+ * stride ds) as asynchronous copies, which the caller commits and waits for:
+ * 16-byte pieces when every row starts 16-byte aligned on both sides, else
+ * 4-byte ones. */
+template <int NT>
+__device__ __forceinline__ void copy_rows_async(float *dst, int ds, const float *src, size_t ss, int rows, int w,
+                                                int tid) {
+    const bool v4 = (w | ds) % 4 == 0 && ss % 4 == 0 && ((uintptr_t)src & 15) == 0 && (smem_addr(dst) & 15) == 0;
+    if (v4) {
+        const int w4 = w / 4;
+        for (int e = tid; e < rows * w4; e += NT) {
+            const int i = e / w4, c = 4 * (e % w4);
+            cp_async16(smem_addr(dst + (size_t)i * ds + c), src + (size_t)i * ss + c, 16);
+        }
+    } else {
+        for (int e = tid; e < rows * w; e += NT) {
+            const int i = e / w, c = e % w;
+            cp_async4(smem_addr(dst + (size_t)i * ds + c), src + (size_t)i * ss + c);
+        }
+    }
+}
+
+/* The prep's pair products d[ii] = X_{i0+ii} . Y_j over dk (r ascending,
+ * fmaf: the CPU's order), rows of stride KS: a float4 of Y's row (the lane's
+ * column j) and four broadcast float4s of X's feed 16 FMAs. */
+template <int DK>
+__device__ __forceinline__ void dot_4x1(float (&d)[4], const float *X, int i0, const float *Yj) {
+    constexpr int KS = Plan<DK>::KS;
+#pragma unroll 4
+    for (int r = 0; r < DK; r += 4) {
+        const float4 y = *reinterpret_cast<const float4 *>(Yj + r);
+#pragma unroll
+        for (int ii = 0; ii < 4; ii++) {
+            const float4 x = *reinterpret_cast<const float4 *>(X + (size_t)(i0 + ii) * KS + r);
+            d[ii] = fmaf(x.x, y.x, d[ii]), d[ii] = fmaf(x.y, y.y, d[ii]);
+            d[ii] = fmaf(x.z, y.z, d[ii]), d[ii] = fmaf(x.w, y.w, d[ii]);
+        }
+    }
+}
+
+/* A[i][j] = (X_i . Y_j) exp(cum_i - cum_j) for j < i (strict) or j <= i, i
+ * < L: a warp per 4 rows x 32 columns (kC = 64: 32 tasks, the upper-right
+ * ones skipped). */
+template <int DK, int NT>
+__device__ __forceinline__ void pair_weights(float *A, const float *X, const float *Y, const float *cum, int L,
+                                             bool strict, int warp, int lane) {
+    static_assert(kC % 32 == 0, "a task is 32 columns");
+    constexpr int KS = Plan<DK>::KS, halves = kC / 32;
+    const int tasks = (L + 3) / 4 * halves;
+    for (int task = warp; task < tasks; task += NT / 32) {
+        const int i0 = 4 * (task / halves), j = 32 * (task % halves) + lane;
+        if (32 * (task % halves) > i0 + 3) continue; /* every j of the task is past every i (warp-uniform) */
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        dot_4x1<DK>(d, X, i0, Y + (size_t)j * KS);
+#pragma unroll
+        for (int ii = 0; ii < 4; ii++) {
+            const int i = i0 + ii;
+            if (i < L && (strict ? j < i : j <= i)) A[i * kC + j] = __fmul_rn(d[ii], expf(cum[i] - cum[j]));
+        }
+    }
 }
 
 /* Part 1, every chunk at once: a block per (value head, chunk, lane) makes
@@ -123,23 +221,31 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     const int L = min(kC, ln.n_rows - t0);
     const size_t row0 = (size_t)ln.first_row + t0;
 
-    /* 1. q, k normalised (a warp per row); gates */
+    /* 0. the chunk's q, k (the head's key head) and v rows in, all at once;
+     * the gates meanwhile (a thread a row) */
+    const float *mrow = a.mixed + row0 * a.ldm;
+    copy_rows_async<kPrepThreads>(Qc, KS, mrow + (size_t)kh * DK, a.ldm, L, DK, tid);
+    copy_rows_async<kPrepThreads>(Kc, KS, mrow + key_dim + (size_t)kh * DK, a.ldm, L, DK, tid);
+    copy_rows_async<kPrepThreads>(U, dv, mrow + 2 * key_dim + (size_t)h * dv, a.ldm, L, dv, tid);
+    cp_async_commit();
+    if (tid < L) {
+        const size_t gi = (row0 + tid) * a.ldab + h;
+        bet[tid] = sigmoidf_(a.b[gi]);
+        gg[tid] = __fmul_rn(a.neg_a[h], softplusf_(__fadd_rn(a.a[gi], a.dt_bias[h])));
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* 1. q, k normalised in place (a warp per row) */
     for (int i = warp; i < L; i += nwarps) {
-        const float *mrow = a.mixed + (row0 + i) * a.ldm;
         for (int which = 0; which < 2; which++) {
-            const float *src = mrow + (size_t)which * key_dim + (size_t)kh * DK;
+            float *x = (which ? Kc : Qc) + (size_t)i * KS;
             float ss = 0.f;
-            for (int r = lane; r < DK; r += 32) ss = fmaf(src[r], src[r], ss);
+            for (int r = lane; r < DK; r += 32) ss = fmaf(x[r], x[r], ss);
             ss = warp_sum(ss);
             const float rs = 1.0f / sqrtf(ss + 1e-6f);
-            float *dst = (which ? Kc : Qc) + (size_t)i * KS;
             for (int r = lane; r < DK; r += 32)
-                dst[r] = which ? __fmul_rn(src[r], rs) : __fmul_rn(__fmul_rn(src[r], rs), ca.qscale);
-        }
-        if (lane == 0) {
-            const size_t gi = (row0 + i) * a.ldab + h;
-            bet[i] = sigmoidf_(a.b[gi]);
-            gg[i] = __fmul_rn(a.neg_a[h], softplusf_(__fadd_rn(a.a[gi], a.dt_bias[h])));
+                x[r] = which ? __fmul_rn(x[r], rs) : __fmul_rn(__fmul_rn(x[r], rs), ca.qscale);
         }
     }
     __syncthreads();
@@ -156,10 +262,7 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
         kd[i] = expf(last - cum[i]);
     }
     if (tid == 0) el[0] = expf(last);
-    for (int e = tid; e < L * dv; e += kPrepThreads) {
-        const int i = e / dv, c = e % dv;
-        U[(size_t)i * dv + c] = __fmul_rn(a.mixed[(row0 + i) * a.ldm + 2 * key_dim + (size_t)h * dv + c], bet[i]);
-    }
+    for (int e = tid; e < L * dv; e += kPrepThreads) U[e] = __fmul_rn(U[e], bet[e / dv]);
     for (int e = tid; e < L * DK; e += kPrepThreads) {
         const int i = e / DK, r = e % DK;
         W[(size_t)i * KS + r] = __fmul_rn(Kc[(size_t)i * KS + r], bet[i]);
@@ -167,14 +270,7 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     __syncthreads();
 
     /* 3. A[i][j] = (kb_i . k_j) exp(cum_i - cum_j), j < i */
-    for (int p = tid; p < L * L; p += kPrepThreads) {
-        const int i = p / L, j = p % L;
-        if (j >= i) continue;
-        const float *wi = W + (size_t)i * KS, *kj = Kc + (size_t)j * KS;
-        float d = 0.f;
-        for (int r = 0; r < DK; r++) d = fmaf(wi[r], kj[r], d);
-        A[i * kC + j] = __fmul_rn(d, expf(cum[i] - cum[j]));
-    }
+    pair_weights<DK, kPrepThreads>(A, W, Kc, cum, L, true, warp, lane);
     __syncthreads();
 
     /* 4. W_i = kb_i exp(cum_i) */
@@ -199,24 +295,27 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     __syncthreads();
 
     /* 6. the output weights: A <- (q_i . k_j) exp(cum_i - cum_j), j <= i */
-    for (int p = tid; p < L * L; p += kPrepThreads) {
-        const int i = p / L, j = p % L;
-        if (j > i) continue;
-        const float *qi = Qc + (size_t)i * KS, *kj = Kc + (size_t)j * KS;
-        float d = 0.f;
-        for (int r = 0; r < DK; r++) d = fmaf(qi[r], kj[r], d);
-        A[i * kC + j] = __fmul_rn(d, expf(cum[i] - cum[j]));
-    }
+    pair_weights<DK, kPrepThreads>(A, Qc, Kc, cum, L, false, warp, lane);
     __syncthreads();
 
+    /* out in float4s (the workspace and its slots are 16-byte aligned) */
     const Slot so(DK, dv);
     float *g = a.ws + (((size_t)blockIdx.z * ca.nc + cy) * a.hv + h) * so.floats;
-    for (int e = tid; e < L * DK; e += kPrepThreads) {
-        const int i = e / DK, r = e % DK;
-        g[so.q + e] = Qc[(size_t)i * KS + r], g[so.k + e] = Kc[(size_t)i * KS + r], g[so.w + e] = W[(size_t)i * KS + r];
+    for (int e = tid; e < L * DK / 4; e += kPrepThreads) {
+        const int i = e / (DK / 4), r = 4 * (e % (DK / 4));
+        const size_t sp = (size_t)i * KS + r, gp = (size_t)i * DK + r;
+        const float4 q = *reinterpret_cast<const float4 *>(Qc + sp), k = *reinterpret_cast<const float4 *>(Kc + sp);
+        const float ec = ecum[i], d = kd[i];
+        *reinterpret_cast<float4 *>(g + so.q + gp) =
+            make_float4(__fmul_rn(q.x, ec), __fmul_rn(q.y, ec), __fmul_rn(q.z, ec), __fmul_rn(q.w, ec));
+        *reinterpret_cast<float4 *>(g + so.k + gp) =
+            make_float4(__fmul_rn(k.x, d), __fmul_rn(k.y, d), __fmul_rn(k.z, d), __fmul_rn(k.w, d));
+        *reinterpret_cast<float4 *>(g + so.w + gp) = *reinterpret_cast<const float4 *>(W + sp);
     }
-    for (int e = tid; e < L * dv; e += kPrepThreads) g[so.u + e] = U[e];
-    for (int e = tid; e < L * kC; e += kPrepThreads) g[so.a + e] = A[e];
+    for (int e = tid; e < L * dv / 4; e += kPrepThreads)
+        reinterpret_cast<float4 *>(g + so.u)[e] = reinterpret_cast<const float4 *>(U)[e];
+    for (int e = tid; e < L * kC / 4; e += kPrepThreads)
+        reinterpret_cast<float4 *>(g + so.a)[e] = reinterpret_cast<const float4 *>(A)[e];
     for (int i = tid; i < L; i += kPrepThreads) g[so.ec + i] = ecum[i], g[so.kd + i] = kd[i];
     if (tid == 0) g[so.el] = el[0];
 }
@@ -235,11 +334,11 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
     const int dvf = a.dv, dv = dvf / ns, cs = rank * dv; /* the head's columns; this block's: [cs, cs + dv) */
     float *S = sm;                                   /* [DK][dv] */
     float *Kc = S + (size_t)DK * dv;                 /* [kC][KS] */
-    float *Qc = Kc + (size_t)kC * KS;                /* [kC][KS] */
-    float *W = Qc + (size_t)kC * KS;                 /* [kC][KS], then outputs [kC][dv] */
+    float *Qc = Kc + (size_t)kC * KS;                /* [kC][KS], then the gate z [kC][dv] */
+    float *W = Qc + Plan<DK>::w_floats(dv);          /* [kC][KS], then outputs [kC][dv] */
     float *U = W + Plan<DK>::w_floats(dv);           /* [kC][dv] */
-    float *A = U + (size_t)kC * dv;                  /* [kC][kC] */
-    float *ecum = A + (size_t)kC * kC, *kd = ecum + kC;
+    float *A = U + (size_t)kC * dv;                  /* [kC][AS] */
+    float *ecum = A + (size_t)kC * Plan<DK>::AS, *kd = ecum + kC;
     float *el = kd + kC;                             /* [1] exp(cum_L) */
     float *rss = el + kC;                            /* [4][kC] sums of o^2 over each quarter of dvf */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kThreads / 32;
@@ -253,23 +352,25 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
     for (int e = tid; e < DK * dv; e += kThreads) S[e] = Sin[(size_t)(e / dv) * dvf + e % dv];
 
     const Slot so(DK, dvf);
+    auto slot_at = [&](int c) { return a.ws + (((size_t)blockIdx.y * ca.nc + (c - ca.c0)) * a.hv + h) * so.floats; };
     for (int c = ca.c0; c < c1; c++) {
         const int t0 = c * kC, L = min(kC, ln.n_rows - t0);
         const size_t row0 = (size_t)ln.first_row + t0;
         __syncthreads(); /* the previous chunk is done with every buffer (and S is loaded) */
-        const float *g = a.ws + (((size_t)blockIdx.y * ca.nc + (c - ca.c0)) * a.hv + h) * so.floats;
-        for (int e = tid; e < L * DK; e += kThreads) {
-            const int i = e / DK, r = e % DK;
-            Qc[(size_t)i * KS + r] = g[so.q + e], Kc[(size_t)i * KS + r] = g[so.k + e];
-            W[(size_t)i * KS + r] = g[so.w + e];
+        const float *g = slot_at(c);
+        copy_rows_async<kThreads>(Qc, KS, g + so.q, DK, L, DK, tid);
+        copy_rows_async<kThreads>(Kc, KS, g + so.k, DK, L, DK, tid);
+        copy_rows_async<kThreads>(W, KS, g + so.w, DK, L, DK, tid);
+        copy_rows_async<kThreads>(U, dv, g + so.u + cs, dvf, L, dv, tid);
+        copy_rows_async<kThreads>(A, Plan<DK>::AS, g + so.a, kC, L, kC, tid);
+        copy_rows_async<kThreads>(ecum, 0, g + so.ec, 0, 1, 2 * kC + 4, tid); /* ecum | kd | el, as in the slot */
+        cp_async_commit();
+        if (c + 1 < c1) { /* the next chunk's slot: from HBM into L2 while this one computes */
+            const char *nx = reinterpret_cast<const char *>(slot_at(c + 1));
+            for (size_t off = (size_t)tid * 128; off < (size_t)so.floats * sizeof(float); off += (size_t)kThreads * 128)
+                prefetch_l2(nx + off);
         }
-        for (int e = tid; e < L * dv; e += kThreads) {
-            const int i = e / dv, col = e % dv;
-            U[e] = g[so.u + (size_t)i * dvf + cs + col];
-        }
-        for (int e = tid; e < L * kC; e += kThreads) A[e] = g[so.a + e];
-        for (int i = tid; i < L; i += kThreads) ecum[i] = g[so.ec + i], kd[i] = g[so.kd + i];
-        if (tid == 0) el[0] = g[so.el];
+        cp_async_wait<0>();
         __syncthreads();
 
         /* 6. vnew = U - W S (into U) */
@@ -277,11 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
         for (int t = tid; t < nti * ntc; t += kThreads) {
             const int i0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
             float acc[4][4] = {};
-            for (int r = 0; r < DK; r++) {
-                const float4 s4 = *reinterpret_cast<const float4 *>(S + (size_t)r * dv + c0);
-#pragma unroll
-                for (int ii = 0; ii < 4; ii++) fma4(acc[ii], W[(size_t)(i0 + ii) * KS + r], s4);
-            }
+            rows_times_state<DK>(acc, W, i0, S, dv, c0);
 #pragma unroll
             for (int ii = 0; ii < 4; ii++)
                 if (i0 + ii < L)
@@ -293,23 +390,28 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
         }
         __syncthreads();
 
-        /* 7. o_i = (q_i exp(cum_i)) S + sum_{j<=i} A[i][j] vnew_j  (into the W buffer) */
+        /* 7. o_i = (q_i exp(cum_i)) S + sum_{j<=i} A[i][j] vnew_j  (into the W buffer; Qc
+         * holds q exp(cum)) */
         float *O = W;
         for (int t = tid; t < nti * ntc; t += kThreads) {
             const int i0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
-            float t1[4][4] = {}, t2[4][4] = {}, ei[4];
-#pragma unroll
-            for (int ii = 0; ii < 4; ii++) ei[ii] = ecum[min(i0 + ii, L - 1)];
-            for (int r = 0; r < DK; r++) {
-                const float4 s4 = *reinterpret_cast<const float4 *>(S + (size_t)r * dv + c0);
-#pragma unroll
-                for (int ii = 0; ii < 4; ii++) fma4(t1[ii], __fmul_rn(Qc[(size_t)(i0 + ii) * KS + r], ei[ii]), s4);
-            }
-            for (int j = 0; j <= min(i0 + 3, L - 1); j++) {
-                const float4 u4 = *reinterpret_cast<const float4 *>(U + (size_t)j * dv + c0);
+            float t1[4][4] = {}, t2[4][4] = {};
+            rows_times_state<DK>(t1, Qc, i0, S, dv, c0);
+            const int jmax = min(i0 + 3, L - 1);
+            for (int jb = 0; jb <= jmax; jb += 4) { /* a float4 of each A row covers 4 j */
+                float4 a4[4];
 #pragma unroll
                 for (int ii = 0; ii < 4; ii++)
-                    if (j <= i0 + ii) fma4(t2[ii], A[(i0 + ii) * kC + j], u4);
+                    a4[ii] = *reinterpret_cast<const float4 *>(A + (size_t)(i0 + ii) * Plan<DK>::AS + jb);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int j = jb + k;
+                    if (j > jmax) break;
+                    const float4 u4 = *reinterpret_cast<const float4 *>(U + (size_t)j * dv + c0);
+#pragma unroll
+                    for (int ii = 0; ii < 4; ii++)
+                        if (j <= i0 + ii) fma4(t2[ii], lane4(a4[ii], k), u4);
+                }
             }
 #pragma unroll
             for (int ii = 0; ii < 4; ii++)
@@ -318,16 +420,21 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
                     for (int k = 0; k < 4; k++) O[(size_t)(i0 + ii) * dv + c0 + k] = __fadd_rn(t1[ii][k], t2[ii][k]);
         }
         __syncthreads();
-        /* 8a. S = S exp(cum_L) + sum_i (k_i kd_i) (x) vnew_i */
+        /* the gate z of the chunk's rows into the Qc buffer (free now), read in 8b */
+        float *Z = Qc;
+        if (a.y) {
+            copy_rows_async<kThreads>(Z, dv, a.z + row0 * a.ldz + (size_t)h * dvf + cs, a.ldz, L, dv, tid);
+            cp_async_commit();
+        }
+        /* 8a. S = S exp(cum_L) + sum_i (k_i kd_i) (x) vnew_i  (Kc holds k kd) */
         const float e_l = el[0];
         for (int t = tid; t < (DK / 4) * ntc; t += kThreads) {
             const int r0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
             float acc[4][4] = {};
             for (int i = 0; i < L; i++) {
                 const float4 u4 = *reinterpret_cast<const float4 *>(U + (size_t)i * dv + c0);
-                const float kdi = kd[i];
-#pragma unroll
-                for (int rr = 0; rr < 4; rr++) fma4(acc[rr], __fmul_rn(Kc[(size_t)i * KS + r0 + rr], kdi), u4);
+                const float4 k4 = *reinterpret_cast<const float4 *>(Kc + (size_t)i * KS + r0);
+                fma4(acc[0], k4.x, u4), fma4(acc[1], k4.y, u4), fma4(acc[2], k4.z, u4), fma4(acc[3], k4.w, u4);
             }
 #pragma unroll
             for (int rr = 0; rr < 4; rr++)
@@ -357,6 +464,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
                 }
         }
         if (a.y) {
+            cp_async_wait<0>(); /* Z: this thread's copies; the barrier makes every thread's visible */
             if (ns > 1) cg::this_cluster().sync(); else __syncthreads();
             for (int i = warp; i < L; i += nwarps) {
                 const size_t row = row0 + i;
@@ -370,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
                 const float rs = 1.0f / sqrtf(ss / (float)dvf + a.eps);
                 for (int c = lane; c < dv; c += 32)
                     a.y[row * a.ldy + oc + c] =
-                        __fmul_rn(__fmul_rn(a.norm_w[cs + c], __fmul_rn(oi[c], rs)), siluf_(a.z[row * a.ldz + oc + c]));
+                        __fmul_rn(__fmul_rn(a.norm_w[cs + c], __fmul_rn(oi[c], rs)), siluf_(Z[(size_t)i * dv + c]));
             }
             if (ns > 1) cg::this_cluster().sync(); /* the peers are done reading rss */
         }
@@ -380,8 +488,26 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
     for (int e = tid; e < DK * dv; e += kThreads) So[(size_t)(e / dv) * dvf + e % dv] = S[e];
 }
 
+/* How many clusters of ns state-pass blocks (dv / ns columns each) the GPU
+ * holds at once: clusters live inside a GPC, so the SM count alone does
+ * not tell.  Asked once per (ns, columns) and remembered. */
 template <int DK>
-int launch_chunked(const ChunkArgs &ca, cudaStream_t s) {
+int clusters_resident(int ns, int dv) {
+    static int known[3][SPLASH_CUDA_GDN_MAX_DV / 4 + 1]; /* [ns 1, 2, 4][block columns / 4]; 0: not asked yet */
+    int &n = known[ns == 4 ? 2 : ns - 1][dv / ns / 4];
+    if (!n) {
+        KernelLaunch c(dim3((unsigned)ns, 1, 1), dim3(kThreads, 1, 1), Plan<DK>::floats(dv / ns) * sizeof(float), 0,
+                       (unsigned)ns, false);
+        int got = 0;
+        if (cudaOccupancyMaxActiveClusters(&got, gdn_chunk_state_kernel<DK>, &c.lc) != cudaSuccess || got < 1)
+            got = -1, (void)cudaGetLastError(); /* unknown: this split is not taken */
+        n = got;
+    }
+    return n;
+}
+
+template <int DK>
+int launch_chunked(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
     static bool attr_set = false; /* once per instantiation; setting it again is harmless */
     const size_t prep_smem = (3 * (size_t)kC * Plan<DK>::KS + (size_t)kC * SPLASH_CUDA_GDN_MAX_DV + (size_t)kC * kC +
                               6 * (size_t)kC) * sizeof(float);
@@ -392,6 +518,20 @@ int launch_chunked(const ChunkArgs &ca, cudaStream_t s) {
                                              (int)prep_smem));
         attr_set = true;
     }
+    /* Split each head's columns over 2 or 4 blocks (a cluster) while the
+     * heads alone leave SMs idle (one 27B lane: 48 heads on 132 SMs; the
+     * 35B-A3B's 32), as long as every block is resident at once (a block
+     * walks all its chunks: a second wave would double the time).  The
+     * state pass's work is all dv-side (the prep made the k-side), so it
+     * divides; each block still copies the chunk's q, k, W and A. */
+    ChunkArgs ca = ca_in;
+    ca.ns = 1;
+    for (int ns = max_split; ns >= 2; ns /= 2) /* whole 4 x 4 tiles a block */
+        if (ca.p.dv % (4 * ns) == 0 &&
+            clusters_resident<DK>(ns, ca.p.dv) >= ca.p.hv * ca.p.n_lanes) {
+            ca.ns = ns;
+            break;
+        }
     SPLASH_CUDA_TRY(launch_kernel(gdn_chunk_prep_kernel<DK>, dim3((unsigned)ca.p.hv, (unsigned)ca.nc, (unsigned)ca.p.n_lanes),
                                   kPrepThreads, prep_smem, s, ca));
     KernelLaunch c(dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1), dim3(kThreads, 1, 1),
@@ -408,20 +548,12 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
     if (a->dv % 4) return SPLASH_E_UNSUPPORTED; /* the 4 x 4 output tiles */
     ChunkArgs ca;
     ca.p = *a;
-    /* Split each head's columns over 2 blocks while the heads alone leave
-     * SMs idle (one 27B lane: 48 heads on 132 SMs).  The k-side work of a
-     * chunk (A, the substitution of W, q k^T) is repeated per block; the
-     * dv-side (3/4 of it) is divided.  4 blocks measured slower: 35B-A3B,
-     * one lane of 1,024 rows, 2.94 ms at 4 against 2.53 ms for the
-     * recurrence (NOTES.md). */
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            sms = 1, (void)cudaGetLastError();
-    }
-    ca.ns = 1;
-    if (a->dv % 8 == 0 && (long)a->hv * a->n_lanes * 2 <= sms) ca.ns = 2; /* halves of 4 x 4 tiles */
+    /* SPLASH_CUDA_GDN_SPLIT=1|2 caps the state pass's split of a head (4;
+     * launch_chunked): an A/B switch */
+    static const int max_split = [] {
+        const char *e = getenv("SPLASH_CUDA_GDN_SPLIT");
+        return e && (atoi(e) == 1 || atoi(e) == 2) ? atoi(e) : 4;
+    }();
     ca.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */
     /* the lanes' chunks in groups the workspace holds: a prep launch makes
      * a group's chunks (every lane's, in parallel), the state pass walks them */
@@ -435,9 +567,9 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
         ca.nc = chunks - ca.c0 < group ? chunks - ca.c0 : group;
         int rc2;
         switch (a->dk) {
-        case 32: rc2 = launch_chunked<32>(ca, s); break;
-        case 64: rc2 = launch_chunked<64>(ca, s); break;
-        case 128: rc2 = launch_chunked<128>(ca, s); break;
+        case 32: rc2 = launch_chunked<32>(ca, max_split, s); break;
+        case 64: rc2 = launch_chunked<64>(ca, max_split, s); break;
+        case 128: rc2 = launch_chunked<128>(ca, max_split, s); break;
         default: return SPLASH_E_UNSUPPORTED;
         }
         if (rc2) return rc2;
