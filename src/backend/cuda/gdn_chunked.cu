@@ -192,6 +192,34 @@ __device__ __forceinline__ void pair_weights(float *A, const float *X, const flo
     }
 }
 
+/* x_i -= sum_{j<i} A[i][j] x_j for i = 1 .. L-1, j ascending (fmaf: the
+ * CPU's order), over one column X (stride st) of W or U.  The column lives
+ * in registers (both loops unrolled over the chunk's kC rows) and A's rows
+ * come as broadcast float4s: the loop that read A[i][j] and x_j from shared
+ * memory for every FMA was bound by those loads, two a FMA (ncu: ~45% of
+ * the prep), and ran each row's chain only after the previous row's; here
+ * row i's early terms run while row i - 1 finishes.  Rows past L are
+ * computed from zeros and stale A and never stored. */
+__device__ __forceinline__ void forward_substitute(float *X, int st, const float *A, int L) {
+    float x[kC];
+#pragma unroll
+    for (int i = 0; i < kC; i++) x[i] = i < L ? X[(size_t)i * st] : 0.f;
+#pragma unroll
+    for (int i = 1; i < kC; i++) {
+#pragma unroll
+        for (int j = 0; j < i; j += 4) {
+            const float4 a = *reinterpret_cast<const float4 *>(A + i * kC + j);
+            x[i] = fmaf(-a.x, x[j], x[i]);
+            if (j + 1 < i) x[i] = fmaf(-a.y, x[j + 1], x[i]);
+            if (j + 2 < i) x[i] = fmaf(-a.z, x[j + 2], x[i]);
+            if (j + 3 < i) x[i] = fmaf(-a.w, x[j + 3], x[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 1; i < kC; i++)
+        if (i < L) X[(size_t)i * st] = x[i];
+}
+
 /* Part 1, every chunk at once: a block per (value head, chunk, lane) makes
  * what the chunk needs before the state reaches it: the normalised q and
  * k, the gates, A and the forward substitution (W, U), the output weights.
@@ -285,12 +313,7 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     for (int col = tid; col < DK + dv; col += kPrepThreads) {
         float *X = col < DK ? W + col : U + (col - DK);
         const int st = col < DK ? KS : dv;
-        for (int i = 1; i < L; i++) {
-            float x = X[(size_t)i * st];
-#pragma unroll 8 /* the loads of 8 steps ahead of their chain of fmas */
-            for (int j = 0; j < i; j++) x = fmaf(-A[i * kC + j], X[(size_t)j * st], x);
-            X[(size_t)i * st] = x;
-        }
+        forward_substitute(X, st, A, L);
     }
     __syncthreads();
 
