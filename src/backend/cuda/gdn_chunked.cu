@@ -60,7 +60,7 @@ using namespace splash_cuda;
 namespace {
 
 constexpr int kC = SPLASH_CUDA_GDN_CHUNK;
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
 /* The prep kernel's threads: twice the state pass's (its phases are short
  * loops over independent elements, latency-bound at 8 warps an SM; its
  * ~150 KB of shared memory allows one block an SM either way). */
@@ -106,24 +106,46 @@ __device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
     acc[2] = fmaf(a, b.z, acc[2]), acc[3] = fmaf(a, b.w, acc[3]);
 }
 
-/* acc[ii][.] += sum_r X[i0 + ii][r] S[r][c0 .. c0 + 3], r ascending (fmaf:
- * the CPU's order per output): a float4 of each X row covers 4 r, so 8
- * loads feed 64 FMAs (a scalar broadcast a row and r: 20). */
-template <int DK>
-__device__ __forceinline__ void rows_times_state(float (&acc)[4][4], const float *X, int i0, const float *S, int dv,
+/* NC consecutive floats (a float2 or float4 load), and acc[k] += a * b[k] */
+template <int NC>
+__device__ __forceinline__ void ld_cols(float (&v)[NC], const float *p) {
+    static_assert(NC == 2 || NC == 4, "a float2 or a float4");
+    if constexpr (NC == 4) {
+        const float4 t = *reinterpret_cast<const float4 *>(p);
+        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
+    } else {
+        const float2 t = *reinterpret_cast<const float2 *>(p);
+        v[0] = t.x, v[1] = t.y;
+    }
+}
+template <int NC>
+__device__ __forceinline__ void fma_cols(float (&acc)[NC], float a, const float (&b)[NC]) {
+#pragma unroll
+    for (int k = 0; k < NC; k++) acc[k] = fmaf(a, b[k], acc[k]);
+}
+
+/* acc[ii][.] += sum_r X[i0 + ii][r] S[r][c0 .. c0 + NC - 1], r ascending
+ * (fmaf: the CPU's order per output): a float4 of each X row covers 4 r, so
+ * 8 loads feed 16 NC FMAs.  The state pass's tiles are 4 rows x 2 columns:
+ * twice the threads of 4 x 4 tiles at <= 128 registers, 16 warps an SM to
+ * hide the shared loads' latency (with 8, ncu found a third of the stalls
+ * waiting on them and the FMA pipe 32% busy). */
+template <int DK, int NC>
+__device__ __forceinline__ void rows_times_state(float (&acc)[4][NC], const float *X, int i0, const float *S, int dv,
                                                  int c0) {
     constexpr int KS = Plan<DK>::KS;
 #pragma unroll 2
     for (int r = 0; r < DK; r += 4) {
-        float4 x[4], s4[4];
+        float4 x[4];
+        float sr[4][NC];
 #pragma unroll
         for (int ii = 0; ii < 4; ii++) x[ii] = *reinterpret_cast<const float4 *>(X + (size_t)(i0 + ii) * KS + r);
 #pragma unroll
-        for (int k = 0; k < 4; k++) s4[k] = *reinterpret_cast<const float4 *>(S + (size_t)(r + k) * dv + c0);
+        for (int k = 0; k < 4; k++) ld_cols<NC>(sr[k], S + (size_t)(r + k) * dv + c0);
 #pragma unroll
         for (int ii = 0; ii < 4; ii++) {
-            fma4(acc[ii], x[ii].x, s4[0]), fma4(acc[ii], x[ii].y, s4[1]);
-            fma4(acc[ii], x[ii].z, s4[2]), fma4(acc[ii], x[ii].w, s4[3]);
+            fma_cols<NC>(acc[ii], x[ii].x, sr[0]), fma_cols<NC>(acc[ii], x[ii].y, sr[1]);
+            fma_cols<NC>(acc[ii], x[ii].z, sr[2]), fma_cols<NC>(acc[ii], x[ii].w, sr[3]);
         }
     }
 }
@@ -397,16 +419,17 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
         __syncthreads();
 
         /* 6. vnew = U - W S (into U) */
-        const int nti = (L + 3) / 4, ntc = dv / 4; /* 4 x 4 output tiles, columns fastest across threads */
+        constexpr int TC = 2; /* 4 x TC output tiles, columns fastest across threads */
+        const int nti = (L + 3) / 4, ntc = dv / TC;
         for (int t = tid; t < nti * ntc; t += kThreads) {
-            const int i0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
-            float acc[4][4] = {};
-            rows_times_state<DK>(acc, W, i0, S, dv, c0);
+            const int i0 = 4 * (t / ntc), c0 = TC * (t % ntc);
+            float acc[4][TC] = {};
+            rows_times_state<DK, TC>(acc, W, i0, S, dv, c0);
 #pragma unroll
             for (int ii = 0; ii < 4; ii++)
                 if (i0 + ii < L)
 #pragma unroll
-                    for (int k = 0; k < 4; k++) {
+                    for (int k = 0; k < TC; k++) {
                         float *u = U + (size_t)(i0 + ii) * dv + c0 + k;
                         *u = __fsub_rn(*u, acc[ii][k]);
                     }
@@ -417,9 +440,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
          * holds q exp(cum)) */
         float *O = W;
         for (int t = tid; t < nti * ntc; t += kThreads) {
-            const int i0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
-            float t1[4][4] = {}, t2[4][4] = {};
-            rows_times_state<DK>(t1, Qc, i0, S, dv, c0);
+            const int i0 = 4 * (t / ntc), c0 = TC * (t % ntc);
+            float t1[4][TC] = {}, t2[4][TC] = {};
+            rows_times_state<DK, TC>(t1, Qc, i0, S, dv, c0);
             const int jmax = min(i0 + 3, L - 1);
             for (int jb = 0; jb <= jmax; jb += 4) { /* a float4 of each A row covers 4 j */
                 float4 a4[4];
@@ -430,17 +453,18 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
                 for (int k = 0; k < 4; k++) {
                     const int j = jb + k;
                     if (j > jmax) break;
-                    const float4 u4 = *reinterpret_cast<const float4 *>(U + (size_t)j * dv + c0);
+                    float uj[TC];
+                    ld_cols<TC>(uj, U + (size_t)j * dv + c0);
 #pragma unroll
                     for (int ii = 0; ii < 4; ii++)
-                        if (j <= i0 + ii) fma4(t2[ii], lane4(a4[ii], k), u4);
+                        if (j <= i0 + ii) fma_cols<TC>(t2[ii], lane4(a4[ii], k), uj);
                 }
             }
 #pragma unroll
             for (int ii = 0; ii < 4; ii++)
                 if (i0 + ii < L)
 #pragma unroll
-                    for (int k = 0; k < 4; k++) O[(size_t)(i0 + ii) * dv + c0 + k] = __fadd_rn(t1[ii][k], t2[ii][k]);
+                    for (int k = 0; k < TC; k++) O[(size_t)(i0 + ii) * dv + c0 + k] = __fadd_rn(t1[ii][k], t2[ii][k]);
         }
         __syncthreads();
         /* the gate z of the chunk's rows into the Qc buffer (free now), read in 8b */
@@ -451,8 +475,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
         }
         /* 8a. S = S exp(cum_L) + sum_i (k_i kd_i) (x) vnew_i  (Kc holds k kd) */
         const float e_l = el[0];
-        for (int t = tid; t < (DK / 4) * ntc; t += kThreads) {
-            const int r0 = 4 * (t / ntc), c0 = 4 * (t % ntc);
+        const int ntc4 = dv / 4; /* 4 x 4 tiles here: DK / 4 x dv / 4 of them are enough threads */
+        for (int t = tid; t < (DK / 4) * ntc4; t += kThreads) {
+            const int r0 = 4 * (t / ntc4), c0 = 4 * (t % ntc4);
             float acc[4][4] = {};
             for (int i = 0; i < L; i++) {
                 const float4 u4 = *reinterpret_cast<const float4 *>(U + (size_t)i * dv + c0);
