@@ -14,20 +14,21 @@
  * state, so gdn_chunk_prep_kernel makes it for many chunks at once (a
  * block per (head, chunk, lane)) into a workspace; the substitution's long
  * dependent chains (~1/4 of a chunk's time when one block did everything
- * in order) then run side by side.  Then one block of 256 threads per
+ * in order) then run side by side.  Then one block of 512 threads per
  * (value head, lane) walks the lane's chunks in order (gdn_chunk_state_kernel),
  * copying each chunk's prepared parts in, with everything in shared memory
  * (~220 KB at dk = dv = 128): the state S [dk][dv], the chunk's k, q and W
  * [64][dk+4] (rows padded by four floats: 16-byte aligned for float4 and
  * asynchronous copies, and a float4 per lane of consecutive rows covers the
- * 32 banks in 4 wavefronts), U [64][dv], A [64][64].  Each phase is a loop
- * over output elements with the column index fastest across threads (so row
- * operands are broadcasts and column operands consecutive), separated by
- * barriers; the three products of dv columns (W S, Q S + A U, K^T U: 3/4 of
- * the arithmetic) give each thread a 4 x 4 tile of outputs, so a float4 of S
- * or U and four broadcasts feed 16 FMAs (they were bound by shared-memory
- * loads, two per FMA), and the prep's k.k and q.k products give a lane 4
- * rows x 1 column with float4 along the sum (were 2 loads a FMA too).  Sums
+ * 32 banks in 4 wavefronts), U [64][dv], A [64][64 + 4].  Each phase is a
+ * loop over output elements with the column index fastest across threads
+ * (so row operands are broadcasts and column operands consecutive),
+ * separated by barriers; the three products of dv columns (W S, Q S + A U,
+ * K^T U: 3/4 of the arithmetic) give each thread a tile of outputs (4 rows x
+ * 2 columns, 4 x 4 for K^T U), so float4s of the row operands and a float2 or
+ * float4 of S or U feed 8-16 FMAs (they were bound by shared-memory loads,
+ * two per FMA), and the prep's k.k and q.k products give a lane 4 rows x 1
+ * column with float4 along the sum (were 2 loads a FMA too).  Sums
  * run in the CPU's order (over r or j ascending, fmaf), products are rounded
  * as the CPU rounds them, so the result is close to cpu_gdn_chunked; the q/k
  * norms and the gates are the recurrence kernel's.  The chunk's outputs go
@@ -60,10 +61,11 @@ using namespace splash_cuda;
 namespace {
 
 constexpr int kC = SPLASH_CUDA_GDN_CHUNK;
+/* Both kernels' threads: one block an SM either way (~150 KB of shared
+ * memory for the prep, 170-220 KB for the state pass), so 16 warps to hide
+ * latency; at 8 the prep's short loops over independent elements and the
+ * state pass's shared loads left the SM idle (NOTES.md, sessions 12, 13). */
 constexpr int kThreads = 512;
-/* The prep kernel's threads: twice the state pass's (its phases are short
- * loops over independent elements, latency-bound at 8 warps an SM; its
- * ~150 KB of shared memory allows one block an SM either way). */
 constexpr int kPrepThreads = 512;
 
 struct ChunkArgs {
@@ -538,7 +540,9 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
 
 /* How many clusters of ns state-pass blocks (dv / ns columns each) the GPU
  * holds at once: clusters live inside a GPC, so the SM count alone does
- * not tell.  Asked once per (ns, columns) and remembered. */
+ * not tell.  Asked once per (ns, columns) and remembered; a forward of a new
+ * batch shape runs eagerly before the model captures it (cuda_graphs.cu), so
+ * the first ask never falls inside a graph capture. */
 template <int DK>
 int clusters_resident(int ns, int dv) {
     static int known[3][SPLASH_CUDA_GDN_MAX_DV / 4 + 1]; /* [ns 1, 2, 4][block columns / 4]; 0: not asked yet */
