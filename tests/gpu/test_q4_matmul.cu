@@ -423,7 +423,9 @@ static void test_stacked_add(void) {
 /* The fused producers (splash_q4_prep_rmsnorm / _silu_mul): y against an fp64
  * host reference, and the prepared activation bitwise what splash_q4_prep_x(y)
  * makes (compared through a product: every byte of hi, lo and the group sums
- * reaches y), for rows 1, 5, 16 and 20 (rows past 16: y only). */
+ * reaches y), for rows 1, 5, 16 and 20 (rows past 16: y only, and the bits
+ * the same row gets when it comes alone: a row's y must not depend on where
+ * it sits in the batch, or a lane's results would). */
 static void test_fused_prep(int cols) {
     const int rows_max = 20, rows = 48;
     HostQ4 h;
@@ -437,6 +439,7 @@ static void test_fused_prep(int cols) {
     const size_t n = (size_t)rows_max * cols;
     float *xh = (float *)malloc(n * 4), *uh = (float *)malloc(n * 4), *wh = (float *)malloc((size_t)cols * 4);
     float *yh = (float *)malloc(n * 4), *p1 = (float *)malloc(16 * rows * 4), *p2 = (float *)malloc(16 * rows * 4);
+    float *y1 = (float *)malloc((size_t)cols * 4); /* one row made alone */
     for (size_t i = 0; i < n; i++) xh[i] = rng_uniform(-3.f, 3.f), uh[i] = rng_uniform(-2.f, 2.f);
     for (int i = 0; i < cols; i++) wh[i] = rng_uniform(0.5f, 1.5f);
     float *xd, *ud, *wd, *yd, *pd;
@@ -483,8 +486,19 @@ static void test_fused_prep(int cols) {
             const int same = !memcmp(p1, p2, (size_t)M * rows * 4);
             result(!rc && rel < 1e-6 && same, "fused prep %s, %d rows x %d: y rel L2 %.2e; prepared as prep_x(y): %s",
                    mode == 0 ? "rmsnorm" : "silu_mul", R, cols, rel, same ? "yes" : "no");
+            int alone = 1;
+            for (int r = 16; r < R && !rc; r += 3) { /* rows 16 and 19, each made as row 0 of its own call */
+                const size_t off = (size_t)r * cols;
+                rc = mode == 0 ? splash_q4_prep_rmsnorm(&xp, xd + off, cols, wd, 1e-6f, yd, cols, 1, cols, NULL)
+                               : splash_q4_prep_silu_mul(&xp, xd + off, cols, ud + off, cols, yd, cols, 1, cols, NULL);
+                SPLASH_CUDA_CHECK(cudaMemcpy(y1, yd, (size_t)cols * 4, cudaMemcpyDeviceToHost));
+                alone &= !rc && !memcmp(y1, yh + off, (size_t)cols * 4);
+            }
+            if (R > 16)
+                result(alone, "fused prep %s, %d rows x %d: rows past 16 = the same rows alone (bitwise)",
+                       mode == 0 ? "rmsnorm" : "silu_mul", R, cols);
         }
-    free(h.blob), free(xh), free(uh), free(wh), free(yh), free(p1), free(p2);
+    free(h.blob), free(xh), free(uh), free(wh), free(yh), free(p1), free(p2), free(y1);
     cudaFree(dev), cudaFree(xd), cudaFree(ud), cudaFree(wd), cudaFree(yd), cudaFree(pd), cudaFree(xpm);
 }
 

@@ -497,6 +497,28 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
     }
 }
 
+/* The RMS norm's rows past the prepared ones (a prefill's bulk), one block a
+ * row: y only, so a row's squares are summed once, not once per block of
+ * the row as q4_prep_kernel does it (its blocks prepare a row's groups in
+ * parallel; for a 4,096-row 27B prefill that read every row ~10 times).
+ * The same sum code with the same threads, and the same products: the bits
+ * q4_prep_kernel<PREP_RMS> gives a row (test_q4_matmul). */
+__global__ void __launch_bounds__(kPrepThreads) q4_rms_rows_kernel(const PrepArgs a) {
+    pdl_begin();
+    __shared__ float red[32];
+    const int m = a.prep_rows + (int)blockIdx.x;
+    const float *xr = a.x + (size_t)m * a.ldx;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < a.cols / 4; i += kPrepThreads) {
+        const float v0 = xr[4 * i], v1 = xr[4 * i + 1], v2 = xr[4 * i + 2], v3 = xr[4 * i + 3];
+        ss = fmaf(v0, v0, ss), ss = fmaf(v1, v1, ss), ss = fmaf(v2, v2, ss), ss = fmaf(v3, v3, ss);
+    }
+    ss = block_sum(ss, red);
+    const float rs = 1.0f / sqrtf(ss / (float)a.cols + a.eps);
+    float *yr = a.y + (size_t)m * a.ldy;
+    for (int c = threadIdx.x; c < a.cols; c += kPrepThreads) yr[c] = __fmul_rn(__fmul_rn(xr[c], rs), a.w[c]);
+}
+
 /* ---- the group plan (q4_plan.cuh) ---------------------------------------------- */
 
 constexpr int kPlanThreads = 256;
@@ -792,12 +814,15 @@ static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaSt
     }
     a.gstride = xp->rows_cap;
     a.hi = xp->hi, a.lo = xp->lo, a.gsum = xp->gsum, a.ginv = xp->ginv;
+    /* the RMS norm's rows past the prepared ones: a launch of their own */
+    const int bulk = mode == PREP_RMS && a.rows > a.prep_rows ? a.rows - a.prep_rows : 0;
     const dim3 grid((unsigned)((a.cols / 64 + kPrepGroupsPerBlock - 1) / kPrepGroupsPerBlock),
-                    (unsigned)(a.rows > a.prep_rows ? a.rows : a.prep_rows));
+                    (unsigned)(a.rows > a.prep_rows && !bulk ? a.rows : a.prep_rows));
     void (*const fn)(PrepArgs) = mode == PREP_X     ? q4_prep_kernel<PREP_X>
                                  : mode == PREP_RMS ? q4_prep_kernel<PREP_RMS>
                                                     : q4_prep_kernel<PREP_SILU>;
     SPLASH_CUDA_TRY(launch_kernel(fn, grid, kPrepThreads, 0, s, a));
+    if (bulk) SPLASH_CUDA_TRY(launch_kernel(q4_rms_rows_kernel, dim3((unsigned)bulk), kPrepThreads, 0, s, a));
     xp->M = a.M, xp->cols = a.cols;
     return SPLASH_OK;
 }
