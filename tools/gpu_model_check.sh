@@ -8,6 +8,11 @@
 #       runs the latter) and the shared libraries a bare GPU machine lacks
 #       (everything ldd lists but the C/C++ runtime) into .carry/splash-bin.txz (~8 MB); carry
 #       .carry (git ignores it via .git/info/exclude) to the GPU machine
+#   tools/gpu_model_check.sh --prepare-bench NAME
+#       the same build's bench_cpu alone into .carry/NAME.txz (~1 MB): a second build for an
+#       A/B in one device call (tools/gpu_synthetic_bench.sh CARRY_TXZ="... .carry/NAME.txz"
+#       borrows the first tarball's libraries); two full tarballs and the tracked tree pass the
+#       device's 64 MiB carry limit
 #   tools/gpu_model_check.sh [--model PKG] [--windows N] [--seq T] [--bench-tokens M] [--blocks LIST]
 #       on the GPU machine: tokenises this repository's tools/**/*.py (text the default model
 #       never saw) into N windows of T tokens (default 4 x 1024); runs each through
@@ -21,6 +26,15 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 TXZ=.carry/splash-bin.txz
+if [ "${1:-}" = "--prepare-bench" ]; then
+    [ -n "${2:-}" ] || { echo "--prepare-bench NAME" >&2; exit 2; }
+    make -s -j"$(nproc)" build/bench/bench_cpu || exit 1
+    P=$(mktemp -d) || exit 1
+    mkdir -p "$P/bin" .carry && strip -o "$P/bin/bench_cpu" build/bench/bench_cpu &&
+        tar -C "$P" -cJf ".carry/$2.txz" bin && rm -rf "$P" || exit 1
+    ls -la ".carry/$2.txz"
+    exit 0
+fi
 if [ "${1:-}" = "--prepare" ]; then
     make -s -j"$(nproc)" build/splash build/bench/bench_cpu || exit 1
     P=$(mktemp -d) || exit 1

@@ -47,7 +47,9 @@ OUT=${OUT:-build-synthetic}
 W=${SYN_DIR:-/tmp/splash-synthetic}
 mkdir -p "$OUT" "$W"
 # The builds to time: the carried tarballs (CARRY_TXZ: a list, e.g. a build of the last commit
-# beside this one, for an A/B in one call; each timed on the same packages), else build/.
+# beside this one, for an A/B in one call; each timed on the same packages), else build/.  A
+# tarball may hold bench_cpu alone (tools/gpu_model_check.sh --prepare-bench): it then runs with
+# the libraries of the first tarball that has them.
 TAGS=""
 for TXZ in ${CARRY_TXZ:-.carry/splash-bin.txz}; do
     [ -f "$TXZ" ] || continue
@@ -59,10 +61,13 @@ done
 bench_of() { # $TAG -> its bench_cpu
     if [ "$TAG" = build ]; then echo "$PWD/build/bench/bench_cpu"; else echo "$W/$TAG/bin/bench_cpu"; fi
 }
-run_bench() { # the tag's bench_cpu with its own libraries
-    local b d
-    b=$(bench_of) d=$(dirname "$b")
-    LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$b" "$@"
+run_bench() { # the tag's bench_cpu with its own libraries (a bench-only tarball: the first one's with lib/)
+    local b d l t
+    b=$(bench_of) d=$(dirname "$b") l=$d/lib
+    if [ ! -d "$l" ]; then
+        for t in $TAGS; do [ -d "$W/$t/bin/lib" ] && l=$W/$t/bin/lib && break; done
+    fi
+    LD_LIBRARY_PATH="$l${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$b" "$@"
 }
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
 for L in ${DEPTHS//,/ }; do
