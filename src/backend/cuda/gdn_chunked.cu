@@ -108,17 +108,13 @@ __device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
     acc[2] = fmaf(a, b.z, acc[2]), acc[3] = fmaf(a, b.w, acc[3]);
 }
 
-/* NC consecutive floats (a float2 or float4 load), and acc[k] += a * b[k] */
+/* NC consecutive floats (one float2 load: the tiles' 2 columns), and
+ * acc[k] += a * b[k] */
 template <int NC>
 __device__ __forceinline__ void ld_cols(float (&v)[NC], const float *p) {
-    static_assert(NC == 2 || NC == 4, "a float2 or a float4");
-    if constexpr (NC == 4) {
-        const float4 t = *reinterpret_cast<const float4 *>(p);
-        v[0] = t.x, v[1] = t.y, v[2] = t.z, v[3] = t.w;
-    } else {
-        const float2 t = *reinterpret_cast<const float2 *>(p);
-        v[0] = t.x, v[1] = t.y;
-    }
+    static_assert(NC == 2, "the state pass's tiles are 2 columns wide");
+    const float2 t = *reinterpret_cast<const float2 *>(p);
+    v[0] = t.x, v[1] = t.y;
 }
 template <int NC>
 __device__ __forceinline__ void fma_cols(float (&acc)[NC], float a, const float (&b)[NC]) {

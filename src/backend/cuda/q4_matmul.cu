@@ -445,6 +445,19 @@ struct PrepArgs {
     float *gsum, *ginv;
 };
 
+/* 1 / sqrt(mean(x^2) + eps) of one row, by the whole block (every thread
+ * calls it): both RMS kernels take it from here, so a row's factor has the
+ * same bits in either. */
+__device__ __forceinline__ float rms_factor(const PrepArgs &a, const float *xr, float *red) {
+    float ss = 0.f; /* rows need not be 16-byte aligned: scalar loads */
+    for (int i = threadIdx.x; i < a.cols / 4; i += kPrepThreads) {
+        const float v0 = xr[4 * i], v1 = xr[4 * i + 1], v2 = xr[4 * i + 2], v3 = xr[4 * i + 3];
+        ss = fmaf(v0, v0, ss), ss = fmaf(v1, v1, ss), ss = fmaf(v2, v2, ss), ss = fmaf(v3, v3, ss);
+    }
+    ss = block_sum(ss, red);
+    return 1.0f / sqrtf(ss / (float)a.cols + a.eps);
+}
+
 template <int MODE>
 __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a) {
     pdl_begin();
@@ -453,16 +466,8 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
     const int groups = a.cols / 64;
     const bool data = m < a.rows;
     float rs = 1.f;
-    if (MODE == PREP_RMS && data) { /* uniform in the block: block_sum sees every thread */
-        const float *xr = a.x + (size_t)m * a.ldx; /* rows need not be 16-byte aligned: scalar loads */
-        float ss = 0.f;
-        for (int i = threadIdx.x; i < a.cols / 4; i += kPrepThreads) {
-            const float v0 = xr[4 * i], v1 = xr[4 * i + 1], v2 = xr[4 * i + 2], v3 = xr[4 * i + 3];
-            ss = fmaf(v0, v0, ss), ss = fmaf(v1, v1, ss), ss = fmaf(v2, v2, ss), ss = fmaf(v3, v3, ss);
-        }
-        ss = block_sum(ss, red);
-        rs = 1.0f / sqrtf(ss / (float)a.cols + a.eps);
-    }
+    if (MODE == PREP_RMS && data) /* uniform in the block: block_sum sees every thread */
+        rs = rms_factor(a, a.x + (size_t)m * a.ldx, red);
     const int G = blockIdx.x * kPrepGroupsPerBlock + warp;
     if (G < groups) {
         const int c = 64 * G + 2 * lane; /* this lane's two columns */
@@ -501,20 +506,14 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
  * row: y only, so a row's squares are summed once, not once per block of
  * the row as q4_prep_kernel does it (its blocks prepare a row's groups in
  * parallel; for a 4,096-row 27B prefill that read every row ~10 times).
- * The same sum code with the same threads, and the same products: the bits
- * q4_prep_kernel<PREP_RMS> gives a row (test_q4_matmul). */
+ * rms_factor and the same products: the bits q4_prep_kernel<PREP_RMS> gives
+ * a row (test_q4_matmul). */
 __global__ void __launch_bounds__(kPrepThreads) q4_rms_rows_kernel(const PrepArgs a) {
     pdl_begin();
     __shared__ float red[32];
     const int m = a.prep_rows + (int)blockIdx.x;
     const float *xr = a.x + (size_t)m * a.ldx;
-    float ss = 0.f;
-    for (int i = threadIdx.x; i < a.cols / 4; i += kPrepThreads) {
-        const float v0 = xr[4 * i], v1 = xr[4 * i + 1], v2 = xr[4 * i + 2], v3 = xr[4 * i + 3];
-        ss = fmaf(v0, v0, ss), ss = fmaf(v1, v1, ss), ss = fmaf(v2, v2, ss), ss = fmaf(v3, v3, ss);
-    }
-    ss = block_sum(ss, red);
-    const float rs = 1.0f / sqrtf(ss / (float)a.cols + a.eps);
+    const float rs = rms_factor(a, xr, red);
     float *yr = a.y + (size_t)m * a.ldy;
     for (int c = threadIdx.x; c < a.cols; c += kPrepThreads) yr[c] = __fmul_rn(__fmul_rn(xr[c], rs), a.w[c]);
 }
