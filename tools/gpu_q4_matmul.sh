@@ -17,11 +17,12 @@ mkdir -p "$B" "$OUT"
 echo "== build"
 $NVCC $FLAGS -Xptxas -v -c src/backend/cuda/q4_matmul.cu -o "$B/q4_matmul.o" 2>"$B/ptxas.log" || { cat "$B/ptxas.log"; exit 1; }
 $NVCC $FLAGS -Xptxas -v -c src/backend/cuda/q4_gemm.cu -o "$B/q4_gemm.o" 2>>"$B/ptxas.log" || { cat "$B/ptxas.log"; exit 1; }
+$NVCC $FLAGS -c src/backend/cuda/blas.cu -o "$B/blas.o" || exit 1
 grep -v 'ptxas info' "$B/ptxas.log" | grep -iE 'warning|error' && exit 1
 grep -E 'spill' "$B/ptxas.log" | grep -v ' 0 bytes spill stores, 0 bytes spill loads' && echo "SPILLS (see ptxas.log)"
-$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/q4_matmul.o" "$B/q4_gemm.o" -o "$B/test_q4_matmul" &
+$NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/q4_matmul.o" "$B/q4_gemm.o" "$B/blas.o" -ldl -o "$B/test_q4_matmul" &
 p1=$!
-$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/q4_matmul.o" "$B/q4_gemm.o" -o "$B/bench_q4_matmul" &
+$NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/q4_matmul.o" "$B/q4_gemm.o" "$B/blas.o" -ldl -o "$B/bench_q4_matmul" &
 p2=$!
 wait $p1 || exit 1
 wait $p2 || exit 1
