@@ -241,6 +241,8 @@ static const Shape kShapes[] = {
     {"ffn.gate/up", 17408, 5120}, {"ffn.down", 5120, 17408}, {"lm_head", 248320, 5120},
     /* the stacks the CUDA model launches (cuda_weights.cu) */
     {"attn q|k|v", 14336, 5120}, {"gdn qkv|z|b|a", 16480, 5120}, {"ffn gate|up", 34816, 5120},
+    /* the 35B-A3B's experts (--only: their presets are swept as plain products) and lm_head */
+    {"moe gate/up", 512, 2048}, {"moe down", 2048, 512}, {"lm_head 35b", 248320, 2048},
 };
 #define NSHAPES (int)(sizeof kShapes / sizeof kShapes[0])
 static const int kMs[] = {1, 2, 4, 8, 16};
@@ -319,30 +321,30 @@ static splash_q4_config cand_config(int i) {
 
 /* One (ksplit, wk) for the shape (the arithmetic order: results must not
  * depend on M), then per M class the fastest config: class 0 by the mean over
- * M = 1, 2, 4, class 1 at M = 8, class 2 at M = 16; the pair minimising the
- * sum of the three. */
-static int select_presets(const Cand *cand, int *ks_out, int *wk_out, splash_q4_config out[3]) {
+ * M = 1, 2, class 1 at M = 4, class 2 at M = 8, class 3 at M = 16; the pair
+ * minimising the sum of the four. */
+static int select_presets(const Cand *cand, int *ks_out, int *wk_out, splash_q4_config out[4]) {
     float best_score = 1e30f;
     int found = 0;
     for (int kw = 0; kw < 16; kw++) {
         const int ks = kSweepKs[kw / 4], wk = kSweepWk[kw % 4];
-        float b[3] = {1e30f, 1e30f, 1e30f};
-        int bi[3] = {-1, -1, -1};
+        float b[4] = {1e30f, 1e30f, 1e30f, 1e30f};
+        int bi[4] = {-1, -1, -1, -1};
         for (int i = 0; i < NCAND; i++) {
             const Cand *c = &cand[i];
             if (c->c.ksplit != ks || c->c.wk != wk) continue;
-            if (c->us[0] > 0 && c->us[1] > 0 && c->us[2] > 0) {
-                const float v = (c->us[0] + c->us[1] + c->us[2]) / 3;
+            if (c->us[0] > 0 && c->us[1] > 0) {
+                const float v = (c->us[0] + c->us[1]) / 2;
                 if (v < b[0]) b[0] = v, bi[0] = i;
             }
-            if (c->us[3] > 0 && c->us[3] < b[1]) b[1] = c->us[3], bi[1] = i;
-            if (c->us[4] > 0 && c->us[4] < b[2]) b[2] = c->us[4], bi[2] = i;
+            for (int k = 1; k < 4; k++)
+                if (c->us[k + 1] > 0 && c->us[k + 1] < b[k]) b[k] = c->us[k + 1], bi[k] = i;
         }
-        if (bi[0] < 0 || bi[1] < 0 || bi[2] < 0) continue;
-        if (b[0] + b[1] + b[2] < best_score) {
-            best_score = b[0] + b[1] + b[2];
+        if (bi[0] < 0 || bi[1] < 0 || bi[2] < 0 || bi[3] < 0) continue;
+        if (b[0] + b[1] + b[2] + b[3] < best_score) {
+            best_score = b[0] + b[1] + b[2] + b[3];
             *ks_out = ks, *wk_out = wk;
-            for (int k = 0; k < 3; k++) out[k] = cand[bi[k]].c;
+            for (int k = 0; k < 4; k++) out[k] = cand[bi[k]].c;
             found = 1;
         }
     }
@@ -544,7 +546,7 @@ int main(int argc, char **argv) {
     memset(rows, 0, sizeof rows);
     float prep_us[NMS] = {-1, -1, -1, -1, -1};
     static Cand cand[MAXCAND];
-    char preset_lines[NSHAPES][256];
+    char preset_lines[NSHAPES][320];
     memset(preset_lines, 0, sizeof preset_lines);
 
     for (int si = 0; si < NSHAPES; si++) {
@@ -619,14 +621,16 @@ int main(int argc, char **argv) {
             }
             mc.cfg = NULL;
         }
-        splash_q4_config sel[3];
+        splash_q4_config sel[4];
         int ks = 0, wk = 0;
         const int have_sel = sweep && select_presets(cand, &ks, &wk, sel);
         if (have_sel)
             snprintf(preset_lines[si], sizeof preset_lines[si],
-                     "    {%d, %d, %d, %d, {{%d, %d, %d, %d, 0, 0}, {%d, %d, %d, %d, 0, 0}, {%d, %d, %d, %d, 0, 0}}}, /* %s */",
+                     "    {%d, %d, %d, %d, {{%d, %d, %d, %d, 0, 0}, {%d, %d, %d, %d, 0, 0}, {%d, %d, %d, %d, 0, 0}, "
+                     "{%d, %d, %d, %d, 0, 0}}}, /* %s */",
                      sh->rows, sh->cols, ks, wk, sel[0].r, sel[0].u, sel[0].stages, sel[0].warps, sel[1].r, sel[1].u,
-                     sel[1].stages, sel[1].warps, sel[2].r, sel[2].u, sel[2].stages, sel[2].warps, sh->name);
+                     sel[1].stages, sel[1].warps, sel[2].r, sel[2].u, sel[2].stages, sel[2].warps, sel[3].r, sel[3].u,
+                     sel[3].stages, sel[3].warps, sh->name);
         /* the reported figures: the selected config (or the preset), full method */
         for (int mi = 0; mi < NMS; mi++) {
             const int M = kMs[mi];
@@ -636,7 +640,7 @@ int main(int argc, char **argv) {
             launch_prep(&pc, 0);
             splash_q4_config c = rw->cfg;
             if (have_sel) {
-                c = sel[M <= 4 ? 0 : M <= 8 ? 1 : 2];
+                c = sel[M <= 2 ? 0 : M <= 4 ? 1 : M <= 8 ? 2 : 3];
                 c.ksplit = ks, c.wk = wk;
                 rw->cfg = c;
                 mc.cfg = &c;

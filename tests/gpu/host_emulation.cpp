@@ -226,12 +226,12 @@ extern "C" int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev, int r
 extern "C" size_t splash_q4_xprep_bytes(int cap_cols) { return (size_t)SPLASH_Q4_MAX_M * cap_cols * sizeof(float) + 256; }
 extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *mem, int cap_cols) {
     memset(xp, 0, sizeof *xp);
-    xp->hi = (uint16_t *)mem, xp->cap_cols = cap_cols;
+    xp->x8 = (int8_t *)mem, xp->cap_cols = cap_cols;
     return 0;
 }
 extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx, struct CUstream_st *) {
     if (M < 1 || M > SPLASH_Q4_MAX_M || cols > xp->cap_cols || ldx < cols) return SPLASH_E_INVALID;
-    float *d = (float *)xp->hi;
+    float *d = (float *)xp->x8;
     for (int m = 0; m < M; m++) memcpy(d + (size_t)m * cols, x + (size_t)m * ldx, (size_t)cols * sizeof(float));
     xp->M = M, xp->cols = cols;
     return 0;
@@ -239,7 +239,7 @@ extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int 
 extern "C" int splash_q4_matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y, struct CUstream_st *) {
     if (xp->cols != w->cols) return SPLASH_E_MISMATCH;
     splash_tensor t = view(SPLASH_Q4, w->rows, w->cols, w->codes);
-    cpu_matmul(ctx(), &t, xp->M, (const float *)xp->hi, (size_t)w->cols, y, (size_t)w->rows);
+    cpu_matmul(ctx(), &t, xp->M, (const float *)xp->x8, (size_t)w->cols, y, (size_t)w->rows);
     return 0;
 }
 
@@ -249,7 +249,7 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
     float *t = (float *)malloc((size_t)xp->M * w->rows * sizeof(float));
     if (!t) return SPLASH_E_NOMEM;
     splash_tensor v = view(SPLASH_Q4, w->rows, w->cols, w->codes);
-    cpu_matmul(ctx(), &v, xp->M, (const float *)xp->hi, (size_t)w->cols, t, (size_t)w->rows);
+    cpu_matmul(ctx(), &v, xp->M, (const float *)xp->x8, (size_t)w->cols, t, (size_t)w->rows);
     for (size_t i = 0; i < (size_t)xp->M * w->rows; i++) y[i] += t[i];
     free(t);
     return 0;
@@ -760,7 +760,7 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
                                                size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
                                                struct CUstream_st *) {
     if (rows > SPLASH_Q4_MAX_M || xp->M != rows || k < 1 || k > s->top_k + 1) return SPLASH_E_INVALID;
-    int rc = emu_experts(gate, up, down, E, idx, w, rows, k, (const float *)xp->hi, (size_t)xp->cols, fo, ldf, s);
+    int rc = emu_experts(gate, up, down, E, idx, w, rows, k, (const float *)xp->x8, (size_t)xp->cols, fo, ldf, s);
     for (int r = 0; x && !rc && r < rows; r++)
         for (int c = 0; c < s->hidden; c++) x[r * ldx + c] = fo[r * ldf + c] + x[r * ldx + c];
     return rc;

@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/moe.h"
+#include "backend/cuda/q4_matmul.h"
 #include "backend/cuda/q4_plan.cuh"
 
 using namespace splash_cuda;
@@ -103,7 +104,7 @@ __device__ void route_row(const float *logits, size_t ldl, int r, int E, int k, 
  * block's slots by expert for the grouped products (q4_plan.cuh), in the
  * same launch. */
 __global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int E, int k, int norm, int shared,
-                                 const float *sl, size_t lds, int32_t *idx, float *wout, int32_t *plan) {
+                                 const float *sl, size_t lds, int32_t *idx, float *wout, int32_t *plan, int gmax) {
     pdl_begin();
     extern __shared__ float probs[]; /* [warps][E] */
     const int warp = threadIdx.x >> 5, r = blockIdx.x * (blockDim.x >> 5) + warp;
@@ -112,7 +113,7 @@ __global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int 
     __shared__ int32_t sid[kPlanSlots];
     __shared__ int lead[kPlanSlots];
     const int n_ids = shared >= E ? shared + 1 : E; /* ids the grouped products take */
-    group_plan_block(idx, rows * (k + (shared >= 0)), n_ids, plan, sid, lead);
+    group_plan_block(idx, rows * (k + (shared >= 0)), n_ids, plan, sid, lead, gmax);
 }
 
 struct RowList {
@@ -264,7 +265,7 @@ extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, 
     }
     SPLASH_CUDA_TRY(launch_kernel(moe_route_kernel, blocks, warps * 32, (size_t)warps * n_experts * sizeof(float),
                                   (cudaStream_t)stream, logits, ldl, rows, n_experts, top_k, norm_topk, shared, sl, lds,
-                                  idx, w, plan));
+                                  idx, w, plan, splash_q4_plan_group()));
     return SPLASH_OK;
 }
 

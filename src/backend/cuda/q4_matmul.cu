@@ -6,25 +6,32 @@
  * loads of codes in flight to saturate HBM while the arithmetic hides under
  * them, for 1 row of x as for 16.
  *
- * - Tensor cores (mma.sync m16n8k16, fp16 in, fp32 accumulate) do the dot
- *   products, because at M = 16 plain fp32 FMAs would need ~2x the FP32 rate
- *   of the chip to keep up with HBM.  The A operand is 16 weight rows x 16
- *   columns of *exact* codes q (0..15 made fp16 by the magic-number trick: one
- *   LOP3 and one f16x2 add/fma per two codes, done once per (tile, group) and
- *   shared by every product that uses them).  The B operand is x split into
- *   fp16 hi and lo parts after scaling each group of 64 columns of an x row
- *   by its own power of two (so the group's largest |x| sits just under
- *   2^14): ~22 bits of x, fp32-grade results.
+ * - Tensor cores (integer mma.sync m16n8k32, u8 x s8 -> exact int32) do the
+ *   dot products, because at M = 16 plain fp32 FMAs would need ~2x the FP32
+ *   rate of the chip to keep up with HBM.  The A operand is 16 weight rows x
+ *   32 columns of codes q (0..15): a lane's 16 bytes of a (tile, group) are
+ *   its A registers of two k-steps after one mask or shift-and-mask per 8
+ *   codes (tile_products8).  The B operand is x as three signed 8-bit digits,
+ *   after each group of 64 columns of an x row is scaled by its own power of
+ *   two (the group's largest |x| in [2^21, 2^22)) and rounded: ~22 bits of x
+ *   (as the fp16 hi / lo pair this replaced, session 14), fp32-grade results.
+ *   Against that fp16 form (m16n8k16: a LOP3 and an f16x2 op per two codes,
+ *   four mma a tile) a tile's arithmetic at M <= 2 is about half, which is
+ *   what the decode products were short of (NOTES.md, session 14: the 27B's
+ *   products 7-13% faster at M = 1, lm_head 210 -> 180 us, the 27B step 7.23
+ *   -> 6.72 ms); at M = 8 about even; at M = 16 slower (each x row's three
+ *   digits have their own accumulators: 3x the epilogue, and registers).
  * - The group affine is applied per (row, x row, group) in fp32 on the
- *   accumulator: y += (scale 2^-k) * sum_g(q x 2^k) + bias * sum_g(x), with
- *   sum_g(x) and 2^-k precomputed once per activation (splash_q4_prep_x);
- *   scale 2^-k is exact (a bf16 scale times a power of two).  Per-group
- *   powers (not one per row) let the preparation run on many blocks with no
- *   row-wide maximum first.
- * - M <= 4: hi and lo are two B columns of one product (one mma per 16x16).
- *   M <= 8 / 16: hi and lo are two products, one or two n-tiles of 8 x rows.
- *   Either way hi and lo are added outside the tensor core in the same order,
- *   so a row's result does not depend on M.
+ *   accumulators: acc_digit += (scale 2^-k) * sum_g(q digit) 2^(8 digit), and
+ *   bias * sum_g(x) into the hi digit's, with sum_g(x) and 2^-k precomputed
+ *   once per activation (splash_q4_prep_x); the int32 sums become floats
+ *   through the accumulator's start value (digit_magic: no conversion
+ *   instruction).  Per-group powers (not one per row) let the preparation run
+ *   on many blocks with no row-wide maximum first.
+ * - M <= 2 / 4: an n-tile per pair of x rows, each holding both rows' three
+ *   digits (6 of 8 columns); M <= 8 / 16: an n-tile per digit and 8 x rows.
+ *   Either way each digit is accumulated on its own and the three added at
+ *   the end in the same order, so a row's result does not depend on M.
  * - A warp owns R row tiles (16 rows each) and a slice of the groups, U groups
  *   per step.  Weights stream straight into registers, L1 bypassed: all R*U
  *   16-byte loads of a step are issued before any is used (stages = 0), or
@@ -57,7 +64,6 @@
  * STL.  Shapes enter as kernel arguments; the per-shape choice of
  * instantiation is the preset table at the bottom (measured, see NOTES.md).
  */
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 #include <stdint.h>
@@ -79,12 +85,17 @@ constexpr int kTileBytes = 512; /* codes of one (row tile, group) */
 constexpr int kSbBytes = 64;    /* scales + biases of one (row tile, group) */
 constexpr int kMaxWarps = 8;
 constexpr int kMaxKsplit = 8;
+/* Slots of a planned group (splash_q4_plan_group): 2, the kernel of one pair of
+ * x rows.  Measured (35B-A3B synthetic, 40 layers, H200, session 14): groups
+ * of 4 on the kernel of two pairs made an 8-row verify 5.48 ms, groups of 2
+ * 5.27 (under ncu a planned product of groups of 4 took 66 us where the fp16
+ * kernel before it took 43: twice the digit n-tiles, and registers). */
+constexpr int kPlanGroupDefault = 2;
 
 struct Params {
     const uint8_t *codes;   /* [tiles][groups][512] */
     const uint8_t *sb;      /* [tiles][groups][64] */
-    const uint16_t *xhi;    /* fp16 [16][cols], x * 2^k of its group */
-    const uint16_t *xlo;    /* fp16 [16][cols] */
+    const int8_t *x8;       /* [rows][3][cols]: x 2^k's digits hi, mid, lo (splash_q4_xprep) */
     const float *gsum;      /* [groups][gstride] sums of x */
     const float *ginv;      /* [groups][gstride] 2^-k of the group */
     float *y;               /* [M][rows] */
@@ -110,12 +121,13 @@ struct Params {
  * argument's pointer while sb moved; test_q4_matmul's grouped checks). */
 struct View {
     const uint8_t *codes, *sb;
-    const uint16_t *xhi, *xlo;
+    const int8_t *x8;
     const float *gsum, *ginv;
     float *y;
     const int32_t *gslot; /* a planned group's slots (their outputs); NULL: result m at y + m * rows */
     int M;
-    int xr, xt;           /* MODE 0: this lane's x row of hi / lo (B operand), and of the group sums */
+    int xr[4];            /* MODE 0: x rows 0..3 (indexed by constants only: registers) */
+    int xb, xo0, xo1;     /* MODE 1: the x row of the lane's B column, and of its C columns 2t, 2t + 1 */
 };
 
 /* x row m's results: y + m * rows, or a planned group's slot m's output */
@@ -127,76 +139,165 @@ __device__ __forceinline__ float *out_row(const Params &p, const View &v, int m)
  * same bits as a separate add kernel). */
 __device__ __forceinline__ void store_y(const Params &p, float *y, float r) { *y = p.add ? __fadd_rn(*y, r) : r; }
 
-/* ---- small device helpers ------------------------------------------------ */
+/* ---- the int8 view of a tile ------------------------------------------------- */
 
-/* A lane's 16 x values of a group (live: its x row exists; padding rows are
- * zeros, not read: at M = 1, 3 of MODE 0's 4 x rows). */
-__device__ __forceinline__ void load_x16(uint32_t (&b)[8], const uint16_t *p, bool live) {
-    const uint4 z = make_uint4(0, 0, 0, 0);
-    const uint4 v0 = live ? __ldg(reinterpret_cast<const uint4 *>(p)) : z; /* __ldg: see q4_matmul_kernel */
-    const uint4 v1 = live ? __ldg(reinterpret_cast<const uint4 *>(p) + 1) : z;
-    b[0] = v0.x, b[1] = v0.y, b[2] = v0.z, b[3] = v0.w;
-    b[4] = v1.x, b[5] = v1.y, b[6] = v1.z, b[7] = v1.w;
+/* mma.sync m16n8k32, A u8 (codes), B s8 (digits of x), D = A B + C in int32. */
+__device__ __forceinline__ void imma16832(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1, int c0, int c1, int c2, int c3) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c0), "r"(c1), "r"(c2), "r"(c3));
+}
+
+/* The int32 sums become fp32 without a conversion instruction: C starts as
+ * the bits of K = 1.5 * 2^(23 + 8 digit), whose mantissa's last place is
+ * 2^(8 digit), so D's bits are the float K + 2^(8 digit) sum (exact: |sum| <
+ * 2^22 for a group, 64 x 15 x 128) and one subtraction of K leaves the sum
+ * already weighted by its digit's 2^(8 digit). */
+__device__ __forceinline__ int digit_magic(int d) { return d == 0 ? 0x53400000 : d == 1 ? 0x4F400000 : 0x4B400000; }
+__device__ __forceinline__ float from_magic(int d, int k) { return __int_as_float(d) - __int_as_float(k); }
+
+/* One (row tile, group) as the A operand of two k32 steps.  A lane's word of
+ * 8 codes (columns 2s at bit 4s, 2s+1 at bit 16+4s: the repack's order for
+ * the fp16 view, q4_tile.cuh) gives, masked, the codes of columns {0,4,1,5}
+ * as four bytes, and shifted by 4 those of {2,6,3,7}: exactly an A register
+ * each, if k runs over the columns in that order.  The x digits are stored
+ * in the same order (digit_pos), so B matches with no shuffle.  Step 0 takes
+ * the lane's first word of rows g and g+8 (c.x, c.z), step 1 the second
+ * (c.y, c.w); xb holds B's (b0, b1) of step 0 then of step 1.  ka / kb: the
+ * magic constants of the lane's C columns 2t / 2t + 1. */
+__device__ __forceinline__ void tile_products8(int (&d)[4], uint4 c, uint4 xb, int ka, int kb) {
+    const uint32_t m = 0x0F0F0F0Fu;
+    imma16832(d, c.x & m, c.z & m, (c.x >> 4) & m, (c.z >> 4) & m, xb.x, xb.y, ka, kb, ka, kb);
+    imma16832(d, c.y & m, c.w & m, (c.y >> 4) & m, (c.w >> 4) & m, xb.z, xb.w, d[0], d[1], d[2], d[3]);
 }
 
 /* ---- the kernel ------------------------------------------------------------ */
 
-/* MODE 0: M <= 4, B column n = 2m + (lo?1:0).  MODE 1: M <= 8*NT, B column n
- * = m - 8*nt, hi and lo as separate products.  acc[r][nt][c] follows the mma
- * C layout: c = 0,1 row g (x rows 2t, 2t+1 of the n-tile), c = 2,3 row g+8;
- * in MODE 0 only c = 0 (row g) and c = 2 (row g+8) are used, x row t.
- * Rows of x beyond M up to the mode's 4 / 8 / 16 are zeros (prep writes them),
- * so every lane loads its x unconditionally. */
-template <int MODE, int NT>
-struct XFrag {
-    uint32_t h[NT][8], l[NT][8]; /* MODE 0 uses h[0] only (hi or lo by lane) */
-    float sx0[NT], sx1[NT];      /* group sums of the lane's x rows */
-    float iv0[NT], iv1[NT];      /* and their groups' 2^-k */
-};
+/* x reaches the tensor core as three signed 8-bit digits per value,
+ * x 2^k = 65536 hi + 256 mid + lo, each in [-128, 127] (2^k per (row, group),
+ * the group's largest |x| in [2^21, 2^22)): the products are exact int32
+ * sums, one per digit, and each digit's sum (weighted by digit_magic) is
+ * accumulated in fp32 on its own: acc_digit += (scale 2^-k) f, and the bias
+ * term bias * sum(x) into the hi accumulator.  A result is ((hi + mid) + lo),
+ * then the slices of the column split in slice order.
+ *
+ * MODE 0 (M <= 2 NT): an n-tile per pair of x rows (2p, 2p + 1); B column n =
+ * g of lane (g, t) is (x row, digit) kCol0[n]: t = 0 holds (row 2p: hi, mid),
+ * t = 1 (row 2p + 1: hi, mid), t = 2 (row 2p lo, row 2p + 1 lo), t = 3
+ * nothing; at the end lane t < 2 adds lane 2's lo.
+ * MODE 1 (M <= 8 NT): an n-tile per (x tile nt, digit), n = x row 8 nt + g;
+ * lane (g, t) holds x rows 8 nt + 2t, 2t + 1 of every digit.
+ * Either way every accumulator sees the same operations in the same order,
+ * so a row's result does not depend on M. */
+__device__ __forceinline__ int col0_row(int n) { return (0x2C >> n) & 1; }          /* n: 0 1 2 3 4 5 -> rows 0 0 1 1 0 1 */
+__device__ __forceinline__ int col0_digit(int n) { return (0xA44 >> (2 * n)) & 3; } /* -> digits 0 1 0 1 2 2 */
 
 template <int MODE, int NT>
-__device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const View &v, const uint16_t *xa,
-                                             const uint16_t *xb, int G, int t, unsigned live) {
+struct XFrag {
+    static constexpr int NB = MODE == 0 ? NT : 3 * NT; /* n-tiles */
+    uint4 b[NB];     /* B: the lane's 16 digits of its column */
+    float w[NT][2];  /* 2^-k of the x rows of C columns 2t, 2t + 1 (MODE 0: 0 for a dead column) */
+    float gs[NT][2]; /* sum(x) of the hi accumulators' x rows (MODE 0: [p][0] only, 0 on lanes t >= 2) */
+};
+
+/* What a lane reads of x, fixed for the block (made once: per group only the
+ * group's offset is added).  Rows are 3 x cols bytes: [digit][cols].  The
+ * offsets go through an empty asm so that the compiler keeps them in
+ * registers instead of recomputing them for every group. */
+template <int NT>
+struct LaneX {
+    int b[NT];         /* bytes from v.x8 to its B column's digits, columns 16t.. of group 0 (MODE 1: digit hi) */
+    int ga[NT], gb[NT]; /* the x rows of its C columns 2t, 2t + 1 (group sums and powers) */
+    int ka, kb;        /* MODE 0: the magic constants of its C columns (their digits) */
+    float live;        /* MODE 0: 1, or 0 on lanes t = 3 (no column) */
+};
+
+/* Every lane loads its B column unconditionally: a column of no x row (MODE
+ * 0: n = 6, 7; x rows past M) reads rows the preparation wrote (zeros up to
+ * its 2 / 4 / 8 / 16, a grouped slot's own row) and only feeds C columns whose
+ * results are not kept. */
+template <int MODE, int NT>
+__device__ __forceinline__ LaneX<NT> lane_x(const Params &p, const View &v, int g, int t) {
+    LaneX<NT> l;
     if (MODE == 0) {
-        load_x16(x.h[0], xa + G * 64, live & 1);
-        x.sx0[0] = __ldg(v.gsum + G * p.gstride + t);
-        x.iv0[0] = __ldg(v.ginv + G * p.gstride + t);
+        const int n = g < 6 ? g : 0;
+#pragma unroll
+        for (int q = 0; q < NT; q++) {
+            const int r0 = v.xr[2 * q], r1 = v.xr[2 * q + 1];
+            l.b[q] = ((col0_row(n) ? r1 : r0) * 3 + col0_digit(n)) * p.cols + 16 * t;
+            l.ga[q] = t == 1 ? r1 : r0; /* t: 0 (r0 hi, r0 mid), 1 (r1 hi, r1 mid), 2 (r0 lo, r1 lo) */
+            l.gb[q] = t == 1 || t == 2 ? r1 : r0;
+            asm volatile("" : "+r"(l.b[q]), "+r"(l.ga[q]), "+r"(l.gb[q]));
+        }
+        l.ka = digit_magic(t < 2 ? 0 : 2), l.kb = digit_magic(t < 2 ? 1 : 2);
+        l.live = t < 3 ? 1.f : 0.f;
+    } else {
+        l.b[0] = v.xb * 3 * p.cols + 16 * t;
+        l.ga[0] = v.xo0, l.gb[0] = v.xo1;
+        asm volatile("" : "+r"(l.b[0]), "+r"(l.ga[0]), "+r"(l.gb[0]));
+        l.ka = l.kb = 0, l.live = 1.f;
+    }
+    return l;
+}
+
+template <int MODE, int NT>
+__device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const View &v, const LaneX<NT> &l,
+                                             int G, int t) {
+    const float *gi = v.ginv + (size_t)G * p.gstride, *gm = v.gsum + (size_t)G * p.gstride;
+    /* __ldg: see the kernel */
+    if (MODE == 0) {
+#pragma unroll
+        for (int q = 0; q < NT; q++) {
+            x.b[q] = __ldg(reinterpret_cast<const uint4 *>(v.x8 + l.b[q] + G * 64));
+            x.w[q][0] = __ldg(gi + l.ga[q]) * l.live;
+            x.w[q][1] = __ldg(gi + l.gb[q]) * l.live;
+            const float s = __ldg(gm + l.ga[q]); /* lanes t < 2: the x row of their hi column */
+            x.gs[q][0] = t < 2 ? s : 0.f;
+            x.gs[q][1] = 0.f;
+        }
     } else {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            load_x16(x.h[nt], xa + (size_t)nt * 8 * p.cols + G * 64, (live >> nt) & 1);
-            load_x16(x.l[nt], xb + (size_t)nt * 8 * p.cols + G * 64, (live >> nt) & 1);
-            const float2 s = __ldg(reinterpret_cast<const float2 *>(v.gsum + G * p.gstride + 8 * nt + 2 * t));
-            const float2 iv = __ldg(reinterpret_cast<const float2 *>(v.ginv + G * p.gstride + 8 * nt + 2 * t));
-            x.sx0[nt] = s.x, x.sx1[nt] = s.y;
-            x.iv0[nt] = iv.x, x.iv1[nt] = iv.y;
+            const int8_t *b = v.x8 + l.b[0] + (size_t)nt * 24 * p.cols + G * 64;
+#pragma unroll
+            for (int d = 0; d < 3; d++) x.b[3 * nt + d] = __ldg(reinterpret_cast<const uint4 *>(b + (size_t)d * p.cols));
+            x.w[nt][0] = __ldg(gi + l.ga[0] + 8 * nt), x.w[nt][1] = __ldg(gi + l.gb[0] + 8 * nt);
+            x.gs[nt][0] = __ldg(gm + l.ga[0] + 8 * nt), x.gs[nt][1] = __ldg(gm + l.gb[0] + 8 * nt);
         }
     }
 }
 
+/* acc[nb][c] (C layout: c = 0, 1 row g, columns 2t, 2t + 1; c = 2, 3 row g + 8) */
 template <int MODE, int NT>
-__device__ __forceinline__ void group_tile(float (&acc)[NT][4], const XFrag<MODE, NT> &x, uint4 c, uint2 sb) {
-    ATile A;
-    dequant_tile(A, c);
+__device__ __forceinline__ void group_tile(float (&acc)[XFrag<MODE, NT>::NB][4], const XFrag<MODE, NT> &x,
+                                           const LaneX<NT> &l, uint4 c, uint2 sb) {
     const float s0 = bf16_lo(sb.x), s1 = bf16_hi(sb.x), b0 = bf16_lo(sb.y), b1 = bf16_hi(sb.y);
-    if (MODE == 0) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        tile_products(d, A, x.h[0]);
-        const float iv = x.iv0[0];
-        acc[0][0] = fmaf(b0, x.sx0[0], fmaf(s0 * iv, d[0] + d[1], acc[0][0])); /* hi + lo */
-        acc[0][2] = fmaf(b1, x.sx0[0], fmaf(s1 * iv, d[2] + d[3], acc[0][2]));
-    } else {
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            float dh[4] = {0.f, 0.f, 0.f, 0.f}, dl[4] = {0.f, 0.f, 0.f, 0.f};
-            tile_products(dh, A, x.h[nt]);
-            tile_products(dl, A, x.l[nt]);
-            float *a = acc[nt];
-            const float i0 = x.iv0[nt], i1 = x.iv1[nt];
-            a[0] = fmaf(b0, x.sx0[nt], fmaf(s0 * i0, dh[0] + dl[0], a[0]));
-            a[1] = fmaf(b0, x.sx1[nt], fmaf(s0 * i1, dh[1] + dl[1], a[1]));
-            a[2] = fmaf(b1, x.sx0[nt], fmaf(s1 * i0, dh[2] + dl[2], a[2]));
-            a[3] = fmaf(b1, x.sx1[nt], fmaf(s1 * i1, dh[3] + dl[3], a[3]));
+    for (int q = 0; q < NT; q++) {
+        /* the multipliers of the x tile's (row, x row) pairs, shared by its digits */
+        const float m0 = s0 * x.w[q][0], m1 = s0 * x.w[q][1], m2 = s1 * x.w[q][0], m3 = s1 * x.w[q][1];
+#pragma unroll
+        for (int dg = 0; dg < (MODE == 0 ? 1 : 3); dg++) {
+            const int nb = MODE == 0 ? q : 3 * q + dg;
+            const int ka = MODE == 0 ? l.ka : digit_magic(dg), kb = MODE == 0 ? l.kb : digit_magic(dg);
+            int d[4];
+            tile_products8(d, c, x.b[nb], ka, kb);
+            float *a = acc[nb];
+            a[0] = fmaf(m0, from_magic(d[0], ka), a[0]);
+            a[1] = fmaf(m1, from_magic(d[1], kb), a[1]);
+            a[2] = fmaf(m2, from_magic(d[2], ka), a[2]);
+            a[3] = fmaf(m3, from_magic(d[3], kb), a[3]);
+            if (MODE == 0) { /* the hi accumulators: c = 0, 2 of lanes t < 2 (others add b * 0 = +0) */
+                a[0] = fmaf(b0, x.gs[q][0], a[0]);
+                a[2] = fmaf(b1, x.gs[q][0], a[2]);
+            } else if (dg == 0) {
+                a[0] = fmaf(b0, x.gs[q][0], a[0]);
+                a[1] = fmaf(b0, x.gs[q][1], a[1]);
+                a[2] = fmaf(b1, x.gs[q][0], a[2]);
+                a[3] = fmaf(b1, x.gs[q][1], a[3]);
+            }
         }
     }
 }
@@ -224,16 +325,27 @@ __device__ __forceinline__ void load_step(const Params &p, const View &v, uint4 
 }
 
 template <int MODE, int NT, int R, int UU>
-__device__ __forceinline__ void compute_step(const Params &p, const View &v, float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
-                                             const uint2 (&sbw)[R][UU], int tile0, int G, int lane,
-                                             const uint16_t *xa, const uint16_t *xb, unsigned live) {
+__device__ __forceinline__ void compute_step(const Params &p, const View &v,
+                                             float (&acc)[R][XFrag<MODE, NT>::NB][4], const uint4 (&cw)[R][UU],
+                                             const uint2 (&sbw)[R][UU], const LaneX<NT> &l, int tile0, int G, int t) {
+    if (MODE == 0) { /* the step's x first (small): its loads wait together, not one group after another */
+        XFrag<MODE, NT> x[UU];
 #pragma unroll
-    for (int u = 0; u < UU; u++) {
-        XFrag<MODE, NT> x;
-        load_group_x<MODE, NT>(x, p, v, xa, xb, G + u, v.xt, live);
+        for (int u = 0; u < UU; u++) load_group_x<MODE, NT>(x[u], p, v, l, G + u, t);
 #pragma unroll
-        for (int r = 0; r < R; r++)
-            if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x, cw[r][u], sbw[r][u]);
+        for (int u = 0; u < UU; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x[u], l, cw[r][u], sbw[r][u]);
+    } else {
+#pragma unroll
+        for (int u = 0; u < UU; u++) {
+            XFrag<MODE, NT> x;
+            load_group_x<MODE, NT>(x, p, v, l, G + u, t);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x, l, cw[r][u], sbw[r][u]);
+        }
     }
 }
 
@@ -245,31 +357,39 @@ __host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size
  * grouped fields) its slot's matrix, x row and output, or its planned
  * group's; false when the slot's expert id is out of range or the group
  * does not exist (the block then writes nothing: every block of its cluster
- * has the same slot / group). */
-template <bool GROUPED>
+ * has the same slot / group).  x rows are relative to v.x8 / gsum / ginv. */
+template <int MODE, bool GROUPED>
 __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
-    v.xr = (lane >> 2) >> 1, v.xt = lane & 3, v.gslot = nullptr;
+    const int g = lane >> 2, t = lane & 3;
+    v.gslot = nullptr;
+    /* MODE 0: x rows 0..3; MODE 1: B column's row g, C columns' rows 2t, 2t + 1 */
+    v.xr[0] = 0, v.xr[1] = 1, v.xr[2] = 2, v.xr[3] = 3, v.xb = g, v.xo0 = 2 * t, v.xo1 = 2 * t + 1;
     if (!GROUPED) {
-        v.codes = p.codes, v.sb = p.sb, v.xhi = p.xhi, v.xlo = p.xlo;
+        v.codes = p.codes, v.sb = p.sb, v.x8 = p.x8;
         v.gsum = p.gsum, v.ginv = p.ginv, v.y = p.y, v.M = p.M;
         return true;
     }
     const int j = blockIdx.z / p.nmat, mat = blockIdx.z % p.nmat;
     int e;
-    if (p.plan) {
+    if (p.plan) { /* up to splash_q4_plan_group() slots */
         if (j >= __ldg(p.plan)) return false;
         const int32_t *gp = p.plan + 1 + kPlanInts * j; /* expert, size, slots */
         e = __ldg(gp), v.M = __ldg(gp + 1), v.gslot = gp + 2;
-        /* x rows by slot (lanes past the group's size read its first: their
-         * columns are dead, but must be finite) */
-        v.xr = __ldg(v.gslot + min(v.xr, v.M - 1)) / p.xdiv, v.xt = __ldg(v.gslot + min(v.xt, v.M - 1)) / p.xdiv;
-        v.xhi = p.xhi, v.xlo = p.xlo, v.gsum = p.gsum, v.ginv = p.ginv;
+        /* x rows by slot (columns past the group's size read its first: they
+         * are dead, but must be finite) */
+#pragma unroll
+        for (int i = 0; i < 4; i++) v.xr[i] = __ldg(v.gslot + min(i, v.M - 1)) / p.xdiv;
+        v.xb = __ldg(v.gslot + min(v.xb, v.M - 1)) / p.xdiv;
+        v.xo0 = __ldg(v.gslot + min(v.xo0, v.M - 1)) / p.xdiv;
+        v.xo1 = __ldg(v.gslot + min(v.xo1, v.M - 1)) / p.xdiv;
+        v.x8 = p.x8, v.gsum = p.gsum, v.ginv = p.ginv;
         v.y = mat ? p.y2 : p.y;
-    } else {
+    } else { /* MODE 0, one x row: row (the lanes of x row 1 read it too: M = 1) */
         e = __ldg(p.idx + j);
-        const int row = j / p.xdiv; /* MODE 0 reads x rows row..row+3: only row's results are kept */
-        v.xhi = p.xhi + (size_t)row * p.cols, v.xlo = p.xlo + (size_t)row * p.cols;
+        const int row = j / p.xdiv;
+        v.x8 = p.x8 + (size_t)row * 3 * p.cols;
         v.gsum = p.gsum + row, v.ginv = p.ginv + row;
+        v.xr[1] = v.xr[2] = v.xr[3] = 0;
         v.y = (mat ? p.y2 : p.y) + (size_t)j * p.yslot;
         v.M = 1;
     }
@@ -291,9 +411,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
      * session 8).  It still lets its successor be scheduled at once
      * (device_util.cuh). */
     pdl_launch_dependents();
+    constexpr int NB = XFrag<MODE, NT>::NB;
     View v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    if (!make_view<GROUPED>(p, v, lane)) return;
+    if (!make_view<MODE, GROUPED>(p, v, lane)) return;
     const int g = lane >> 2, t = lane & 3;
     const int rank = blockIdx.x; /* column slice = rank in the cluster */
     const int wr = nwarps / p.wk, wrow = warp % wr, wkk = warp / wr; /* row tiles / group slice of this warp */
@@ -301,28 +422,15 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     const int Gr0 = (int)((long long)rank * p.groups / p.ksplit);
     const int Gr1 = (int)((long long)(rank + 1) * p.groups / p.ksplit);
     const int G0 = Gr0 + (Gr1 - Gr0) * wkk / p.wk, G1 = Gr0 + (Gr1 - Gr0) * (wkk + 1) / p.wk;
+    const LaneX<NT> l = lane_x<MODE, NT>(p, v, g, t);
 
-    /* this lane's x rows: MODE 0 one row of hi or lo; MODE 1 rows g (+8);
-     * live bit nt: that row is one of the M (the others are zero padding) */
-    const uint16_t *xa, *xb;
-    unsigned live;
-    if (MODE == 0) {
-        xa = ((g & 1) ? v.xlo : v.xhi) + (size_t)v.xr * p.cols + 16 * t;
-        xb = xa;
-        live = (g >> 1) < v.M;
-    } else {
-        xa = v.xhi + (size_t)g * p.cols + 16 * t;
-        xb = v.xlo + (size_t)g * p.cols + 16 * t;
-        live = (g < v.M ? 1u : 0u) | (g + 8 < v.M ? 2u : 0u);
-    }
-
-    float acc[R][NT][4];
+    float acc[R][NB][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+        for (int nb = 0; nb < NB; nb++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) acc[r][nt][c] = 0.f;
+            for (int c = 0; c < 4; c++) acc[r][nb][c] = 0.f;
 
     const int nsteps = (G1 - G0) / U;
     if constexpr (S == 0) {
@@ -331,7 +439,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
             uint4 cw[R][U];
             uint2 sbw[R][U];
             load_step<R, U>(p, v, cw, sbw, tile0, G0 + step * U, lane);
-            compute_step<MODE, NT, R, U>(p, v, acc, cw, sbw, tile0, G0 + step * U, lane, xa, xb, live);
+            compute_step<MODE, NT, R, U>(p, v, acc, cw, sbw, l, tile0, G0 + step * U, t);
         }
     } else {
         /* two register buffers: the next step's loads are in flight while
@@ -341,10 +449,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         if (nsteps > 0) load_step<R, U>(p, v, ca, sa, tile0, G0, lane);
         for (int step = 0; step < nsteps; step += 2) {
             if (step + 1 < nsteps) load_step<R, U>(p, v, cb, sb, tile0, G0 + (step + 1) * U, lane);
-            compute_step<MODE, NT, R, U>(p, v, acc, ca, sa, tile0, G0 + step * U, lane, xa, xb, live);
+            compute_step<MODE, NT, R, U>(p, v, acc, ca, sa, l, tile0, G0 + step * U, t);
             if (step + 1 < nsteps) {
                 if (step + 2 < nsteps) load_step<R, U>(p, v, ca, sa, tile0, G0 + (step + 2) * U, lane);
-                compute_step<MODE, NT, R, U>(p, v, acc, cb, sb, tile0, G0 + (step + 1) * U, lane, xa, xb, live);
+                compute_step<MODE, NT, R, U>(p, v, acc, cb, sb, l, tile0, G0 + (step + 1) * U, t);
             }
         }
     }
@@ -352,18 +460,42 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         uint4 cw[R][1];
         uint2 sbw[R][1];
         load_step<R, 1>(p, v, cw, sbw, tile0, G, lane);
-        compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, tile0, G, lane, xa, xb, live);
+        compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, l, tile0, G, t);
     }
 
-    /* Where this lane's sums go: (row within the block, x row m). */
+    /* The digits' sums added: fin[r][nt][c] in the C layout of x tile nt
+     * (MODE 0: pair nt, c = 0 / 2, x row 2 nt + t, lanes t < 2 only; lane 2's
+     * lo comes by a shuffle). */
+    float fin[R][NT][4];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int q = 0; q < NT; q++) {
+            if (MODE == 0) {
+                const int src = (lane & ~3) | 2;
+                const float *a = acc[r][q];
+                const float l0 = __shfl_sync(0xffffffffu, a[0], src), l1 = __shfl_sync(0xffffffffu, a[1], src);
+                const float l2 = __shfl_sync(0xffffffffu, a[2], src), l3 = __shfl_sync(0xffffffffu, a[3], src);
+                fin[r][q][0] = (a[0] + a[1]) + (t == 0 ? l0 : l1);
+                fin[r][q][2] = (a[2] + a[3]) + (t == 0 ? l2 : l3);
+                fin[r][q][1] = fin[r][q][3] = 0.f;
+            } else {
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    fin[r][q][c] = (acc[r][3 * q][c] + acc[r][3 * q + 1][c]) + acc[r][3 * q + 2][c];
+            }
+        }
+    }
+
+    /* Where this lane's results go: (row within the block, x row m). */
 #define Q4_EACH_RESULT(BODY)                                                                                   \
     _Pragma("unroll") for (int r = 0; r < R; r++) {                                                            \
         _Pragma("unroll") for (int nt = 0; nt < NT; nt++) {                                                    \
             _Pragma("unroll") for (int c = 0; c < 4; c++) {                                                    \
-                if (MODE == 0 && (c & 1)) continue;                                                            \
-                const int m = MODE == 0 ? t : 8 * nt + 2 * t + (c & 1);                                        \
+                if (MODE == 0 && ((c & 1) || t >= 2)) continue;                                                \
+                const int m = MODE == 0 ? 2 * nt + t : 8 * nt + 2 * t + (c & 1);                               \
                 const int lrow = (wrow * R + r) * 16 + g + 8 * (c >> 1);                                       \
-                const float a_ = acc[r][nt][c];                                                                 \
+                const float a_ = fin[r][nt][c];                                                                 \
                 BODY                                                                                           \
             }                                                                                                  \
         }                                                                                                      \
@@ -415,7 +547,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
 
 /* ---- the prepared activation ------------------------------------------------ */
 
-/* x -> per-group scaled fp16 hi, lo, fp32 group sums and 2^-k per (row,
+/* x -> per-group scaled 8-bit digits, fp32 group sums and 2^-k per (row,
  * group), optionally made by the op that produces x (RMS norm, silu(g) * u),
  * which then also writes x as fp32 rows.  A warp prepares one group of 64
  * columns (two per lane) at a time; grid.y is the row, grid.x spreads a row's
@@ -441,9 +573,27 @@ struct PrepArgs {
     int prep_rows;          /* rows m < prep_rows get the prepared form (16, or every row) */
     int gstride;            /* the xprep's rows_cap */
     int cols;
-    uint16_t *hi, *lo;
+    int8_t *x8;
     float *gsum, *ginv;
 };
+
+/* The group's largest |x| scaled into [2^21, 2^22): three signed digits of
+ * 8 bits hold any integer of that size. */
+constexpr int kDigitsTop = 22;
+
+/* q = 65536 hi + 256 mid + lo, each digit in [-128, 127] (|q| <= 2^22:
+ * |hi| <= 65). */
+__device__ __forceinline__ void digits(int q, int (&d)[3]) {
+    const int lo = ((q + 128) & 255) - 128;
+    const int r = (q - lo) >> 8; /* exact: q - lo is a multiple of 256 */
+    const int mid = ((r + 128) & 255) - 128;
+    d[0] = (r - mid) >> 8, d[1] = mid, d[2] = lo;
+}
+
+/* Where column j of a 16-column chunk is stored: the order in which the
+ * kernel's A registers hold the codes (tile_products8), so that a lane's 16
+ * bytes are its B registers: 0 4 1 5 2 6 3 7, then 8 12 9 13 10 14 11 15. */
+__device__ __forceinline__ int digit_pos(int j) { return (j & 8) | ((j & 3) << 1) | ((j >> 2) & 1); }
 
 /* 1 / sqrt(mean(x^2) + eps) of one row, by the whole block (every thread
  * calls it): both RMS kernels take it from here, so a row's factor has the
@@ -487,15 +637,25 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
             }
         }
         if (m >= a.prep_rows) return;
+        /* the group's power of two and digits (the kernel's comment above XFrag) */
         float scale = 1.f, inv = 1.f;
         const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y))); /* zero for rows >= M */
-        row_pow2_scale(mx, scale, inv);
-        const float x0 = v.x * scale, x1 = v.y * scale; /* exact: a power of two */
-        const __half2 h = __floats2half2_rn(x0, x1);
-        const __half2 l = __floats2half2_rn(x0 - __low2float(h), x1 - __high2float(h));
+        row_pow2_scale(mx, scale, inv, kDigitsTop);
+        /* a NaN or inf of x makes the group's results NaN (fmaxf drops NaNs, and
+         * digits cannot hold either) */
+        const bool bad = __any_sync(0xffffffffu, !(isfinite(v.x) && isfinite(v.y)));
+        if (bad) inv = __int_as_float(0x7fc00000);
         if (m < a.Mp) {
-            *reinterpret_cast<__half2 *>(a.hi + (size_t)m * a.cols + c) = h;
-            *reinterpret_cast<__half2 *>(a.lo + (size_t)m * a.cols + c) = l;
+            int d0[3], d1[3];
+            digits(bad ? 0 : __float2int_rn(v.x * scale), d0); /* exact scaling: a power of two */
+            digits(bad ? 0 : __float2int_rn(v.y * scale), d1);
+            const int j = c & 15;
+            int8_t *row = a.x8 + (size_t)m * 3 * a.cols + (c - j);
+#pragma unroll
+            for (int d = 0; d < 3; d++) {
+                row[(size_t)d * a.cols + digit_pos(j)] = (int8_t)d0[d];
+                row[(size_t)d * a.cols + digit_pos(j + 1)] = (int8_t)d1[d];
+            }
         }
         const float s = warp_sum(v.x + v.y);
         if (lane == 0) a.gsum[(size_t)G * a.gstride + m] = s, a.ginv[(size_t)G * a.gstride + m] = inv;
@@ -523,11 +683,11 @@ __global__ void __launch_bounds__(kPrepThreads) q4_rms_rows_kernel(const PrepArg
 constexpr int kPlanThreads = 256;
 
 __global__ void __launch_bounds__(kPlanThreads) group_plan_kernel(const int32_t *idx, int S, int n_experts,
-                                                                 int32_t *plan) {
+                                                                 int32_t *plan, int gmax) {
     pdl_begin();
     __shared__ int32_t sid[kPlanSlots];
     __shared__ int lead[kPlanSlots];
-    group_plan_block(idx, S, n_experts, plan, sid, lead);
+    group_plan_block(idx, S, n_experts, plan, sid, lead, gmax);
 }
 
 /* ---- instantiations and dispatch -------------------------------------------- */
@@ -564,9 +724,13 @@ LaunchFn pick_launch(int r, int u, int s) {
     return nullptr;
 }
 
+/* M = 0: grouped, one x row a slot; M = -1: grouped by a plan, up to
+ * splash_q4_plan_group() slots a block. */
 LaunchFn launch_for(int M, int r, int u, int s) {
-    if (M == 0) return pick_launch<0, 1, true>(r, u, s); /* grouped: one x row a slot */
-    if (M <= 4) return pick_launch<0, 1>(r, u, s);
+    if (M == 0) return pick_launch<0, 1, true>(r, u, s);
+    if (M == -1) return splash_q4_plan_group() <= 2 ? pick_launch<0, 1, true>(r, u, s) : pick_launch<0, 2, true>(r, u, s);
+    if (M <= 2) return pick_launch<0, 1>(r, u, s);
+    if (M <= 4) return pick_launch<0, 2>(r, u, s);
     if (M <= 8) return pick_launch<1, 1>(r, u, s);
     return pick_launch<1, 2>(r, u, s);
 }
@@ -587,29 +751,30 @@ bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 
 struct Preset {
     int rows, cols;
     int ksplit, wk; /* per shape: the arithmetic order (results must not depend on M) */
-    splash_q4_config c[3]; /* M <= 4, M <= 8, M <= 16 (ksplit and wk filled in below) */
+    splash_q4_config c[4]; /* M <= 2, 4, 8, 16 (ksplit and wk filled in below) */
 };
 const Preset kH200[] = {
-    {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn.q_proj */
-    {1024, 5120, 8, 1, {{1, 8, 0, 2, 0, 0}, {1, 8, 0, 2, 0, 0}, {1, 8, 0, 2, 0, 0}}},   /* attn.k/v_proj */
-    {5120, 6144, 1, 8, {{1, 2, 1, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {2, 2, 0, 8, 0, 0}}},   /* attn.o_proj, gdn.out_proj */
-    {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* gdn.in_proj_qkv */
-    {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* gdn.in_proj_z */
-    {17408, 5120, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* ffn.gate/up */
-    {5120, 17408, 2, 4, {{1, 2, 1, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn.down */
-    {248320, 5120, 1, 1, {{2, 2, 0, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}}, /* lm_head */
+    {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn.q_proj */
+    {1024, 5120, 2, 8, {{1, 4, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}}},   /* attn.k/v_proj */
+    {5120, 6144, 1, 4, {{1, 8, 0, 4, 0, 0}, {2, 8, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}}},  /* attn.o_proj, gdn.out_proj */
+    {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* gdn.in_proj_qkv */
+    {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* gdn.in_proj_z */
+    {17408, 5120, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* ffn.gate/up */
+    {5120, 17408, 8, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {4, 4, 0, 2, 0, 0}}},  /* ffn.down */
+    {248320, 5120, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {4, 4, 0, 2, 0, 0}, {4, 2, 0, 2, 0, 0}}}, /* lm_head */
+    {248320, 2048, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {4, 4, 0, 2, 0, 0}, {4, 4, 0, 2, 0, 0}}}, /* 35B-A3B lm_head */
     /* the stacks the CUDA model launches (cuda_weights.cu) */
-    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 8, 0, 0}}},  /* attn q|k|v */
-    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 8, 0, 0}}},  /* gdn qkv|z|b|a */
-    {34816, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn gate|up */
+    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}},  /* attn q|k|v */
+    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* gdn qkv|z|b|a */
+    {34816, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* ffn gate|up */
     /* the 35B-A3B's experts (and its shared expert's down), mostly launched grouped (8
      * slots x gate, up at decode): the generic rule's ksplit 8 left a block one group
      * of 64 columns between two cluster barriers (gate|up 24.4 us for 9.4 MB in a
      * decode graph); ksplit 2: the grouped step 47.8 -> 28.4 us at 1 row, 279 -> 99 us
      * at 8 rows (test_cuda_ops), the host-driven step 7-17% slower (verify lanes of
      * more than 16 rows only) */
-    {512, 2048, 2, 4, {{2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},    /* experts gate, up */
-    {2048, 512, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},    /* experts down */
+    {512, 2048, 2, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},    /* experts gate, up */
+    {2048, 512, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},    /* experts down */
     {0, 0, 0, 0, {}},                                                                   /* terminator */
 };
 
@@ -648,7 +813,7 @@ const Preset *presets_for(DeviceKey k) {
     return nullptr;
 }
 
-int mclass(int M) { return M <= 4 ? 0 : M <= 8 ? 1 : 2; }
+int mclass(int M) { return M <= 2 ? 0 : M <= 4 ? 1 : M <= 8 ? 2 : 3; }
 
 } /* namespace */
 
@@ -762,30 +927,26 @@ extern "C" int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled,
     return SPLASH_OK;
 }
 
-/* The prepared activation's arrays, for rows_cap rows: hi, lo [rows_cap + 3]
- * [cap_cols] fp16, the group sums and the group powers [groups][rows_cap] + 4
- * each: a grouped product's MODE 0 reads x rows row..row+3 (only row's
- * results are kept), so three rows and four sums / powers past the last are
- * padding it may read. */
-static size_t xp_half_bytes(int cap_cols, int rows_cap) { return align_up((size_t)(rows_cap + 3) * cap_cols * 2, 256); }
-static size_t xp_gsum_bytes(int cap_cols, int rows_cap) {
-    return align_up(((size_t)(cap_cols / 64) * rows_cap + 4) * 4, 256);
-}
+/* The prepared activation's arrays, for rows_cap rows: the digits
+ * [rows_cap][3][cap_cols] bytes, the group sums and the group powers
+ * [groups][rows_cap] floats each.  (The kernel reads no row past M: x rows
+ * past M are not loaded, a grouped slot's second x row is its own.) */
+static size_t xp_digit_bytes(int cap_cols, int rows_cap) { return align_up((size_t)rows_cap * 3 * cap_cols, 256); }
+static size_t xp_gsum_bytes(int cap_cols, int rows_cap) { return align_up((size_t)(cap_cols / 64) * rows_cap * 4, 256); }
 
 extern "C" size_t splash_q4_xprep_rows_bytes(int cap_cols, int rows_cap) {
     if (cap_cols <= 0 || cap_cols % 64 || rows_cap < SPLASH_Q4_MAX_M || rows_cap > 65535) return 0;
-    return 2 * xp_half_bytes(cap_cols, rows_cap) + 2 * xp_gsum_bytes(cap_cols, rows_cap);
+    return xp_digit_bytes(cap_cols, rows_cap) + 2 * xp_gsum_bytes(cap_cols, rows_cap);
 }
 
 extern "C" int splash_q4_xprep_rows_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols, int rows_cap) {
     if (!xp || !dev_mem || !splash_q4_xprep_rows_bytes(cap_cols, rows_cap) || ((uintptr_t)dev_mem & 255))
         return SPLASH_E_INVALID;
-    const size_t h = xp_half_bytes(cap_cols, rows_cap);
+    const size_t h = xp_digit_bytes(cap_cols, rows_cap);
     uint8_t *b = (uint8_t *)dev_mem;
-    xp->hi = (uint16_t *)b;
-    xp->lo = (uint16_t *)(b + h);
-    xp->gsum = (float *)(b + 2 * h);
-    xp->ginv = (float *)(b + 2 * h + xp_gsum_bytes(cap_cols, rows_cap));
+    xp->x8 = (int8_t *)b;
+    xp->gsum = (float *)(b + h);
+    xp->ginv = (float *)(b + h + xp_gsum_bytes(cap_cols, rows_cap));
     xp->M = 0, xp->cols = 0, xp->cap_cols = cap_cols, xp->rows_cap = rows_cap;
     return SPLASH_OK;
 }
@@ -798,7 +959,7 @@ extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *dev_mem, int cap_
 
 /* The launch behind the prep entry points: rows >= 1 rows of data; the first
  * min(rows, 16) prepared as one activation of M rows (padded with zero rows
- * to 4 / 8 / 16), or (each_row) every row as its own one-row activation for
+ * to 2 / 4 / 8 / 16), or (each_row) every row as its own one-row activation for
  * the grouped product. */
 static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaStream_t s) {
     if (!xp || !a.x || a.rows < 1 || a.rows > 65535 || a.cols <= 0 || a.cols % 64 || a.cols > xp->cap_cols ||
@@ -808,11 +969,11 @@ static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaSt
         a.M = a.Mp = a.prep_rows = a.rows;
     } else {
         a.M = a.rows < SPLASH_Q4_MAX_M ? a.rows : SPLASH_Q4_MAX_M;
-        a.Mp = a.M <= 4 ? 4 : a.M <= 8 ? 8 : 16; /* x rows the kernel's B columns read */
+        a.Mp = a.M <= 2 ? 2 : a.M <= 4 ? 4 : a.M <= 8 ? 8 : 16; /* x rows of the kernel's mode (rows past M: zeros) */
         a.prep_rows = SPLASH_Q4_MAX_M;
     }
     a.gstride = xp->rows_cap;
-    a.hi = xp->hi, a.lo = xp->lo, a.gsum = xp->gsum, a.ginv = xp->ginv;
+    a.x8 = xp->x8, a.gsum = xp->gsum, a.ginv = xp->ginv;
     /* the RMS norm's rows past the prepared ones: a launch of their own */
     const int bulk = mode == PREP_RMS && a.rows > a.prep_rows ? a.rows - a.prep_rows : 0;
     const dim3 grid((unsigned)((a.cols / 64 + kPrepGroupsPerBlock - 1) / kPrepGroupsPerBlock),
@@ -906,7 +1067,7 @@ extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config
      * per SM. */
     const int tiles = (rows + 15) / 16, groups = cols / 64;
     cfg->r = 2;
-    cfg->u = mc == 0 ? 4 : 2;
+    cfg->u = mc <= 1 ? 4 : 2;
     cfg->stages = 0;
     cfg->wk = groups >= 16 ? 4 : 1;
     cfg->warps = cfg->wk == 4 ? 4 : 2;
@@ -927,7 +1088,7 @@ static int matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y
     if (!fn) return SPLASH_E_UNSUPPORTED;
     Params p;
     p.codes = w->codes, p.sb = w->sb;
-    p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.ginv = xp->ginv;
+    p.x8 = xp->x8, p.gsum = xp->gsum, p.ginv = xp->ginv;
     p.y = y;
     p.rows = w->rows, p.tiles = w->tiles, p.groups = w->groups, p.cols = w->cols;
     p.M = xp->M, p.ksplit = cfg->ksplit, p.wk = cfg->wk;
@@ -960,6 +1121,15 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
     return picked(w, xp, y, 1, stream);
 }
 
+extern "C" int splash_q4_plan_group(void) {
+    static int g = 0; /* benign race: every thread computes the same value */
+    if (!g) {
+        const char *e = getenv("SPLASH_Q4_PLAN_GROUP");
+        g = e && atoi(e) == 4 ? 4 : e && atoi(e) == 2 ? 2 : kPlanGroupDefault;
+    }
+    return g;
+}
+
 extern "C" size_t splash_q4_group_plan_ints(int slots) {
     return slots >= 1 && slots <= kPlanSlots ? 1 + (size_t)kPlanInts * slots : 0;
 }
@@ -968,7 +1138,8 @@ extern "C" int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts
                                     struct CUstream_st *stream) {
     if (!idx || !plan || n_experts < 1) return SPLASH_E_INVALID;
     if (slots < 1 || slots > kPlanSlots) return SPLASH_E_UNSUPPORTED;
-    SPLASH_CUDA_TRY(launch_kernel(group_plan_kernel, 1, kPlanThreads, 0, (cudaStream_t)stream, idx, slots, n_experts, plan));
+    SPLASH_CUDA_TRY(launch_kernel(group_plan_kernel, 1, kPlanThreads, 0, (cudaStream_t)stream, idx, slots, n_experts, plan,
+                                  splash_q4_plan_group()));
     return SPLASH_OK;
 }
 
@@ -986,13 +1157,13 @@ extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const spl
     int rc = splash_q4_config_pick(first->rows, first->cols, 1, &cfg);
     if (!rc) rc = splash_q4_config_check(&cfg, first->rows, first->cols);
     if (rc) return rc;
-    LaunchFn fn = launch_for(0, cfg.r, cfg.u, cfg.stages);
+    LaunchFn fn = launch_for(plan ? -1 : 0, cfg.r, cfg.u, cfg.stages);
     if (!fn) return SPLASH_E_UNSUPPORTED;
     Params p;
     memset(&p, 0, sizeof p);
     p.codes = first->codes, p.codes2 = first2 ? first2->codes : nullptr;
     p.sboff = (size_t)(first->sb - first->codes), p.estride = stride;
-    p.xhi = xp->hi, p.xlo = xp->lo, p.gsum = xp->gsum, p.ginv = xp->ginv;
+    p.x8 = xp->x8, p.gsum = xp->gsum, p.ginv = xp->ginv;
     p.y = y, p.y2 = y2, p.yslot = ldy;
     p.rows = first->rows, p.tiles = first->tiles, p.groups = first->groups, p.cols = first->cols;
     p.M = slots; /* the launch's grid.z (slots, or at most as many groups); each block's view has its own M */

@@ -14,20 +14,20 @@
  *            already in the order the tensor-core A fragment wants;
  *      sb    [tiles][groups][8][4] bf16: for lane row g the scales of rows g
  *            and g+8, then their biases (one 8-byte load per lane and group).
- * 2. Per activation: splash_q4_prep_x() scales each row of x (fp32 [M][cols])
- *    by a power of two 2^k (max |x| just under 2^14), splits it into fp16 hi +
- *    lo parts (x - hi - lo within ~2^-22 of the row's max) and sums each group
- *    in fp32.  One prepared activation serves every matrix that reads it
- *    (q/k/v, gate/up).
+ * 2. Per activation: splash_q4_prep_x() scales each 64-column group of a row
+ *    of x (fp32 [M][cols]) by a power of two 2^k (the group's max |x| in
+ *    [2^21, 2^22)), rounds it to an integer (within 2^-22 of the group's max)
+ *    held as three signed 8-bit digits, and sums each group in fp32.  One
+ *    prepared activation serves every matrix that reads it (q/k/v, gate/up).
  * 3. splash_q4_matmul(): one launch, y fp32 [M][rows].
  *
  * Accuracy: fp32-grade (rel. L2 ~1e-6 against fp64), not bf16-grade: the
- * tensor cores multiply exact 4-bit codes by the hi and lo parts of x and
- * accumulate in fp32.
+ * tensor cores multiply exact 4-bit codes by x's digits into exact int32
+ * sums, which are scaled and accumulated in fp32.
  * Determinism: for a given matrix shape the result for row m depends only on
  * x[m], not on M or on the other rows (the split of the column range is a
- * function of the shape alone; hi and lo products are summed outside the
- * tensor core, in the same order for every M).
+ * function of the shape alone; each digit's sums are accumulated on their
+ * own and added at the end, in the same order for every M).
  *
  * Errors: SPLASH_E_INVALID for bad shapes or arguments, SPLASH_E_UNSUPPORTED
  * for a config that is not compiled in, SPLASH_E_IO when the CUDA runtime
@@ -82,10 +82,11 @@ int splash_q4_matrix_init(splash_q4_matrix *m, const void *dev_tiled, int rows, 
 
 /* A prepared activation: up to 16 rows of up to `cap_cols` columns.  Each
  * group of 64 columns of a row has its own power-of-two scale 2^k[m][G] (its
- * largest |x| just under 2^14), so no step of the preparation needs a whole
+ * largest |x| in [2^21, 2^22)), so no step of the preparation needs a whole
  * row: the groups are prepared in parallel. */
 typedef struct splash_q4_xprep {
-    uint16_t *hi, *lo; /* fp16 [rows_cap][cols] of x[m] * 2^k[m][G]; rows M..3/7/15 zero */
+    int8_t *x8;        /* [rows_cap][3][cols]: round(x[m] 2^k[m][G]) = 65536 hi + 256 mid + lo, digits in
+                          [-128, 127], each 16-column run stored in the kernel's order (q4_matmul.cu) */
     float *gsum;       /* [cols/64][rows_cap] fp32 sum of x[m] over each group, 0 for m in [M, 16) */
     float *ginv;       /* [cols/64][rows_cap] 2^-k[m][G] */
     int M, cols, cap_cols;
@@ -159,12 +160,15 @@ int splash_q4_matmul_grouped(const splash_q4_matrix *first, const splash_q4_matr
                              const splash_q4_xprep *xp, float *y, float *y2, size_t ldy, struct CUstream_st *stream);
 
 /* The plan of a grouped product (plan, not NULL, above; idx is then not
- * read): idx's slots of each expert in groups of up to 4, so one block
- * reads an expert for up to 4 slots (the slots' x rows as M <= 4 rows: the
- * same bits per slot).  plan: device int32 of splash_q4_group_plan_ints(slots)
+ * read): idx's slots of each expert in groups of up to splash_q4_plan_group(),
+ * so one block reads an expert for up to that many slots (the slots' x rows as
+ * M <= 4 rows: the same bits per slot).  plan: device int32 of splash_q4_group_plan_ints(slots)
  * (0: more slots than one plan takes, 1,024), written on the device (graphs:
  * no host synchronisation); reused by every product over the same idx. */
 size_t splash_q4_group_plan_ints(int slots);
+/* The most slots a planned group holds: 2, or 4 with SPLASH_Q4_PLAN_GROUP=4
+ * (an A/B switch: the kernel for 2 carries one pair of x rows, for 4 two). */
+int splash_q4_plan_group(void);
 int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts, int32_t *plan, struct CUstream_st *stream);
 
 #ifdef __cplusplus

@@ -4,10 +4,11 @@
  * choosing the experts (moe.cu: no launch of its own).
  *
  * Layout (int32): [0] the number of groups; group g at 1 + kPlanInts g:
- * expert, size n (1..4), then n slots (4 entries).  A slot's rank is the
- * number of earlier slots of its expert; ranks 0, 4, 8.. lead a group, the
- * groups numbered in slot order, each the next slots of its expert in slot
- * order.  Out-of-range ids are in no group.  Deterministic: the same ids give
+ * expert, size n (1..gmax), then n slots (4 entries).  gmax (2 or 4) is
+ * splash_q4_plan_group()'s: the grouped product's kernel for plans takes that
+ * many x rows.  A slot's rank is the number of earlier slots of its expert;
+ * ranks 0, gmax, 2 gmax.. lead a group, the groups numbered in slot order,
+ * each the next slots of its expert in slot order.  Out-of-range ids are in no group.  Deterministic: the same ids give
  * the same plan.
  *
  * Device-only C++; every function is inline.
@@ -20,7 +21,7 @@
 
 namespace splash_cuda {
 
-constexpr int kPlanInts = 6;     /* a group: expert, size, 4 slots */
+constexpr int kPlanInts = 6;     /* a group: expert, size, up to 4 slots */
 constexpr int kPlanSlots = 1024; /* slots a plan takes at most (one block) */
 
 /* Every thread of the block calls it (it holds barriers); idx is read after
@@ -28,7 +29,7 @@ constexpr int kPlanSlots = 1024; /* slots a plan takes at most (one block) */
  * sid, lead: shared arrays of kPlanSlots.  O(S^2) compares: a verify block's
  * 16 rows x 9 slots is ~20,000. */
 __device__ __forceinline__ void group_plan_block(const int32_t *idx, int S, int n_experts, int32_t *plan,
-                                                 int32_t *sid, int *lead) {
+                                                 int32_t *sid, int *lead, int gmax) {
     __syncthreads();
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
         const int e = idx[i];
@@ -38,7 +39,7 @@ __device__ __forceinline__ void group_plan_block(const int32_t *idx, int S, int 
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
         int rank = 0;
         for (int j = 0; j < i; j++) rank += sid[j] == sid[i];
-        lead[i] = sid[i] >= 0 && rank % 4 == 0;
+        lead[i] = sid[i] >= 0 && rank % gmax == 0;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < S; i += blockDim.x) {
@@ -47,7 +48,7 @@ __device__ __forceinline__ void group_plan_block(const int32_t *idx, int S, int 
         for (int j = 0; j < i; j++) g += lead[j];
         int32_t *gp = plan + 1 + kPlanInts * g;
         int n = 0;
-        for (int j = i; j < S && n < 4; j++)
+        for (int j = i; j < S && n < gmax; j++)
             if (sid[j] == sid[i]) gp[2 + n++] = j;
         gp[0] = sid[i], gp[1] = n;
     }

@@ -1,10 +1,12 @@
-/* q4_tile.cuh - the tensor-core view of one (row tile, group) of a tiled q4
- * matrix (q4_matmul.h's layout), shared by the small-M products
- * (q4_matmul.cu) and the prefill GEMM (q4_gemm.cu): a lane's 16 bytes of
- * codes become the A fragments of mma.sync m16n8k16 (exact q as fp16), and
- * tile_products runs the group's four k-steps against a lane's 8 words of x;
- * row_pow2_scale is the scaling both prepare before fp16 (q4_matmul.cu per
- * 64-column group of a row, q4_gemm.cu per row).
+/* q4_tile.cuh - the fp16 tensor-core view of one (row tile, group) of a tiled
+ * q4 matrix (q4_matmul.h's layout), the prefill GEMM's (q4_gemm.cu): a lane's
+ * 16 bytes of codes become the A fragments of mma.sync m16n8k16 (exact q as
+ * fp16), and tile_products runs the group's four k-steps against a lane's 8
+ * words of x.  The small-M products (q4_matmul.cu) read the same bytes as
+ * 8-bit A fragments instead and share the bf16 helpers and row_pow2_scale;
+ * row_pow2_scale is the power-of-two scaling of x before it is split (q4_gemm.cu
+ * per row into fp16, q4_matmul.cu per 64-column group of a row into 8-bit
+ * digits).
  *
  * Device-only C++; every function is inline.
  */
@@ -67,14 +69,15 @@ __device__ __forceinline__ void tile_products(float (&d)[4], const ATile &A, con
 }
 
 /* The power of two 2^k that puts the largest |x| (mx) of what is scaled (a
- * row or a group of one) in [2^13, 2^14) before x is rounded to fp16, and
- * 2^-k; 1 and 1 for all zeros or a non-finite mx. */
-__device__ __forceinline__ void row_pow2_scale(float mx, float &scale, float &inv) {
+ * row or a group of one) in [2^(top-1), 2^top) (fp16 hi / lo parts: top 14;
+ * q4_matmul.cu's 8-bit digits: 22), and 2^-k; 1 and 1 for all zeros or a
+ * non-finite mx. */
+__device__ __forceinline__ void row_pow2_scale(float mx, float &scale, float &inv, int top = 14) {
     scale = 1.f, inv = 1.f;
     if (mx > 0.f && mx < 3.0e38f) {
         int e;
-        frexpf(mx, &e); /* mx = f * 2^e, f in [0.5, 1): mx * 2^(14-e) in [2^13, 2^14) */
-        const int kk = max(-100, min(100, 14 - e));
+        frexpf(mx, &e); /* mx = f * 2^e, f in [0.5, 1): mx * 2^(top-e) in [2^(top-1), 2^top) */
+        const int kk = max(-100, min(100, top - e));
         scale = ldexpf(1.f, kk), inv = ldexpf(1.f, -kk);
     }
 }
