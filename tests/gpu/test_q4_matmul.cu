@@ -875,6 +875,40 @@ static void test_errors(void) {
     cudaFree(mem);
 }
 
+/* A NaN or an inf in an x row makes that row's results NaN (its group's 2^-k
+ * is NaN: 8-bit digits cannot carry either), every other row's stay finite
+ * and equal to those of the same rows without it; at M = 1, 3 (pairs) and 9
+ * (digit n-tiles). */
+static void test_nonfinite(void) {
+    Case k;
+    case_setup(&k, 64, 256, 61);
+    float *yref = (float *)malloc(sizeof(float) * 16 * 64);
+    const int Ms[3] = {1, 3, 9};
+    for (int mi = 0; mi < 3; mi++) {
+        const int M = Ms[mi], bad = M - 1; /* the last row gets the non-finite value */
+        for (int v = 0; v < 2; v++) {
+            SPLASH_CUDA_CHECK(cudaMemcpy(k.x_dev, k.x_host, sizeof(float) * 16 * 256, cudaMemcpyHostToDevice));
+            int rc = splash_q4_prep_x(&k.xp, k.x_dev, M, 256, 256, NULL);
+            if (!rc) rc = splash_q4_matmul(&k.dm, &k.xp, k.y_dev, NULL);
+            SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+            SPLASH_CUDA_CHECK(cudaMemcpy(yref, k.y_dev, sizeof(float) * M * 64, cudaMemcpyDeviceToHost));
+            const float inject = v ? INFINITY : NAN;
+            SPLASH_CUDA_CHECK(cudaMemcpy(k.x_dev + (size_t)bad * 256 + 130, &inject, sizeof inject, cudaMemcpyHostToDevice));
+            if (!rc) rc = splash_q4_prep_x(&k.xp, k.x_dev, M, 256, 256, NULL);
+            if (!rc) rc = splash_q4_matmul(&k.dm, &k.xp, k.y_dev, NULL);
+            SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+            SPLASH_CUDA_CHECK(cudaMemcpy(k.y_host, k.y_dev, sizeof(float) * M * 64, cudaMemcpyDeviceToHost));
+            int nan_rows = 1, others_same = 1;
+            for (int r = 0; r < 64; r++) nan_rows &= isnan(k.y_host[(size_t)bad * 64 + r]) != 0;
+            for (int i = 0; i < bad * 64; i++) others_same &= memcmp(&k.y_host[i], &yref[i], sizeof(float)) == 0;
+            result(rc == 0 && nan_rows && others_same, "M=%d, %s in x row %d: that row NaN, the others unchanged", M,
+                   v ? "inf" : "NaN", bad);
+        }
+    }
+    free(yref);
+    case_free(&k);
+}
+
 /* test_q4_matmul [--gemm]: everything, or only the prefill GEMM's checks */
 int main(int argc, char **argv) {
     cudaDeviceProp prop;
@@ -896,6 +930,7 @@ int main(int argc, char **argv) {
         return n_fail ? 1 : 0;
     }
     test_errors();
+    test_nonfinite();
     test_all_configs("odd", 128, 192, 11);
     test_all_configs("ragged", 40, 320, 12);
     test_all_configs("small", 256, 1024, 13);
