@@ -871,6 +871,8 @@ static void test_errors(void) {
     SPLASH_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * 17 * 128));
     result(splash_q4_prep_x(&xp, x, 17, 128, 128, NULL) == SPLASH_E_INVALID, "M=17 refused");
     result(splash_q4_prep_x(&xp, x, 1, 192, 192, NULL) == SPLASH_E_INVALID, "cols beyond capacity refused");
+    result(splash_q4_xprep_rows_bytes(32768, 65535) == 0 && splash_q4_xprep_rows_bytes(32768, 16) > 0,
+           "an xprep of 2^31 digit bytes or more refused");
     cudaFree(x);
     cudaFree(mem);
 }

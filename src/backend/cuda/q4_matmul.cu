@@ -184,9 +184,10 @@ __device__ __forceinline__ void tile_products8(int (&d)[4], uint4 c, uint4 xb, i
  * then the slices of the column split in slice order.
  *
  * MODE 0 (M <= 2 NT): an n-tile per pair of x rows (2p, 2p + 1); B column n =
- * g of lane (g, t) is (x row, digit) kCol0[n]: t = 0 holds (row 2p: hi, mid),
- * t = 1 (row 2p + 1: hi, mid), t = 2 (row 2p lo, row 2p + 1 lo), t = 3
- * nothing; at the end lane t < 2 adds lane 2's lo.
+ * g of lane (g, t) is (x row col0_row(n), digit col0_digit(n)), so lane t's C
+ * columns 2t, 2t + 1 are: t = 0 (row 2p: hi, mid), t = 1 (row 2p + 1: hi,
+ * mid), t = 2 (row 2p lo, row 2p + 1 lo), t = 3 nothing; at the end lane
+ * t < 2 adds lane 2's lo.
  * MODE 1 (M <= 8 NT): an n-tile per (x tile nt, digit), n = x row 8 nt + g;
  * lane (g, t) holds x rows 8 nt + 2t, 2t + 1 of every digit.
  * Either way every accumulator sees the same operations in the same order,
@@ -936,6 +937,7 @@ static size_t xp_gsum_bytes(int cap_cols, int rows_cap) { return align_up((size_
 
 extern "C" size_t splash_q4_xprep_rows_bytes(int cap_cols, int rows_cap) {
     if (cap_cols <= 0 || cap_cols % 64 || rows_cap < SPLASH_Q4_MAX_M || rows_cap > 65535) return 0;
+    if ((size_t)rows_cap * 3 * cap_cols > INT32_MAX) return 0; /* the kernel's x offsets are int */
     return xp_digit_bytes(cap_cols, rows_cap) + 2 * xp_gsum_bytes(cap_cols, rows_cap);
 }
 

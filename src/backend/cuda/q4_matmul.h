@@ -96,7 +96,9 @@ typedef struct splash_q4_xprep {
 size_t splash_q4_xprep_bytes(int cap_cols);
 /* Carves the four arrays out of dev_mem (splash_q4_xprep_bytes(cap_cols), 256-aligned). */
 int splash_q4_xprep_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols);
-/* The same for rows_cap >= 16 rows (0 / SPLASH_E_INVALID for bad sizes). */
+/* The same for rows_cap >= 16 rows (0 / SPLASH_E_INVALID for bad sizes,
+ * among them rows_cap x 3 x cap_cols of 2^31 or more: the digits' offsets
+ * are 32-bit). */
 size_t splash_q4_xprep_rows_bytes(int cap_cols, int rows_cap);
 int splash_q4_xprep_rows_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols, int rows_cap);
 /* x: device fp32 [M][cols], row stride ldx floats.  Sets xp->M, xp->cols. */
