@@ -976,11 +976,15 @@ static void *engine_main(void *arg) {
 
 /* ---- start / stop ---------------------------------------------------------------- */
 
-/* What the cycle adds to the scratch: logits of up to max_block rows per lane
- * (the model's scratch counts one), the taps rows, the draft's logits and its
- * lane states. */
+/* What the cycle adds to the scratch of the plan's memory: the draft's lane
+ * states (the device's, beside the model), and on the CPU, whose budget is
+ * host memory, the host arrays too: logits of up to max_block rows per lane
+ * (the model's scratch counts one), the taps rows, the draft's logits.  On a
+ * GPU those arrays are host memory the device budget does not hold (~335 MB
+ * of a 27B's four lanes of 16 rows were counted against it until session 14). */
 static size_t cycle_scratch_bytes(const splash_engine *e) {
     if (!e->draft) return 0;
+    if (strcmp(e->device, "cpu")) return e->draft->state_bytes;
     size_t V = (size_t)e->vocab, L = (size_t)e->max_lanes, B = (size_t)e->max_block;
     size_t taps = e->draft->n_taps ? ((size_t)e->chunk + L * B) * (size_t)e->draft->n_taps * (size_t)e->needs->hidden : 0;
     return sizeof(float) * (L * (B - 1) * V + taps + L * (B - 1) * V) + e->draft->state_bytes;
