@@ -570,7 +570,7 @@ struct PrepArgs {
     float *y;               /* RMS / SILU: the rows made, fp32 */
     float eps;
     int rows;               /* rows with data (y rows) */
-    int M, Mp;              /* rows prepared, and padded to the kernel's 4 / 8 / 16 (zeros) */
+    int M, Mp;              /* rows prepared, and padded to the kernel's 2 / 4 / 8 / 16 (zeros) */
     int prep_rows;          /* rows m < prep_rows get the prepared form (16, or every row) */
     int gstride;            /* the xprep's rows_cap */
     int cols;
@@ -641,7 +641,7 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
         /* the group's power of two and digits (the kernel's comment above XFrag) */
         float scale = 1.f, inv = 1.f;
         const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y))); /* zero for rows >= M */
-        row_pow2_scale(mx, scale, inv, kDigitsTop);
+        row_pow2_scale(mx, scale, inv, kDigitsTop, 126);
         /* a NaN or inf of x makes the group's results NaN (fmaxf drops NaNs, and
          * digits cannot hold either) */
         const bool bad = __any_sync(0xffffffffu, !(isfinite(v.x) && isfinite(v.y)));

@@ -71,13 +71,14 @@ __device__ __forceinline__ void tile_products(float (&d)[4], const ATile &A, con
 /* The power of two 2^k that puts the largest |x| (mx) of what is scaled (a
  * row or a group of one) in [2^(top-1), 2^top) (fp16 hi / lo parts: top 14;
  * q4_matmul.cu's 8-bit digits: 22), and 2^-k; 1 and 1 for all zeros or a
- * non-finite mx. */
-__device__ __forceinline__ void row_pow2_scale(float mx, float &scale, float &inv, int top = 14) {
+ * non-finite mx.  |k| <= lim: the digits need 126 (mx up to 2^128 must land
+ * below 2^22, where any larger value would overflow them). */
+__device__ __forceinline__ void row_pow2_scale(float mx, float &scale, float &inv, int top = 14, int lim = 100) {
     scale = 1.f, inv = 1.f;
     if (mx > 0.f && mx < 3.0e38f) {
         int e;
         frexpf(mx, &e); /* mx = f * 2^e, f in [0.5, 1): mx * 2^(top-e) in [2^(top-1), 2^top) */
-        const int kk = max(-100, min(100, top - e));
+        const int kk = max(-lim, min(lim, top - e));
         scale = ldexpf(1.f, kk), inv = ldexpf(1.f, -kk);
     }
 }
