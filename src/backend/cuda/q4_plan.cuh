@@ -8,8 +8,8 @@
  * splash_q4_plan_group()'s: the grouped product's kernel for plans takes that
  * many x rows.  A slot's rank is the number of earlier slots of its expert;
  * ranks 0, gmax, 2 gmax.. lead a group, the groups numbered in slot order,
- * each the next slots of its expert in slot order.  Out-of-range ids are in no group.  Deterministic: the same ids give
- * the same plan.
+ * each the next slots of its expert in slot order.  Out-of-range ids are in
+ * no group.  Deterministic: the same ids give the same plan.
  *
  * Device-only C++; every function is inline.
  */
