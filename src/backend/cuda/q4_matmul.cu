@@ -725,15 +725,21 @@ LaunchFn pick_launch(int r, int u, int s) {
     return nullptr;
 }
 
+/* The M classes (x rows 1..16): <= 2, 4, 8, 16 rows, class c taking 2 << c
+ * rows of x (the prep pads to them) on its own kernel and preset. */
+int mclass(int M) { return M <= 2 ? 0 : M <= 4 ? 1 : M <= 8 ? 2 : 3; }
+
 /* M = 0: grouped, one x row a slot; M = -1: grouped by a plan, up to
  * splash_q4_plan_group() slots a block. */
 LaunchFn launch_for(int M, int r, int u, int s) {
     if (M == 0) return pick_launch<0, 1, true>(r, u, s);
     if (M == -1) return splash_q4_plan_group() <= 2 ? pick_launch<0, 1, true>(r, u, s) : pick_launch<0, 2, true>(r, u, s);
-    if (M <= 2) return pick_launch<0, 1>(r, u, s);
-    if (M <= 4) return pick_launch<0, 2>(r, u, s);
-    if (M <= 8) return pick_launch<1, 1>(r, u, s);
-    return pick_launch<1, 2>(r, u, s);
+    switch (mclass(M)) {
+    case 0: return pick_launch<0, 1>(r, u, s);
+    case 1: return pick_launch<0, 2>(r, u, s);
+    case 2: return pick_launch<1, 1>(r, u, s);
+    default: return pick_launch<1, 2>(r, u, s);
+    }
 }
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
@@ -814,7 +820,6 @@ const Preset *presets_for(DeviceKey k) {
     return nullptr;
 }
 
-int mclass(int M) { return M <= 2 ? 0 : M <= 4 ? 1 : M <= 8 ? 2 : 3; }
 
 } /* namespace */
 
@@ -971,7 +976,7 @@ static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaSt
         a.M = a.Mp = a.prep_rows = a.rows;
     } else {
         a.M = a.rows < SPLASH_Q4_MAX_M ? a.rows : SPLASH_Q4_MAX_M;
-        a.Mp = a.M <= 2 ? 2 : a.M <= 4 ? 4 : a.M <= 8 ? 8 : 16; /* x rows of the kernel's mode (rows past M: zeros) */
+        a.Mp = 2 << mclass(a.M); /* x rows of the kernel's mode (rows past M: zeros) */
         a.prep_rows = SPLASH_Q4_MAX_M;
     }
     a.gstride = xp->rows_cap;
