@@ -1,10 +1,11 @@
 /* moe.cu - MoE routing and the expert steps (moe.h).
  *
- * route: one warp per row, the row's probabilities in shared memory.  The
+ * route: one warp per row, the row's probabilities in registers.  The
  * softmax is the CPU's (max subtracted, expf, divided by the sum; the sum is
  * a warp tree here, not a sequential loop), the top-k is k rounds of a warp
- * argmax (larger p, then lower id), and the renormalising sum runs in the
- * order of selection as the CPU's does.  Lane 0 sorts the choice by id.
+ * argmax (larger p, then lower id; two reduxes a round), and the
+ * renormalising sum runs in the order of selection as the CPU's does; the
+ * choice is sorted by id by ranks (shuffles).
  * With a plan the block (then every row) groups the slots by expert after
  * a barrier (q4_plan.cuh): no launch of its own.
  *
@@ -31,70 +32,78 @@ namespace {
 constexpr int kRouteWarps = 4;
 constexpr int kGroup = SPLASH_Q4_MAX_M; /* rows of one expert product */
 
-/* Row r's choice by one warp, p its probabilities' scratch [E]. */
+/* Row r's choice by one warp, its probabilities in registers (expert
+ * lane + 32 j in p[j]; NPL >= E / 32).  A round of the top-k: each lane's
+ * best untaken expert (ascending id, strictly larger p), then the warp's
+ * largest by one redux over the p's bits (p >= 0, so the bits order as the
+ * values; 0 = no candidate, NaN is none) and the lowest id holding it by a
+ * second.  Lane kk keeps the kk-th choice, so the renormalising sum (in the
+ * order of selection, as the CPU's) and the sort by id are shuffles: no
+ * local memory. */
+template <int NPL>
 __device__ void route_row(const float *logits, size_t ldl, int r, int E, int k, int norm, int shared, const float *sl,
-                          size_t lds, int32_t *idx, float *wout, float *p) {
+                          size_t lds, int32_t *idx, float *wout) {
     const int lane = threadIdx.x & 31;
     const float *x = logits + (size_t)r * ldl;
+    float p[NPL];
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, x[e]);
+#pragma unroll
+    for (int j = 0; j < NPL; j++) {
+        p[j] = lane + 32 * j < E ? x[lane + 32 * j] : -INFINITY;
+        mx = fmaxf(mx, p[j]);
+    }
     mx = warp_max(mx);
     float sum = 0.f;
-    for (int e = lane; e < E; e += 32) {
-        const float v = expf(x[e] - mx);
-        p[e] = v;
-        sum += v;
-    }
-    sum = warp_sum(sum);
-    for (int e = lane; e < E; e += 32) p[e] = p[e] / sum;
-    __syncwarp();
-    int sel_i[SPLASH_CUDA_MOE_MAX_TOPK];
-    float sel_w[SPLASH_CUDA_MOE_MAX_TOPK];
-    for (int kk = 0; kk < k; kk++) {
-        float bv = -1.f; /* probabilities are >= 0; taken ones are set to -1 */
-        int bi = E;
-        for (int e = lane; e < E; e += 32)
-            if (p[e] > bv) bv = p[e], bi = e; /* ascending e: ties keep the lower id */
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(kFull, bv, o);
-            const int oi = __shfl_xor_sync(kFull, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    for (int j = 0; j < NPL; j++)
+        if (lane + 32 * j < E) {
+            p[j] = expf(p[j] - mx);
+            sum += p[j];
         }
-        if (bi >= E) { /* every untaken p is NaN: the lowest untaken id, as the CPU; never p[E] */
-            int lo = E;
-            for (int e = lane; e < E; e += 32)
-                if (p[e] != -1.f) { lo = e; break; }
+    sum = warp_sum(sum);
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) lo = min(lo, __shfl_xor_sync(kFull, lo, o));
+    for (int j = 0; j < NPL; j++) p[j] = lane + 32 * j < E ? p[j] / sum : -1.f; /* -1: taken (or no expert) */
+    int my_i = 0;
+    float my_w = 0.f;
+    for (int kk = 0; kk < k; kk++) {
+        float bv = -1.f; /* probabilities are >= 0; taken ones are -1, NaN never compares larger */
+        int bj = -1;
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (p[j] > bv) bv = p[j], bj = j;
+        const unsigned key = bj >= 0 ? __float_as_uint(bv) + 1u : 0u;
+        const unsigned kmax = __reduce_max_sync(kFull, key);
+        int bi;
+        if (kmax) {
+            bi = __reduce_min_sync(kFull, key == kmax ? lane + 32 * bj : 0x7FFFFFFF);
+        } else { /* every untaken p is NaN: the lowest untaken id, as the CPU */
+            int lo = 0x7FFFFFFF;
+#pragma unroll
+            for (int j = NPL - 1; j >= 0; j--)
+                if (lane + 32 * j < E && p[j] != -1.f) lo = lane + 32 * j;
+            lo = __reduce_min_sync(kFull, lo);
             bi = lo < E ? lo : 0; /* lo < E: k <= E leaves one untaken */
         }
-        if (lane == 0) {
-            sel_i[kk] = bi;
-            sel_w[kk] = p[bi];
-            p[bi] = -1.f;
-        }
-        __syncwarp();
+        float own = 0.f; /* the owner lane's p of bi, then taken */
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (lane + 32 * j == bi) own = p[j], p[j] = -1.f;
+        const float w = __shfl_sync(kFull, own, bi & 31);
+        if (lane == kk) my_i = bi, my_w = w;
     }
-    if (lane != 0) return;
     if (norm) {
         float s = 0.f;
-        for (int kk = 0; kk < k; kk++) s += sel_w[kk];
-        for (int kk = 0; kk < k; kk++) sel_w[kk] = sel_w[kk] / s;
+        for (int kk = 0; kk < k; kk++) s += __shfl_sync(kFull, my_w, kk);
+        my_w = my_w / s;
     }
-    for (int a = 1; a < k; a++) /* insertion sort by expert id */
-        for (int b = a; b > 0 && sel_i[b - 1] > sel_i[b]; b--) {
-            const int ti = sel_i[b];
-            sel_i[b] = sel_i[b - 1], sel_i[b - 1] = ti;
-            const float tw = sel_w[b];
-            sel_w[b] = sel_w[b - 1], sel_w[b - 1] = tw;
-        }
+    int rank = 0; /* the choice sorted by expert id (distinct ids) */
+    for (int kk = 0; kk < k; kk++) rank += __shfl_sync(kFull, my_i, kk) < my_i;
     const int stride = k + (shared >= 0); /* slots a row */
-    for (int kk = 0; kk < k; kk++) {
-        idx[(size_t)r * stride + kk] = sel_i[kk];
-        wout[(size_t)r * stride + kk] = sel_w[kk];
+    if (lane < k) {
+        idx[(size_t)r * stride + rank] = my_i;
+        wout[(size_t)r * stride + rank] = my_w;
     }
-    if (shared >= 0) { /* the shared expert, last (its id is above the routed ones: ffn.c adds it last) */
+    if (shared >= 0 && lane == 0) { /* the shared expert, last (its id is above the routed ones: ffn.c adds it last) */
         idx[(size_t)r * stride + k] = shared;
         wout[(size_t)r * stride + k] = sigmoidf_(sl[(size_t)r * lds]);
     }
@@ -103,12 +112,12 @@ __device__ void route_row(const float *logits, size_t ldl, int r, int E, int k, 
 /* A warp a row; plan (not NULL: one block holds every row) then groups the
  * block's slots by expert for the grouped products (q4_plan.cuh), in the
  * same launch. */
+template <int NPL>
 __global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int E, int k, int norm, int shared,
                                  const float *sl, size_t lds, int32_t *idx, float *wout, int32_t *plan, int gmax) {
     pdl_begin();
-    extern __shared__ float probs[]; /* [warps][E] */
     const int warp = threadIdx.x >> 5, r = blockIdx.x * (blockDim.x >> 5) + warp;
-    if (r < rows) route_row(logits, ldl, r, E, k, norm, shared, sl, lds, idx, wout, probs + (size_t)warp * E);
+    if (r < rows) route_row<NPL>(logits, ldl, r, E, k, norm, shared, sl, lds, idx, wout);
     if (!plan) return;
     __shared__ int32_t sid[kPlanSlots];
     __shared__ int lead[kPlanSlots];
@@ -256,16 +265,9 @@ extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, 
     if (!rows) return SPLASH_OK;
     const int warps = plan ? rows : kRouteWarps; /* a plan: every row in one block */
     const unsigned blocks = (unsigned)((rows + warps - 1) / warps);
-    /* the most a launch takes: 16 rows x 1,024 experts (64 KB); once (setting it again is harmless) */
-    static bool attr_set = false;
-    if (!attr_set) {
-        SPLASH_CUDA_TRY(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(kGroup * SPLASH_CUDA_MOE_MAX_EXPERTS * sizeof(float))));
-        attr_set = true;
-    }
-    SPLASH_CUDA_TRY(launch_kernel(moe_route_kernel, blocks, warps * 32, (size_t)warps * n_experts * sizeof(float),
-                                  (cudaStream_t)stream, logits, ldl, rows, n_experts, top_k, norm_topk, shared, sl, lds,
-                                  idx, w, plan, splash_q4_plan_group()));
+    auto kernel = n_experts <= 256 ? moe_route_kernel<8> : moe_route_kernel<32>; /* probabilities a lane holds */
+    SPLASH_CUDA_TRY(launch_kernel(kernel, blocks, warps * 32, 0, (cudaStream_t)stream, logits, ldl, rows, n_experts,
+                                  top_k, norm_topk, shared, sl, lds, idx, w, plan, splash_q4_plan_group()));
     return SPLASH_OK;
 }
 
