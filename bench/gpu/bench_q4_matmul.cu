@@ -243,6 +243,8 @@ static const Shape kShapes[] = {
     {"attn q|k|v", 14336, 5120}, {"gdn qkv|z|b|a", 16480, 5120}, {"ffn gate|up", 34816, 5120},
     /* the 35B-A3B's experts (--only: their presets are swept as plain products) and lm_head */
     {"moe gate/up", 512, 2048}, {"moe down", 2048, 512}, {"lm_head 35b", 248320, 2048},
+    /* the 35B-A3B's dense stacks (cuda_weights.cu): GDN qkv|z|b|a, out_proj = attention o_proj, attention q|k|v */
+    {"35b qkv|z|b|a", 12352, 2048}, {"35b out/o_proj", 2048, 4096}, {"35b attn q|k|v", 9216, 2048},
 };
 #define NSHAPES (int)(sizeof kShapes / sizeof kShapes[0])
 static const int kMs[] = {1, 2, 4, 8, 16};

@@ -782,6 +782,12 @@ const Preset kH200[] = {
      * more than 16 rows only) */
     {512, 2048, 2, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},    /* experts gate, up */
     {2048, 512, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},    /* experts down */
+    /* the 35B-A3B's dense stacks (session 15; M = 1 in events, swept vs the generic rule): GDN
+     * qkv|z|b|a 9.86 vs 9.92 us, out_proj = attention o_proj 7.84 vs 11.65 (the rule's ksplit 8 left
+     * each block 8 groups between cluster barriers), attention q|k|v 8.93 vs 9.47 */
+    {12352, 2048, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}}, /* 35B-A3B qkv|z|b|a */
+    {2048, 4096, 1, 8, {{1, 8, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}, {1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}}},  /* 35B-A3B out/o_proj */
+    {9216, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}},  /* 35B-A3B attn q|k|v */
     {0, 0, 0, 0, {}},                                                                   /* terminator */
 };
 
