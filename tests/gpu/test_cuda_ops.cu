@@ -594,6 +594,26 @@ static void test_attention(const Shape *s, int format, const LaneSpec *ls, int n
     char op[48];
     snprintf(op, sizeof op, "attention%s", use_gate ? " (+gate)" : "");
     report(op, sh, err, bound, us, k.kv_bytes + (use_gate ? 3.0 : 2.0) * N * 4);
+    if (format == SPLASH_KV_INT8 && nl > 1) {
+        /* each lane alone gives its rows the same bits as the batch (the int8
+         * kernel's layout and stage buffers follow the launch's lanes, its
+         * arithmetic only the lane's own: attention_int8.cu) */
+        float *alone = hfloats(N);
+        int bad = 0;
+        for (int i = 0; i < nl && !bad; i++) {
+            splash_cuda_attn_args b = a;
+            b.lanes = k.dlanes + i, b.n_lanes = 1, b.layer = 1; /* the batch result's layer (time_us alternates) */
+            b.max_lane_rows = ls[i].n_rows, b.max_ctx = ls[i].n_past + ls[i].n_rows;
+            poison(dO, N * 4);
+            bad |= splash_cuda_attention(&b, NULL) != 0;
+            down(alone, dO, N * 4);
+            const size_t r0 = (size_t)k.gl_lanes[i].first_row * w, nr = (size_t)ls[i].n_rows * w;
+            bad |= memcmp(alone + r0, got + r0, nr * 4) != 0;
+        }
+        snprintf(op, sizeof op, "attention%s: lane alone = in batch (bits)", use_gate ? " (+gate)" : "");
+        report(op, sh, bad ? INFINITY : 0.0, 0, -1, 0);
+        free(alone);
+    }
     /* the long split of bulk-prefill rows: the same bound, its own timing */
     a.split = SPLASH_CUDA_ATTN_SPLIT_LONG, a.layer = 1;
     poison(dO, N * 4);

@@ -29,6 +29,7 @@ struct AttnArgs {
     int n_heads, group, rows;
     int qchunk, n_qchunks; /* query vectors per block, blocks per (lane, kv head) */
     int split;             /* positions per split block (a multiple of 64) */
+    int stage_bufs;        /* the int8 kernel's stage buffers: 1 or 2 (attention.cu chooses) */
     /* the int8 kernel: a query vector whose whole context is one split (ctx
      * <= split) gets its final output here, gated; the combine skips it */
     float *out;
@@ -38,7 +39,7 @@ struct AttnArgs {
 };
 
 /* Query vectors one block of the int8 kernel takes at most: an n-tile of 8
- * per warp, 4 warps. */
+ * per warp, 4 warps (a lane of one n-tile: its warps split the positions). */
 constexpr int kInt8MaxQ = 32;
 
 /* The int8 kernel over grid (kv_heads * n_qchunks, lanes, splits);
