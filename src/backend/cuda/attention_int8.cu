@@ -161,16 +161,19 @@ __device__ __forceinline__ void stage_copy(const AttnArgs &a, const uint8_t *con
     cp_async_commit();
 }
 
-/* One m-tile (positions s0 + 16 mt .. + 15 of a stage buffer) against an
- * n-tile of 8 query vectors (fp16 hi / lo rows qh, ql; lane (g, t) holds
- * vectors qa = 2 t, qa + 1 of it): scores, the online softmax of (m, l)
- * and O += V^T P^T, as a warp. */
+/* A warp's running state for its lane's two query vectors of an n-tile
+ * (qa, qa + 1): O^T (dims as in the V^T product below, times P's power of
+ * two), the running max m and sum l of each. */
 template <int HD>
 struct TileState {
     float O[Geo<HD>::RP][4];
     float m0, m1, l0, l1;
 };
 
+/* One m-tile (positions s0 + 16 mt .. + 15 of a stage buffer) against an
+ * n-tile of 8 query vectors (fp16 hi / lo rows qh, ql; lane (g, t) holds
+ * vectors qa = 2 t, qa + 1 of it): scores, the online softmax of (m, l)
+ * and O += V^T P^T, as a warp. */
 template <int HD>
 __device__ __forceinline__ void mtile_step(TileState<HD> &ts, const uint32_t *KB, const uint32_t *VB, const float *kscb,
                                            const float *vscb, int mt, int s0, const uint32_t *qh, const uint32_t *ql,
