@@ -14,7 +14,7 @@
 # as GB/s; then the total.  Raw CSV in $OUT/ncu.csv.
 # --trace: instead of ncu, the kernel timeline as the program runs, CUDA graphs on (CUPTI through
 # tools/cupti_trace.cpp, built here): per graph (the decode step's, the verify blocks') the span of
-# a replay, its kernels' times and the gaps between them (tools/trace_summary.py; raw CSV in
+# a replay, its kernels' times, what each adds to the span and the gaps (tools/trace_summary.py; raw CSV in
 # $OUT/trace.csv).  Use --decode 32 or more so the decode graph replays often.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1

@@ -6,9 +6,13 @@
 For every CUDA graph replayed at least --min-replays times (a decode step's graph is replayed once
 per step): nodes, replays, the median replay's span (first kernel start to last kernel end), the
 sum of its kernels' times and the gaps between them (span - sum: launch and drain between
-dependent kernels), then per kernel (name, grid, block, in graph order merged by name and grid):
-launches per replay, median us per launch, us per replay and share of the span. Kernels outside
-graphs are summed by name at the end.
+dependent kernels), then per kernel (name, grid, block, merged by name and grid): launches per
+replay, median us per launch, and its cost: the us it adds to the span per replay and their share.
+A kernel's cost is its end minus the latest end of the kernels started before it (0 if earlier):
+under programmatic dependent launch a kernel starts while its predecessor runs and waits inside,
+so its own duration counts that wait, and the durations sum to more than the span (session 15);
+the costs sum to the span.  Rows are sorted by cost.  Kernels outside graphs are summed by name
+at the end.
 """
 import csv
 import collections
@@ -48,23 +52,31 @@ def main():
             continue
         spans, sums = [], []
         per = collections.OrderedDict()
+        cost = collections.defaultdict(list)  # per kernel key: its cost summed over the replay's launches
         for i in range(replays):
             rep = recs[i * nodes:(i + 1) * nodes]
-            spans.append(rep[-1][1] - rep[0][0])
+            spans.append(max(r[1] for r in rep) - rep[0][0])
             sums.append(sum(r[1] - r[0] for r in rep))
+            last, rc = rep[0][0], collections.defaultdict(int)
             for r in rep:
-                per.setdefault((r[5], r[3], r[4]), []).append(r[1] - r[0])
+                key = (r[5], r[3], r[4])
+                per.setdefault(key, []).append(r[1] - r[0])
+                rc[key] += max(0, r[1] - last)
+                last = max(last, r[1])
+            for key in per:
+                cost[key].append(rc.get(key, 0))
         span, ksum = statistics.median(spans), statistics.median(sums)
         print(f"\n## graph {gid}: {nodes} kernels, {replays} replays; median span {span / 1e3:.1f} us, "
               f"kernels {ksum / 1e3:.1f} us, gaps {(span - ksum) / 1e3:.1f} us "
               f"({(span - ksum) / nodes:.0f} ns per kernel)\n")
-        print("| kernel | grid | block | per replay | us (median) | us per replay | % of span |")
+        print("| kernel | grid | block | per replay | us (median) | cost us per replay | % of span |")
         print("|---|---|---|---|---|---|---|")
         rows = []
-        for (name, grid, block), ts in per.items():
+        for key, ts in per.items():
+            name, grid, block = key
             n = len(ts) / replays
             med = statistics.median(ts) / 1e3
-            rows.append((med * n, name, grid, block, n, med))
+            rows.append((statistics.median(cost[key]) / 1e3, name, grid, block, n, med))
         for tot, name, grid, block, n, med in sorted(rows, reverse=True)[:top]:
             print(f"| {name} | {grid} | {block} | {n:g} | {med:.2f} | {tot:.1f} | {100 * tot * 1e3 / span:.1f} |")
     if eager:
