@@ -749,7 +749,7 @@ bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 
 /* Measured presets, one table per GPU (kTables: SM count and memory size;
  * the H200's from NOTES.md, 2026-11-30): selected by bench_q4_matmul --sweep,
  * one (ksplit, wk) per shape so that results do not depend on M; r/u/stages/
- * warps per M class (<=4, <=8, <=16).  A GPU without a table gets the
+ * warps per M class (<= 2, 4, 8, 16).  A GPU without a table gets the
  * generic rule; a new GPU: run the sweep there and add its table.  The
  * 27B's stacks, o_proj / out_proj and down were swept again after the
  * per-group x scales and live-row x loads changed the kernel (session 8:
