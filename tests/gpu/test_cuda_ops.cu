@@ -1409,6 +1409,37 @@ static void test_route_plan_wide(void) {
     cudaFree(dlog), cudaFree(dsl), cudaFree(dw), cudaFree(didx), cudaFree(dplan);
 }
 
+/* The route's edges against the CPU's, ids exactly: a row of equal logits (every p ties: the
+ * lowest ids), a row whose 10 largest logits tie across the top-8 boundary (the 8 lowest of
+ * them), a row of NaN logits (every p NaN: the lowest ids; weights NaN); E = 256 (8
+ * probabilities a lane) and 1,023 (32). */
+static void test_route_edges(int E) {
+    const int rows = 3, k = 8;
+    const int tie[10] = {3, 17, 40, 63, 64, 100, 130, 200, 201, E - 1}; /* the top 8: all but 201, E - 1 */
+    float *logits = hfloats((size_t)rows * E);
+    for (int e = 0; e < E; e++) logits[e] = 0.f, logits[(size_t)E + e] = 2.0f * rnd_normal(), logits[2 * (size_t)E + e] = NAN;
+    for (int i = 0; i < 10; i++) logits[(size_t)E + tie[i]] = 10.f; /* the others ~N(0, 4): below 10 */
+    int *ridx = (int *)hmalloc((size_t)rows * k * sizeof(int));
+    float *rw = hfloats((size_t)rows * k);
+    for (int r = 0; r < rows; r++) cpu_route(logits + (size_t)r * E, E, k, 1, ridx + (size_t)r * k, rw + (size_t)r * k);
+    float *dlog = dcopy(logits, (size_t)rows * E), *dw = dfloats((size_t)rows * k);
+    int32_t *didx = (int32_t *)dmalloc((size_t)rows * k * 4);
+    const int rc = splash_cuda_moe_route(dlog, E, rows, E, k, 1, -1, NULL, 0, didx, dw, NULL, NULL);
+    int32_t *gidx = (int32_t *)hmalloc((size_t)rows * k * 4);
+    float *gw = hfloats((size_t)rows * k);
+    down(gidx, didx, (size_t)rows * k * 4), down(gw, dw, (size_t)rows * k * 4);
+    double err = rc ? INFINITY : rel_err(gw, rw, (size_t)2 * k); /* the finite rows' weights */
+    for (int i = 0; i < rows * k; i++)
+        if (gidx[i] != ridx[i]) err = INFINITY;
+    for (int i = 2 * k; i < rows * k; i++)
+        if (!isnan(gw[i])) err = INFINITY;
+    char sh[64];
+    snprintf(sh, sizeof sh, "E=%d top-%d: equal, tied at the top 10, NaN", E, k);
+    report("moe_route edges (ids exact)", sh, err, 1e-6, -1, 0);
+    free(logits), free(ridx), free(rw), free(gidx), free(gw);
+    cudaFree(dlog), cudaFree(dw), cudaFree(didx);
+}
+
 /* silu(g) * u and the shared-expert add, at a model's FFN widths */
 static void test_elementwise(const Shape *s, int rows, int inter) {
     const size_t NI = (size_t)rows * inter, NH = (size_t)rows * s->hidden;
@@ -1857,6 +1888,8 @@ int main(int argc, char **argv) {
     test_moe(&kTinyMoe, 100); /* expert 3 in two tiles of the GEMM step */
     test_moe(&kMoeK8, 2100);  /* the GEMM step in chunks of 2,048 rows */
     test_route_plan_wide();
+    test_route_edges(256);
+    test_route_edges(SPLASH_CUDA_MOE_MAX_EXPERTS - 1);
     test_elementwise(&kTiny, 16, 192);
     test_dense("tiny", SPLASH_BF16, 8, 128, 16, 128); /* the moe-tiny router */
     test_dense("odd", SPLASH_BF16, 37, 100, 3, 101);
