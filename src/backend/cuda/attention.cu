@@ -496,12 +496,12 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     k.qchunk = qchunk, k.n_qchunks = qchunks;
     k.scale = a->scale;
     k.split = split;
-    /* attention_int8.cu: two stage buffers (2 blocks an SM) only where every
-     * lane is deep and the blocks fit one wave of them; else one (4 an SM) */
-    const long long blocks = (long long)l->kv_heads * qchunks * a->n_lanes * splits;
-    k.stage_bufs = G * a->max_lane_rows <= 8 && blocks <= 2LL * sm_count() ? 2 : 1;
     k.out = a->out, k.gate = a->gate, k.ldo = a->ldo, k.ldg = a->ldg;
     const dim3 grid((unsigned)(l->kv_heads * qchunks), (unsigned)a->n_lanes, (unsigned)splits);
+    /* attention_int8.cu: two stage buffers (2 blocks an SM) only where every
+     * lane is deep and the blocks fit one wave of them; else one (4 an SM) */
+    const long long blocks = (long long)grid.x * grid.y * grid.z;
+    k.stage_bufs = G * a->max_lane_rows <= kInt8NTile && blocks <= 2LL * sm_count() ? 2 : 1;
     int rc;
     if (int8)
         rc = attn_int8_split_launch(k, hd, grid, s);

@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
      * softmax, and the warps' states merge in warp order at the end; wide:
      * warp w takes n-tile w against every m-tile.  Either way a query
      * vector's arithmetic depends on its own lane and the split alone. */
-    const bool deep = G * ln.n_rows <= 8;
+    const bool deep = G * ln.n_rows <= kInt8NTile;
     const int nt = deep ? 0 : warp;        /* the warp's n-tile */
     const bool active = deep || warp < nqt; /* wide: warp = its n-tile */
     TileState<HD> ts;

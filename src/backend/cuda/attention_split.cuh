@@ -38,9 +38,11 @@ struct AttnArgs {
     float scale;
 };
 
-/* Query vectors one block of the int8 kernel takes at most: an n-tile of 8
- * per warp, 4 warps (a lane of one n-tile: its warps split the positions). */
-constexpr int kInt8MaxQ = 32;
+/* Query vectors one block of the int8 kernel takes at most: an n-tile of
+ * kInt8NTile per warp, 4 warps (a lane of one n-tile, "deep": its warps split
+ * the positions). */
+constexpr int kInt8NTile = 8;
+constexpr int kInt8MaxQ = 4 * kInt8NTile;
 
 /* The int8 kernel over grid (kv_heads * n_qchunks, lanes, splits);
  * a.qchunk a multiple of 8, <= kInt8MaxQ; head_dim 64, 128 or 256. */
