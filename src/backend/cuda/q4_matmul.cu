@@ -19,19 +19,20 @@
  *   four mma a tile) a tile's arithmetic at M <= 2 is about half, which is
  *   what the decode products were short of (NOTES.md, session 14: the 27B's
  *   products 7-13% faster at M = 1, lm_head 210 -> 180 us, the 27B step 7.23
- *   -> 6.72 ms); at M = 8 about even; at M = 16 slower (each x row's three
- *   digits have their own accumulators: 3x the epilogue, and registers).
- * - The group affine is applied per (row, x row, group) in fp32 on the
- *   accumulators: acc_digit += (scale 2^-k) * sum_g(q digit) 2^(8 digit), and
- *   bias * sum_g(x) into the hi digit's, with sum_g(x) and 2^-k precomputed
- *   once per activation (splash_q4_prep_x); the int32 sums become floats
- *   through the accumulator's start value (digit_magic: no conversion
- *   instruction).  Per-group powers (not one per row) let the preparation run
- *   on many blocks with no row-wide maximum first.
+ *   -> 6.72 ms).
+ * - One value a group: the digits' int32 sums become floats through the
+ *   accumulator's start value (digit_magic: no conversion instruction), and
+ *   a group's S = 65536 S_hi + 256 S_mid + S_lo is their sum, rounded once
+ *   (the comment above XFrag says why once); the group affine is then
+ *   applied per (row, x row, group) in fp32: acc += (scale 2^-k) S, then acc
+ *   += bias sum_g(x), with sum_g(x) and 2^-k precomputed once per activation
+ *   (splash_q4_prep_x).  One accumulator per (row, x row) in every mode, so
+ *   a row's result does not depend on M; until session 16 each digit had its
+ *   own (three at M >= 8: the registers that made M = 16 spill).  Per-group
+ *   powers (not one per row) let the preparation run on many blocks with no
+ *   row-wide maximum first.
  * - M <= 2 / 4: an n-tile per pair of x rows, each holding both rows' three
- *   digits (6 of 8 columns); M <= 8 / 16: an n-tile per digit and 8 x rows.
- *   Either way each digit is accumulated on its own and the three added at
- *   the end in the same order, so a row's result does not depend on M.
+ *   digits; M <= 8 / 16: an n-tile per digit and 8 x rows.
  * - A warp owns R row tiles (16 rows each) and a slice of the groups, U groups
  *   per step.  Weights stream straight into registers, L1 bypassed: all R*U
  *   16-byte loads of a step are issued before any is used (stages = 0), or
@@ -150,6 +151,21 @@ __device__ __forceinline__ void imma16832(int (&d)[4], uint32_t a0, uint32_t a1,
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(c0), "r"(c1), "r"(c2), "r"(c3));
 }
 
+/* One (row tile, group) as the A operand of two k32 steps, D = A B + C.  A
+ * lane's word of 8 codes (columns 2s at bit 4s, 2s+1 at bit 16+4s: the
+ * repack's order for the fp16 view, q4_tile.cuh) gives, masked, the codes of
+ * columns {0,4,1,5} as four bytes, and shifted by 4 those of {2,6,3,7}:
+ * exactly an A register each, if k runs over the columns in that order.  The
+ * x digits are stored in the same order (digit_pos), so B matches with no
+ * shuffle.  Step 0 takes the lane's first word of rows g and g+8 (c.x, c.z),
+ * step 1 the second (c.y, c.w); xb holds B's (b0, b1) of step 0 then of
+ * step 1. */
+__device__ __forceinline__ void tile_products8(int (&d)[4], uint4 c, uint4 xb, const int (&acc)[4]) {
+    const uint32_t m = 0x0F0F0F0Fu;
+    imma16832(d, c.x & m, c.z & m, (c.x >> 4) & m, (c.z >> 4) & m, xb.x, xb.y, acc[0], acc[1], acc[2], acc[3]);
+    imma16832(d, c.y & m, c.w & m, (c.y >> 4) & m, (c.w >> 4) & m, xb.z, xb.w, d[0], d[1], d[2], d[3]);
+}
+
 /* The int32 sums become fp32 without a conversion instruction: C starts as
  * the bits of K = 1.5 * 2^(23 + 8 digit), whose mantissa's last place is
  * 2^(8 digit), so D's bits are the float K + 2^(8 digit) sum (exact: |sum| <
@@ -158,49 +174,35 @@ __device__ __forceinline__ void imma16832(int (&d)[4], uint32_t a0, uint32_t a1,
 __device__ __forceinline__ int digit_magic(int d) { return d == 0 ? 0x53400000 : d == 1 ? 0x4F400000 : 0x4B400000; }
 __device__ __forceinline__ float from_magic(int d, int k) { return __int_as_float(d) - __int_as_float(k); }
 
-/* One (row tile, group) as the A operand of two k32 steps.  A lane's word of
- * 8 codes (columns 2s at bit 4s, 2s+1 at bit 16+4s: the repack's order for
- * the fp16 view, q4_tile.cuh) gives, masked, the codes of columns {0,4,1,5}
- * as four bytes, and shifted by 4 those of {2,6,3,7}: exactly an A register
- * each, if k runs over the columns in that order.  The x digits are stored
- * in the same order (digit_pos), so B matches with no shuffle.  Step 0 takes
- * the lane's first word of rows g and g+8 (c.x, c.z), step 1 the second
- * (c.y, c.w); xb holds B's (b0, b1) of step 0 then of step 1.  ka / kb: the
- * magic constants of the lane's C columns 2t / 2t + 1. */
-__device__ __forceinline__ void tile_products8(int (&d)[4], uint4 c, uint4 xb, int ka, int kb) {
-    const uint32_t m = 0x0F0F0F0Fu;
-    imma16832(d, c.x & m, c.z & m, (c.x >> 4) & m, (c.z >> 4) & m, xb.x, xb.y, ka, kb, ka, kb);
-    imma16832(d, c.y & m, c.w & m, (c.y >> 4) & m, (c.w >> 4) & m, xb.z, xb.w, d[0], d[1], d[2], d[3]);
-}
-
 /* ---- the kernel ------------------------------------------------------------ */
 
 /* x reaches the tensor core as three signed 8-bit digits per value,
  * x 2^k = 65536 hi + 256 mid + lo, each in [-128, 127] (2^k per (row, group),
- * the group's largest |x| in [2^21, 2^22)): the products are exact int32
- * sums, one per digit, and each digit's sum (weighted by digit_magic) is
- * accumulated in fp32 on its own: acc_digit += (scale 2^-k) f, and the bias
- * term bias * sum(x) into the hi accumulator.  A result is ((hi + mid) + lo),
- * then the slices of the column split in slice order.
+ * the group's largest |x| in [2^21, 2^22)).  A group's dot product of a
+ * weight row's codes q and an x row is then an integer S = 65536 S_hi + 256
+ * S_mid + S_lo, each digit's sum exact in int32 and exact as a float
+ * (digit_magic), and (65536 S_hi + 256 S_mid) exact too (a multiple of 256
+ * below 2^32: 24 bits); so f = (f_hi + f_mid) + f_lo is S rounded once, in
+ * any mode.  Per group: acc += (scale 2^-k) f, then acc += bias sum(x).
  *
  * MODE 0 (M <= 2 NT): an n-tile per pair of x rows (2p, 2p + 1); B column n =
- * g of lane (g, t) is (x row col0_row(n), digit col0_digit(n)), so lane t's C
- * columns 2t, 2t + 1 are: t = 0 (row 2p: hi, mid), t = 1 (row 2p + 1: hi,
- * mid), t = 2 (row 2p lo, row 2p + 1 lo), t = 3 nothing; at the end lane
- * t < 2 adds lane 2's lo.
- * MODE 1 (M <= 8 NT): an n-tile per (x tile nt, digit), n = x row 8 nt + g;
+ * g of lane (g, t) is (x row col0_row(n), digit col0_digit(n)): columns 0, 1
+ * row 2p's hi, mid; 2, 3 row 2p + 1's; 4 and 6 the two rows' lo (5 and 7
+ * repeat them, unused).  Lane t < 2 holds x row 2p + t's hi and mid sums
+ * (C columns 2t, 2t + 1) and takes its lo sums from lane t + 2 by a shuffle.
+ * MODE 1 (M <= 8 NT): an n-tile per (x tile nt, digit), n = x row 8 nt + g:
  * lane (g, t) holds x rows 8 nt + 2t, 2t + 1 of every digit.
- * Either way every accumulator sees the same operations in the same order,
- * so a row's result does not depend on M. */
-__device__ __forceinline__ int col0_row(int n) { return (0x2C >> n) & 1; }          /* n: 0 1 2 3 4 5 -> rows 0 0 1 1 0 1 */
-__device__ __forceinline__ int col0_digit(int n) { return (0xA44 >> (2 * n)) & 3; } /* -> digits 0 1 0 1 2 2 */
+ * Either way every (row, x row) gets the same f and the same fp32 operations
+ * in the same order, so a row's result does not depend on M. */
+__device__ __forceinline__ int col0_row(int n) { return (n >> 1) & 1; }      /* n: 0..7 -> rows 0 0 1 1 0 0 1 1 */
+__device__ __forceinline__ int col0_digit(int n) { return n < 4 ? n & 1 : 2; } /* -> digits 0 1 0 1 2 2 2 2 */
 
 template <int MODE, int NT>
 struct XFrag {
     static constexpr int NB = MODE == 0 ? NT : 3 * NT; /* n-tiles */
     uint4 b[NB];     /* B: the lane's 16 digits of its column */
-    float w[NT][2];  /* 2^-k of the x rows of C columns 2t, 2t + 1 (MODE 0: 0 for a dead column) */
-    float gs[NT][2]; /* sum(x) of the hi accumulators' x rows (MODE 0: [p][0] only, 0 on lanes t >= 2) */
+    float w[NT][2];  /* 2^-k of the x rows of C columns 2t, 2t + 1 (MODE 0: [p][0], the lane's x row) */
+    float gs[NT][2]; /* sum(x) of the same x rows (MODE 0: [p][0]) */
 };
 
 /* What a lane reads of x, fixed for the block (made once: per group only the
@@ -209,36 +211,32 @@ struct XFrag {
  * registers instead of recomputing them for every group. */
 template <int NT>
 struct LaneX {
-    int b[NT];         /* bytes from v.x8 to its B column's digits, columns 16t.. of group 0 (MODE 1: digit hi) */
-    int ga[NT], gb[NT]; /* the x rows of its C columns 2t, 2t + 1 (group sums and powers) */
-    int ka, kb;        /* MODE 0: the magic constants of its C columns (their digits) */
-    float live;        /* MODE 0: 1, or 0 on lanes t = 3 (no column) */
+    int b[NT];          /* bytes from v.x8 to its B column's digits, columns 16t.. of group 0 (MODE 1: digit hi) */
+    int ga[NT], gb[NT]; /* the x rows of its C columns 2t, 2t + 1 (group sums and powers; MODE 0: ga, its row) */
+    int ka, kb;         /* MODE 0: the magic constants of its C columns (their digits) */
 };
 
 /* Every lane loads its B column unconditionally: a column of no x row (MODE
- * 0: n = 6, 7; x rows past M) reads rows the preparation wrote (zeros up to
- * its 2 / 4 / 8 / 16, a grouped slot's own row) and only feeds C columns whose
- * results are not kept. */
+ * 0: x rows past M; lanes t >= 2 take row 2p's) reads rows the preparation
+ * wrote (zeros up to its 2 / 4 / 8 / 16, a grouped slot's own row) and only
+ * feeds C columns whose results are not kept. */
 template <int MODE, int NT>
 __device__ __forceinline__ LaneX<NT> lane_x(const Params &p, const View &v, int g, int t) {
     LaneX<NT> l;
     if (MODE == 0) {
-        const int n = g < 6 ? g : 0;
 #pragma unroll
         for (int q = 0; q < NT; q++) {
             const int r0 = v.xr[2 * q], r1 = v.xr[2 * q + 1];
-            l.b[q] = ((col0_row(n) ? r1 : r0) * 3 + col0_digit(n)) * p.cols + 16 * t;
-            l.ga[q] = t == 1 ? r1 : r0; /* t: 0 (r0 hi, r0 mid), 1 (r1 hi, r1 mid), 2 (r0 lo, r1 lo) */
-            l.gb[q] = t == 1 || t == 2 ? r1 : r0;
-            asm volatile("" : "+r"(l.b[q]), "+r"(l.ga[q]), "+r"(l.gb[q]));
+            l.b[q] = ((col0_row(g) ? r1 : r0) * 3 + col0_digit(g)) * p.cols + 16 * t;
+            l.ga[q] = l.gb[q] = t == 1 ? r1 : r0;
+            asm volatile("" : "+r"(l.b[q]), "+r"(l.ga[q]));
         }
         l.ka = digit_magic(t < 2 ? 0 : 2), l.kb = digit_magic(t < 2 ? 1 : 2);
-        l.live = t < 3 ? 1.f : 0.f;
     } else {
         l.b[0] = v.xb * 3 * p.cols + 16 * t;
         l.ga[0] = v.xo0, l.gb[0] = v.xo1;
         asm volatile("" : "+r"(l.b[0]), "+r"(l.ga[0]), "+r"(l.gb[0]));
-        l.ka = l.kb = 0, l.live = 1.f;
+        l.ka = l.kb = 0;
     }
     return l;
 }
@@ -246,17 +244,15 @@ __device__ __forceinline__ LaneX<NT> lane_x(const Params &p, const View &v, int 
 template <int MODE, int NT>
 __device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const View &v, const LaneX<NT> &l,
                                              int G, int t) {
+    (void)t;
     const float *gi = v.ginv + (size_t)G * p.gstride, *gm = v.gsum + (size_t)G * p.gstride;
     /* __ldg: see the kernel */
     if (MODE == 0) {
 #pragma unroll
         for (int q = 0; q < NT; q++) {
             x.b[q] = __ldg(reinterpret_cast<const uint4 *>(v.x8 + l.b[q] + G * 64));
-            x.w[q][0] = __ldg(gi + l.ga[q]) * l.live;
-            x.w[q][1] = __ldg(gi + l.gb[q]) * l.live;
-            const float s = __ldg(gm + l.ga[q]); /* lanes t < 2: the x row of their hi column */
-            x.gs[q][0] = t < 2 ? s : 0.f;
-            x.gs[q][1] = 0.f;
+            x.w[q][0] = __ldg(gi + l.ga[q]), x.gs[q][0] = __ldg(gm + l.ga[q]);
+            x.w[q][1] = x.gs[q][1] = 0.f;
         }
     } else {
 #pragma unroll
@@ -270,35 +266,47 @@ __device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p
     }
 }
 
-/* acc[nb][c] (C layout: c = 0, 1 row g, columns 2t, 2t + 1; c = 2, 3 row g + 8) */
+/* acc[q][c] (C layout: c = 0, 1 row g, columns 2t, 2t + 1; c = 2, 3 row g + 8;
+ * MODE 0: c = 0, 2 of lanes t < 2, x row 2q + t) */
 template <int MODE, int NT>
-__device__ __forceinline__ void group_tile(float (&acc)[XFrag<MODE, NT>::NB][4], const XFrag<MODE, NT> &x,
-                                           const LaneX<NT> &l, uint4 c, uint2 sb) {
+__device__ __forceinline__ void group_tile(float (&acc)[NT][4], const XFrag<MODE, NT> &x, const LaneX<NT> &l, uint4 c,
+                                           uint2 sb) {
     const float s0 = bf16_lo(sb.x), s1 = bf16_hi(sb.x), b0 = bf16_lo(sb.y), b1 = bf16_hi(sb.y);
 #pragma unroll
     for (int q = 0; q < NT; q++) {
-        /* the multipliers of the x tile's (row, x row) pairs, shared by its digits */
-        const float m0 = s0 * x.w[q][0], m1 = s0 * x.w[q][1], m2 = s1 * x.w[q][0], m3 = s1 * x.w[q][1];
-#pragma unroll
-        for (int dg = 0; dg < (MODE == 0 ? 1 : 3); dg++) {
-            const int nb = MODE == 0 ? q : 3 * q + dg;
-            const int ka = MODE == 0 ? l.ka : digit_magic(dg), kb = MODE == 0 ? l.kb : digit_magic(dg);
+        float *a = acc[q];
+        if (MODE == 0) {
             int d[4];
-            tile_products8(d, c, x.b[nb], ka, kb);
-            float *a = acc[nb];
-            a[0] = fmaf(m0, from_magic(d[0], ka), a[0]);
-            a[1] = fmaf(m1, from_magic(d[1], kb), a[1]);
-            a[2] = fmaf(m2, from_magic(d[2], ka), a[2]);
-            a[3] = fmaf(m3, from_magic(d[3], kb), a[3]);
-            if (MODE == 0) { /* the hi accumulators: c = 0, 2 of lanes t < 2 (others add b * 0 = +0) */
-                a[0] = fmaf(b0, x.gs[q][0], a[0]);
-                a[2] = fmaf(b1, x.gs[q][0], a[2]);
-            } else if (dg == 0) {
-                a[0] = fmaf(b0, x.gs[q][0], a[0]);
-                a[1] = fmaf(b0, x.gs[q][1], a[1]);
-                a[2] = fmaf(b1, x.gs[q][0], a[2]);
-                a[3] = fmaf(b1, x.gs[q][1], a[3]);
-            }
+            const int k[4] = {l.ka, l.kb, l.ka, l.kb};
+            tile_products8(d, c, x.b[q], k);
+            /* lane t < 2: hi, mid; lane t + 2: lo (of rows g, g + 8) */
+            const float h0 = from_magic(d[0], l.ka), h2 = from_magic(d[2], l.ka);
+            const float lo0 = __shfl_down_sync(0xffffffffu, h0, 2), lo2 = __shfl_down_sync(0xffffffffu, h2, 2);
+            const float f0 = (h0 + from_magic(d[1], l.kb)) + lo0, f2 = (h2 + from_magic(d[3], l.kb)) + lo2;
+            const float w = x.w[q][0], gs = x.gs[q][0];
+            a[0] = fmaf(s0 * w, f0, a[0]);
+            a[2] = fmaf(s1 * w, f2, a[2]);
+            a[0] = fmaf(b0, gs, a[0]);
+            a[2] = fmaf(b1, gs, a[2]);
+        } else {
+            int dh[4], dm[4], dl[4];
+            const int kh = digit_magic(0), km = digit_magic(1), kl = digit_magic(2);
+            const int ch[4] = {kh, kh, kh, kh}, cm[4] = {km, km, km, km}, cl[4] = {kl, kl, kl, kl};
+            tile_products8(dh, c, x.b[3 * q], ch);
+            tile_products8(dm, c, x.b[3 * q + 1], cm);
+            tile_products8(dl, c, x.b[3 * q + 2], cl);
+            float f[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) f[i] = (from_magic(dh[i], kh) + from_magic(dm[i], km)) + from_magic(dl[i], kl);
+            const float w0 = x.w[q][0], w1 = x.w[q][1];
+            a[0] = fmaf(s0 * w0, f[0], a[0]);
+            a[1] = fmaf(s0 * w1, f[1], a[1]);
+            a[2] = fmaf(s1 * w0, f[2], a[2]);
+            a[3] = fmaf(s1 * w1, f[3], a[3]);
+            a[0] = fmaf(b0, x.gs[q][0], a[0]);
+            a[1] = fmaf(b0, x.gs[q][1], a[1]);
+            a[2] = fmaf(b1, x.gs[q][0], a[2]);
+            a[3] = fmaf(b1, x.gs[q][1], a[3]);
         }
     }
 }
@@ -327,7 +335,7 @@ __device__ __forceinline__ void load_step(const Params &p, const View &v, uint4 
 
 template <int MODE, int NT, int R, int UU>
 __device__ __forceinline__ void compute_step(const Params &p, const View &v,
-                                             float (&acc)[R][XFrag<MODE, NT>::NB][4], const uint4 (&cw)[R][UU],
+                                             float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
                                              const uint2 (&sbw)[R][UU], const LaneX<NT> &l, int tile0, int G, int t) {
     if (MODE == 0) { /* the step's x first (small): its loads wait together, not one group after another */
         XFrag<MODE, NT> x[UU];
@@ -412,7 +420,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
      * session 8).  It still lets its successor be scheduled at once
      * (device_util.cuh). */
     pdl_launch_dependents();
-    constexpr int NB = XFrag<MODE, NT>::NB;
     View v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     if (!make_view<MODE, GROUPED>(p, v, lane)) return;
@@ -425,13 +432,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     const int G0 = Gr0 + (Gr1 - Gr0) * wkk / p.wk, G1 = Gr0 + (Gr1 - Gr0) * (wkk + 1) / p.wk;
     const LaneX<NT> l = lane_x<MODE, NT>(p, v, g, t);
 
-    float acc[R][NB][4];
+    float acc[R][NT][4];
 #pragma unroll
     for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int nb = 0; nb < NB; nb++)
+        for (int q = 0; q < NT; q++)
 #pragma unroll
-            for (int c = 0; c < 4; c++) acc[r][nb][c] = 0.f;
+            for (int c = 0; c < 4; c++) acc[r][q][c] = 0.f;
 
     const int nsteps = (G1 - G0) / U;
     if constexpr (S == 0) {
@@ -464,30 +471,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, l, tile0, G, t);
     }
 
-    /* The digits' sums added: fin[r][nt][c] in the C layout of x tile nt
-     * (MODE 0: pair nt, c = 0 / 2, x row 2 nt + t, lanes t < 2 only; lane 2's
-     * lo comes by a shuffle). */
-    float fin[R][NT][4];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-#pragma unroll
-        for (int q = 0; q < NT; q++) {
-            if (MODE == 0) {
-                const int src = (lane & ~3) | 2;
-                const float *a = acc[r][q];
-                const float l0 = __shfl_sync(0xffffffffu, a[0], src), l1 = __shfl_sync(0xffffffffu, a[1], src);
-                const float l2 = __shfl_sync(0xffffffffu, a[2], src), l3 = __shfl_sync(0xffffffffu, a[3], src);
-                fin[r][q][0] = (a[0] + a[1]) + (t == 0 ? l0 : l1);
-                fin[r][q][2] = (a[2] + a[3]) + (t == 0 ? l2 : l3);
-                fin[r][q][1] = fin[r][q][3] = 0.f;
-            } else {
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    fin[r][q][c] = (acc[r][3 * q][c] + acc[r][3 * q + 1][c]) + acc[r][3 * q + 2][c];
-            }
-        }
-    }
-
     /* Where this lane's results go: (row within the block, x row m). */
 #define Q4_EACH_RESULT(BODY)                                                                                   \
     _Pragma("unroll") for (int r = 0; r < R; r++) {                                                            \
@@ -496,7 +479,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
                 if (MODE == 0 && ((c & 1) || t >= 2)) continue;                                                \
                 const int m = MODE == 0 ? 2 * nt + t : 8 * nt + 2 * t + (c & 1);                               \
                 const int lrow = (wrow * R + r) * 16 + g + 8 * (c >> 1);                                       \
-                const float a_ = fin[r][nt][c];                                                                 \
+                const float a_ = acc[r][nt][c];                                                                 \
                 BODY                                                                                           \
             }                                                                                                  \
         }                                                                                                      \
@@ -754,7 +737,10 @@ bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 
  * 27B's stacks, o_proj / out_proj and down were swept again after the
  * per-group x scales and live-row x loads changed the kernel (session 8:
  * down M = 1 27.7 -> 24.4 us, M = 16 63.1 -> 43.4; gate|up M = 16 91.4 ->
- * 73.6; events, bench_q4_matmul). */
+ * 73.6; events, bench_q4_matmul).  Session 16 swept every shape the two
+ * models launch (but the experts') after the one-value-a-group change:
+ * the 27B's gate|up 35.2 -> 32.7 us at M = 1 and 86.7 -> 71.9 at M = 16,
+ * down 22.9 -> 20.8 and 49.9 -> 42.6 (NOTES.md). */
 struct Preset {
     int rows, cols;
     int ksplit, wk; /* per shape: the arithmetic order (results must not depend on M) */
@@ -763,17 +749,17 @@ struct Preset {
 const Preset kH200[] = {
     {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn.q_proj */
     {1024, 5120, 2, 8, {{1, 4, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}}},   /* attn.k/v_proj */
-    {5120, 6144, 1, 4, {{1, 8, 0, 4, 0, 0}, {2, 8, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}}},  /* attn.o_proj, gdn.out_proj */
+    {5120, 6144, 1, 4, {{1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}}},  /* attn.o_proj, gdn.out_proj */
     {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* gdn.in_proj_qkv */
     {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* gdn.in_proj_z */
     {17408, 5120, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* ffn.gate/up */
-    {5120, 17408, 8, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {4, 4, 0, 2, 0, 0}}},  /* ffn.down */
-    {248320, 5120, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {4, 4, 0, 2, 0, 0}, {4, 2, 0, 2, 0, 0}}}, /* lm_head */
-    {248320, 2048, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {4, 4, 0, 2, 0, 0}, {4, 4, 0, 2, 0, 0}}}, /* 35B-A3B lm_head */
+    {5120, 17408, 2, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn.down */
+    {248320, 5120, 1, 1, {{1, 4, 0, 2, 0, 0}, {1, 4, 0, 2, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 1, 2, 0, 0}}}, /* lm_head */
+    {248320, 2048, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {4, 2, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}}}, /* 35B-A3B lm_head */
     /* the stacks the CUDA model launches (cuda_weights.cu) */
-    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}},  /* attn q|k|v */
-    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* gdn qkv|z|b|a */
-    {34816, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},  /* ffn gate|up */
+    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {4, 2, 1, 4, 0, 0}}},  /* attn q|k|v */
+    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {4, 2, 1, 4, 0, 0}}},  /* gdn qkv|z|b|a */
+    {34816, 5120, 1, 4, {{4, 2, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn gate|up */
     /* the 35B-A3B's experts (and its shared expert's down), mostly launched grouped (8
      * slots x gate, up at decode): the generic rule's ksplit 8 left a block one group
      * of 64 columns between two cluster barriers (gate|up 24.4 us for 9.4 MB in a
@@ -785,9 +771,9 @@ const Preset kH200[] = {
     /* the 35B-A3B's dense stacks (session 15; M = 1 in events, swept vs the generic rule): GDN
      * qkv|z|b|a 9.86 vs 9.92 us, out_proj = attention o_proj 7.84 vs 11.65 (the rule's ksplit 8 left
      * each block 8 groups between cluster barriers), attention q|k|v 8.93 vs 9.47 */
-    {12352, 2048, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}}, /* 35B-A3B qkv|z|b|a */
-    {2048, 4096, 1, 8, {{1, 8, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}, {1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}}},  /* 35B-A3B out/o_proj */
-    {9216, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}},  /* 35B-A3B attn q|k|v */
+    {12352, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}}, /* 35B-A3B qkv|z|b|a */
+    {2048, 4096, 1, 8, {{1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}}},  /* 35B-A3B out/o_proj */
+    {9216, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* 35B-A3B attn q|k|v */
     {0, 0, 0, 0, {}},                                                                   /* terminator */
 };
 
