@@ -17,6 +17,7 @@
  * read-only streaming kernel.
  *
  * Usage: bench_q4_matmul [--sweep] [--csv FILE] [--only NAME,...] | --gemm [--only NAME,...] | --rows-scan NAME
+ *                        | --grouped [--sweep] [--csv FILE]
  *   --sweep  also times every compiled config per (shape, M) (30 launches
  *            each, output checked against the preset's), selects one ksplit
  *            per shape and the fastest config per M class, prints that as
@@ -30,6 +31,12 @@
  *            half to twice the shape's: how the launch's waves of blocks
  *            (their count against the SMs' resident blocks) shape the
  *            bandwidth of one matrix.
+ *   --grouped  the 35B-A3B's expert products as the model launches them
+ *            (one grouped launch for gate and up, one for down; a decode
+ *            row's 9 slots and an 8-row verify's 72 planned slots, random
+ *            expert ids, weights from HBM); with --sweep every compiled
+ *            config of a grouped block, the best for decode, for verify and
+ *            for both printed (the experts' presets: their class-0 config).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -492,8 +499,201 @@ static int bench_gemm(const char *only) {
     return 0;
 }
 
+/* ---- --grouped: the 35B-A3B's experts as the model launches them ---- */
+
+/* A MoE layer's grouped products (moe.h, splash_cuda_moe_experts_grouped):
+ * gate and up of every (row, k) slot in one launch, then down, each block
+ * reading its slot's expert id (decode: 1 row, 8 routed experts + the shared
+ * one as expert 256, 9 slots) or its planned group of slots (verify: 8 rows,
+ * 72 slots, splash_q4_group_plan).  The ids are random, 64 sets rotated, and
+ * the experts' arrays are rotated among copies of >= 1 GiB in all, so the
+ * weights come from HBM as in a real step (a layer's experts are not in L2).
+ * A grouped block always runs the class-0 kernel with the shape's class-0
+ * config: the sweep picks that config (and the shape's ksplit, wk) by the
+ * decode launch plus the verify launch. */
+#define G_EXPERTS 256 /* routed; the shared expert is id G_EXPERTS */
+#define G_K 8
+#define G_SETS 64
+#define G_VROWS 8
+
+typedef struct {
+    uint8_t *pool;       /* nbuf copies of one expert array of (G_EXPERTS + 1) matrices (gate: two arrays) */
+    size_t stride, buf_bytes;
+    int nbuf, rows, cols, down;
+    int n_rows;          /* 1 (decode) or G_VROWS (verify) */
+    const int32_t *idx;  /* [G_SETS][G_VROWS * (G_K + 1)] */
+    const int32_t *plan; /* [G_SETS][plan_ints]; used when n_rows > 1 */
+    size_t plan_ints;
+    const splash_q4_xprep *xp;
+    float *y, *y2;
+    const splash_q4_config *cfg; /* NULL: preset */
+} GroupCtx;
+
+static int launch_grouped(void *p, int i) {
+    GroupCtx *c = (GroupCtx *)p;
+    const int set = i % G_SETS, slots = c->n_rows * (G_K + 1);
+    const uint8_t *base = c->pool + (size_t)(i % c->nbuf) * c->buf_bytes;
+    splash_q4_matrix m, m2;
+    splash_q4_matrix_init(&m, base, c->rows, c->cols);
+    splash_q4_matrix_init(&m2, base + c->stride * (G_EXPERTS + 1), c->rows, c->cols);
+    const int32_t *idx = c->idx + (size_t)set * G_VROWS * (G_K + 1);
+    const int32_t *plan = c->n_rows > 1 ? c->plan + (size_t)set * c->plan_ints : NULL;
+    const int xdiv = c->down ? 1 : G_K + 1;
+    splash_q4_config cfg;
+    if (c->cfg) cfg = *c->cfg;
+    else if (splash_q4_config_pick(c->rows, c->cols, 1, &cfg)) return 1;
+    return splash_q4_matmul_grouped_cfg(&m, c->down ? NULL : &m2, G_EXPERTS + 1, c->stride, idx, plan, slots, xdiv, c->xp,
+                                        c->y, c->down ? NULL : c->y2, (size_t)c->rows, &cfg,
+                                        (struct CUstream_st *)g_stream);
+}
+
+/* rel. L2 of the slots' outputs (gate, and up) against ref; copies them to ref when ref_set */
+static double grouped_diff(GroupCtx *c, float *ref, float *tmp, int ref_set) {
+    const size_t n = (size_t)c->n_rows * (G_K + 1) * c->rows;
+    SPLASH_CUDA_CHECK(cudaMemcpy(tmp, c->y, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    if (!c->down) SPLASH_CUDA_CHECK(cudaMemcpy(tmp + n, c->y2, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    const size_t all = c->down ? n : 2 * n;
+    if (ref_set) {
+        memcpy(ref, tmp, sizeof(float) * all);
+        return 0;
+    }
+    double num = 0, den = 0;
+    for (size_t k = 0; k < all; k++) {
+        const double d = (double)tmp[k] - ref[k];
+        num += d * d, den += (double)ref[k] * ref[k];
+    }
+    return den > 0 ? sqrt(num / den) : 1.0;
+}
+
+static int bench_grouped(int sweep, FILE *csv) {
+    static const struct {
+        const char *name;
+        int rows, cols, down;
+    } kG[] = {{"experts gate|up", 512, 2048, 0}, {"experts down", 2048, 512, 1}};
+    const int S = G_VROWS * (G_K + 1);
+    /* the id sets: per row 8 distinct routed experts, then the shared one */
+    int32_t *idx_h = (int32_t *)malloc(sizeof(int32_t) * G_SETS * S);
+    uint32_t st = 12345u;
+    for (int set = 0; set < G_SETS; set++)
+        for (int r = 0; r < G_VROWS; r++) {
+            int32_t *row = idx_h + (size_t)set * S + r * (G_K + 1);
+            for (int k = 0; k < G_K; k++) {
+                int e, dup;
+                do {
+                    st = st * 1664525u + 1013904223u;
+                    e = (int)((st >> 8) % G_EXPERTS), dup = 0;
+                    for (int j = 0; j < k; j++) dup |= row[j] == e;
+                } while (dup);
+                row[k] = e;
+            }
+            row[G_K] = G_EXPERTS;
+        }
+    if (csv) fprintf(csv, "shape,rows,cols,kind,r,u,stages,warps,ksplit,wk,decode_us,verify_us,ok\n");
+    int32_t *idx, *plan;
+    const size_t plan_ints = splash_q4_group_plan_ints(S);
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&idx, sizeof(int32_t) * G_SETS * S));
+    SPLASH_CUDA_CHECK(cudaMemcpy(idx, idx_h, sizeof(int32_t) * G_SETS * S, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&plan, sizeof(int32_t) * G_SETS * plan_ints));
+    for (int set = 0; set < G_SETS; set++)
+        if (splash_q4_group_plan(idx + (size_t)set * S, S, G_EXPERTS + 1, plan + (size_t)set * plan_ints, NULL)) return 1;
+    printf("\ngrouped expert products (35B-A3B: %d experts + the shared one, top-%d; decode: 1 row, %d slots; verify: %d rows,"
+           " %d slots planned in groups of %d), events, median\n",
+           G_EXPERTS, G_K, G_K + 1, G_VROWS, S, splash_q4_plan_group());
+    printf("| shape | config (r u s w k wk) | decode us | verify us | decode in a graph us | verify in a graph us |\n"
+           "|---|---|---|---|---|---|\n");
+    for (int gi = 0; gi < 2; gi++) {
+        GroupCtx c;
+        memset(&c, 0, sizeof c);
+        c.rows = kG[gi].rows, c.cols = kG[gi].cols, c.down = kG[gi].down;
+        c.stride = (splash_q4_tiled_bytes(c.rows, c.cols) + 255) & ~(size_t)255;
+        c.buf_bytes = c.stride * (G_EXPERTS + 1) * (c.down ? 1 : 2);
+        c.nbuf = (int)(((size_t)1 << 30) / c.buf_bytes) + 1;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&c.pool, c.buf_bytes * c.nbuf));
+        for (int b = 0; b < c.nbuf * (c.down ? 1 : 2) * (G_EXPERTS + 1); b++) /* each matrix: codes, then scales */
+            fill_weights<<<64, 256>>>((uint32_t *)(c.pool + (size_t)b * c.stride), c.stride / 4,
+                                      splash_q4_tiled_codes_bytes(c.rows, c.cols) / 4, 1, 4321u + b);
+        /* x: G_VROWS rows for gate|up; one row a slot for down (as prep_silu_mul_rows leaves them) */
+        const int xrows = c.down ? S : G_VROWS, cap = xrows < 16 ? 16 : xrows;
+        float *x;
+        void *xmem[2];
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * (size_t)xrows * c.cols * 2));
+        fill_x<<<256, 256>>>(x, (size_t)xrows * c.cols * 2, 7u + gi);
+        for (int v = 0; v < 2; v++) SPLASH_CUDA_CHECK(cudaMalloc(&xmem[v], splash_q4_xprep_rows_bytes(c.cols, cap)));
+        splash_q4_xprep xp[2]; /* decode, verify */
+        float *ys;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&ys, sizeof(float) * (size_t)xrows * c.cols));
+        const size_t nout = (size_t)S * c.rows;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&c.y, sizeof(float) * nout));
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&c.y2, sizeof(float) * nout));
+        float *ref[2], *tmp = (float *)malloc(sizeof(float) * 2 * nout);
+        for (int v = 0; v < 2; v++) ref[v] = (float *)malloc(sizeof(float) * 2 * nout);
+        c.idx = idx, c.plan = plan, c.plan_ints = plan_ints;
+        float pre[2], preg[2];
+        splash_q4_config pc;
+        splash_q4_config_pick(c.rows, c.cols, 1, &pc);
+        for (int v = 0; v < 2; v++) {
+            splash_q4_xprep_rows_init(&xp[v], xmem[v], c.cols, cap);
+            c.n_rows = v ? G_VROWS : 1;
+            const int nx = c.down ? c.n_rows * (G_K + 1) : c.n_rows;
+            int rc = c.down ? splash_q4_prep_silu_mul_rows(&xp[v], x, (size_t)c.cols, x + (size_t)xrows * c.cols,
+                                                            (size_t)c.cols, ys, (size_t)c.cols, nx, c.cols, NULL)
+                            : splash_q4_prep_x(&xp[v], x, nx, c.cols, c.cols, NULL);
+            if (rc) return 1;
+            c.xp = &xp[v], c.cfg = NULL;
+            pre[v] = time_launches(launch_grouped, &c, NULL);
+            preg[v] = time_graph(launch_grouped, &c, 20);
+            launch_grouped(&c, 0);
+            grouped_diff(&c, ref[v], tmp, 1);
+        }
+        printf("| %s (preset) | %d %d %d %d %d %d | %.2f | %.2f | %.2f | %.2f |\n", kG[gi].name, pc.r, pc.u, pc.stages,
+               pc.warps, pc.ksplit, pc.wk, pre[0], pre[1], preg[0], preg[1]);
+        if (!sweep) goto next;
+        {
+            float best[3] = {1e30f, 1e30f, 1e30f}; /* decode, verify, sum */
+            splash_q4_config bc[3];
+            memset(bc, 0, sizeof bc);
+            for (int ci = 0; ci < NCAND; ci++) {
+                splash_q4_config cf = cand_config(ci);
+                if (splash_q4_config_check(&cf, c.rows, c.cols)) continue;
+                float us[2];
+                int ok = 1;
+                for (int v = 0; v < 2; v++) {
+                    c.n_rows = v ? G_VROWS : 1, c.xp = &xp[v], c.cfg = &cf;
+                    us[v] = time_launches_n(launch_grouped, &c, NULL, NRUN_SWEEP);
+                    launch_grouped(&c, 0);
+                    ok &= us[v] > 0 && grouped_diff(&c, ref[v], tmp, 0) < 1e-5;
+                }
+                if (csv)
+                    fprintf(csv, "%s,%d,%d,grouped,%d,%d,%d,%d,%d,%d,%.2f,%.2f,%s\n", kG[gi].name, c.rows, c.cols, cf.r,
+                            cf.u, cf.stages, cf.warps, cf.ksplit, cf.wk, us[0], us[1], ok ? "ok" : "BAD");
+                if (!ok) continue;
+                const float sc[3] = {us[0], us[1], us[0] + us[1]};
+                for (int k = 0; k < 3; k++)
+                    if (sc[k] < best[k]) best[k] = sc[k], bc[k] = cf;
+            }
+            static const char *what[3] = {"best decode", "best verify", "best decode + verify"};
+            for (int k = 0; k < 3; k++) {
+                if (best[k] >= 1e30f) continue;
+                float t[2], tg[2];
+                for (int v = 0; v < 2; v++) {
+                    c.n_rows = v ? G_VROWS : 1, c.xp = &xp[v], c.cfg = &bc[k];
+                    t[v] = time_launches(launch_grouped, &c, NULL);
+                    tg[v] = time_graph(launch_grouped, &c, 20);
+                }
+                printf("| %s (%s) | %d %d %d %d %d %d | %.2f | %.2f | %.2f | %.2f |\n", kG[gi].name, what[k], bc[k].r,
+                       bc[k].u, bc[k].stages, bc[k].warps, bc[k].ksplit, bc[k].wk, t[0], t[1], tg[0], tg[1]);
+            }
+        }
+    next:
+        cudaFree(c.pool), cudaFree(x), cudaFree(xmem[0]), cudaFree(xmem[1]), cudaFree(ys), cudaFree(c.y), cudaFree(c.y2);
+        free(tmp), free(ref[0]), free(ref[1]);
+    }
+    cudaFree(idx), cudaFree(plan), free(idx_h);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int sweep = 0, gemm = 0;
+    int sweep = 0, gemm = 0, grouped = 0;
     const char *csv_path = NULL, *only = NULL, *scan = NULL;
     int m_only = 0; /* --m M: time that M only (a profiler's single launch) */
     NVAR = splash_q4_compiled_variants(kVariants, MAXVAR);
@@ -501,19 +701,20 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sweep")) sweep = 1;
         else if (!strcmp(argv[i], "--gemm")) gemm = 1;
+        else if (!strcmp(argv[i], "--grouped")) grouped = 1;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv_path = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) m_only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rows-scan") && i + 1 < argc) scan = argv[++i];
         else {
             fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...] [--m M] | --gemm [--only NAME,...] | "
-                            "--rows-scan NAME\n",
+                            "--rows-scan NAME | --grouped [--sweep] [--csv FILE]\n",
                     argv[0]);
             return 2;
         }
     }
     FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
-    if (csv) fprintf(csv, "shape,rows,cols,M,r,u,stages,warps,ksplit,wk,us,spread_us,GBps,ok\n");
+    if (csv && !grouped) fprintf(csv, "shape,rows,cols,M,r,u,stages,warps,ksplit,wk,us,spread_us,GBps,ok\n");
 
     cudaDeviceProp prop;
     SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -521,6 +722,7 @@ int main(int argc, char **argv) {
            prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9);
     for (int i = 0; i < 2 * NRUN; i++) SPLASH_CUDA_CHECK(cudaEventCreate(&ev[i]));
     if (gemm) return bench_gemm(only);
+    if (grouped) return bench_grouped(sweep, csv);
     if (scan) return rows_scan(scan, prop.multiProcessorCount);
 
     /* Ceilings. */

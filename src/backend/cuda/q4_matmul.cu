@@ -1146,15 +1146,26 @@ extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const spl
                                         size_t stride, const int32_t *idx, const int32_t *plan, int slots, int xdiv,
                                         const splash_q4_xprep *xp, float *y, float *y2, size_t ldy,
                                         struct CUstream_st *stream) {
-    if (!first || !(idx || plan) || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 || (first2 && !y2) ||
+    if (!first) return SPLASH_E_INVALID;
+    splash_q4_config cfg;
+    int rc = splash_q4_config_pick(first->rows, first->cols, 1, &cfg);
+    if (rc) return rc;
+    return splash_q4_matmul_grouped_cfg(first, first2, n_experts, stride, idx, plan, slots, xdiv, xp, y, y2, ldy, &cfg,
+                                        stream);
+}
+
+extern "C" int splash_q4_matmul_grouped_cfg(const splash_q4_matrix *first, const splash_q4_matrix *first2,
+                                            int n_experts, size_t stride, const int32_t *idx, const int32_t *plan,
+                                            int slots, int xdiv, const splash_q4_xprep *xp, float *y, float *y2,
+                                            size_t ldy, const splash_q4_config *cfg_in, struct CUstream_st *stream) {
+    if (!first || !cfg_in || !(idx || plan) || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 || (first2 && !y2) ||
         ldy < (size_t)first->rows || (size_t)slots * (first2 ? 2 : 1) > 65535 || (n_experts > 1 && !stride))
         return SPLASH_E_INVALID;
     if (xp->cols != first->cols || (slots - 1) / xdiv >= xp->M ||
         (first2 && (first2->rows != first->rows || first2->cols != first->cols || first2->sb - first2->codes != first->sb - first->codes)))
         return SPLASH_E_MISMATCH;
-    splash_q4_config cfg;
-    int rc = splash_q4_config_pick(first->rows, first->cols, 1, &cfg);
-    if (!rc) rc = splash_q4_config_check(&cfg, first->rows, first->cols);
+    const splash_q4_config cfg = *cfg_in;
+    int rc = splash_q4_config_check(&cfg, first->rows, first->cols);
     if (rc) return rc;
     LaunchFn fn = launch_for(plan ? -1 : 0, cfg.r, cfg.u, cfg.stages);
     if (!fn) return SPLASH_E_UNSUPPORTED;

@@ -160,6 +160,13 @@ int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_xprep *xp, f
 int splash_q4_matmul_grouped(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
                              size_t stride, const int32_t *idx, const int32_t *plan, int slots, int xdiv,
                              const splash_q4_xprep *xp, float *y, float *y2, size_t ldy, struct CUstream_st *stream);
+/* The same with a given config instead of the shape's preset (its class-0
+ * config: every grouped block carries one slot, or a planned group's <= 4
+ * x rows): bench_q4_matmul --grouped sweeps it. */
+int splash_q4_matmul_grouped_cfg(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
+                                 size_t stride, const int32_t *idx, const int32_t *plan, int slots, int xdiv,
+                                 const splash_q4_xprep *xp, float *y, float *y2, size_t ldy, const splash_q4_config *cfg,
+                                 struct CUstream_st *stream);
 
 /* The plan of a grouped product (plan, not NULL, above; idx is then not
  * read): idx's slots of each expert in groups of up to splash_q4_plan_group(),
