@@ -509,8 +509,9 @@ static int bench_gemm(const char *only) {
  * the experts' arrays are rotated among copies of >= 1 GiB in all, so the
  * weights come from HBM as in a real step (a layer's experts are not in L2).
  * A grouped block always runs the class-0 kernel with the shape's class-0
- * config: the sweep picks that config (and the shape's ksplit, wk) by the
- * decode launch plus the verify launch. */
+ * config: the sweep prints the configs best for the decode launch, for the
+ * verify launch and for both together (that config's ksplit and wk are then
+ * the shape's). */
 #define G_EXPERTS 256 /* routed; the shared expert is id G_EXPERTS */
 #define G_K 8
 #define G_SETS 64
@@ -539,12 +540,14 @@ static int launch_grouped(void *p, int i) {
     const int32_t *idx = c->idx + (size_t)set * G_VROWS * (G_K + 1);
     const int32_t *plan = c->n_rows > 1 ? c->plan + (size_t)set * c->plan_ints : NULL;
     const int xdiv = c->down ? 1 : G_K + 1;
-    splash_q4_config cfg;
-    if (c->cfg) cfg = *c->cfg;
-    else if (splash_q4_config_pick(c->rows, c->cols, 1, &cfg)) return 1;
-    return splash_q4_matmul_grouped_cfg(&m, c->down ? NULL : &m2, G_EXPERTS + 1, c->stride, idx, plan, slots, xdiv, c->xp,
-                                        c->y, c->down ? NULL : c->y2, (size_t)c->rows, &cfg,
-                                        (struct CUstream_st *)g_stream);
+    const splash_q4_matrix *m2p = c->down ? NULL : &m2;
+    float *y2 = c->down ? NULL : c->y2;
+    struct CUstream_st *s = (struct CUstream_st *)g_stream;
+    if (!c->cfg)
+        return splash_q4_matmul_grouped(&m, m2p, G_EXPERTS + 1, c->stride, idx, plan, slots, xdiv, c->xp, c->y, y2,
+                                        (size_t)c->rows, s);
+    return splash_q4_matmul_grouped_cfg(&m, m2p, G_EXPERTS + 1, c->stride, idx, plan, slots, xdiv, c->xp, c->y, y2,
+                                        (size_t)c->rows, c->cfg, s);
 }
 
 /* rel. L2 of the slots' outputs (gate, and up) against ref; copies them to ref when ref_set */

@@ -201,8 +201,8 @@ template <int MODE, int NT>
 struct XFrag {
     static constexpr int NB = MODE == 0 ? NT : 3 * NT; /* n-tiles */
     uint4 b[NB];     /* B: the lane's 16 digits of its column */
-    float w[NT][2];  /* 2^-k of the x rows of C columns 2t, 2t + 1 (MODE 0: [p][0], the lane's x row) */
-    float gs[NT][2]; /* sum(x) of the same x rows (MODE 0: [p][0]) */
+    float w[NT][2];  /* 2^-k of the x rows of C columns 2t, 2t + 1 (MODE 0: [p][0] only, the lane's x row) */
+    float gs[NT][2]; /* sum(x) of the same x rows (MODE 0: [p][0] only) */
 };
 
 /* What a lane reads of x, fixed for the block (made once: per group only the
@@ -212,7 +212,7 @@ struct XFrag {
 template <int NT>
 struct LaneX {
     int b[NT];          /* bytes from v.x8 to its B column's digits, columns 16t.. of group 0 (MODE 1: digit hi) */
-    int ga[NT], gb[NT]; /* the x rows of its C columns 2t, 2t + 1 (group sums and powers; MODE 0: ga, its row) */
+    int ga[NT], gb[NT]; /* the x rows of its C columns 2t, 2t + 1 (group sums and powers; MODE 0: ga only, its row) */
     int ka, kb;         /* MODE 0: the magic constants of its C columns (their digits) */
 };
 
@@ -228,7 +228,7 @@ __device__ __forceinline__ LaneX<NT> lane_x(const Params &p, const View &v, int 
         for (int q = 0; q < NT; q++) {
             const int r0 = v.xr[2 * q], r1 = v.xr[2 * q + 1];
             l.b[q] = ((col0_row(g) ? r1 : r0) * 3 + col0_digit(g)) * p.cols + 16 * t;
-            l.ga[q] = l.gb[q] = t == 1 ? r1 : r0;
+            l.ga[q] = t == 1 ? r1 : r0;
             asm volatile("" : "+r"(l.b[q]), "+r"(l.ga[q]));
         }
         l.ka = digit_magic(t < 2 ? 0 : 2), l.kb = digit_magic(t < 2 ? 1 : 2);
@@ -236,15 +236,13 @@ __device__ __forceinline__ LaneX<NT> lane_x(const Params &p, const View &v, int 
         l.b[0] = v.xb * 3 * p.cols + 16 * t;
         l.ga[0] = v.xo0, l.gb[0] = v.xo1;
         asm volatile("" : "+r"(l.b[0]), "+r"(l.ga[0]), "+r"(l.gb[0]));
-        l.ka = l.kb = 0;
     }
     return l;
 }
 
 template <int MODE, int NT>
 __device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const View &v, const LaneX<NT> &l,
-                                             int G, int t) {
-    (void)t;
+                                             int G) {
     const float *gi = v.ginv + (size_t)G * p.gstride, *gm = v.gsum + (size_t)G * p.gstride;
     /* __ldg: see the kernel */
     if (MODE == 0) {
@@ -252,7 +250,6 @@ __device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p
         for (int q = 0; q < NT; q++) {
             x.b[q] = __ldg(reinterpret_cast<const uint4 *>(v.x8 + l.b[q] + G * 64));
             x.w[q][0] = __ldg(gi + l.ga[q]), x.gs[q][0] = __ldg(gm + l.ga[q]);
-            x.w[q][1] = x.gs[q][1] = 0.f;
         }
     } else {
 #pragma unroll
@@ -336,11 +333,11 @@ __device__ __forceinline__ void load_step(const Params &p, const View &v, uint4 
 template <int MODE, int NT, int R, int UU>
 __device__ __forceinline__ void compute_step(const Params &p, const View &v,
                                              float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
-                                             const uint2 (&sbw)[R][UU], const LaneX<NT> &l, int tile0, int G, int t) {
+                                             const uint2 (&sbw)[R][UU], const LaneX<NT> &l, int tile0, int G) {
     if (MODE == 0) { /* the step's x first (small): its loads wait together, not one group after another */
         XFrag<MODE, NT> x[UU];
 #pragma unroll
-        for (int u = 0; u < UU; u++) load_group_x<MODE, NT>(x[u], p, v, l, G + u, t);
+        for (int u = 0; u < UU; u++) load_group_x<MODE, NT>(x[u], p, v, l, G + u);
 #pragma unroll
         for (int u = 0; u < UU; u++)
 #pragma unroll
@@ -350,7 +347,7 @@ __device__ __forceinline__ void compute_step(const Params &p, const View &v,
 #pragma unroll
         for (int u = 0; u < UU; u++) {
             XFrag<MODE, NT> x;
-            load_group_x<MODE, NT>(x, p, v, l, G + u, t);
+            load_group_x<MODE, NT>(x, p, v, l, G + u);
 #pragma unroll
             for (int r = 0; r < R; r++)
                 if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x, l, cw[r][u], sbw[r][u]);
@@ -447,7 +444,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
             uint4 cw[R][U];
             uint2 sbw[R][U];
             load_step<R, U>(p, v, cw, sbw, tile0, G0 + step * U, lane);
-            compute_step<MODE, NT, R, U>(p, v, acc, cw, sbw, l, tile0, G0 + step * U, t);
+            compute_step<MODE, NT, R, U>(p, v, acc, cw, sbw, l, tile0, G0 + step * U);
         }
     } else {
         /* two register buffers: the next step's loads are in flight while
@@ -457,10 +454,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         if (nsteps > 0) load_step<R, U>(p, v, ca, sa, tile0, G0, lane);
         for (int step = 0; step < nsteps; step += 2) {
             if (step + 1 < nsteps) load_step<R, U>(p, v, cb, sb, tile0, G0 + (step + 1) * U, lane);
-            compute_step<MODE, NT, R, U>(p, v, acc, ca, sa, l, tile0, G0 + step * U, t);
+            compute_step<MODE, NT, R, U>(p, v, acc, ca, sa, l, tile0, G0 + step * U);
             if (step + 1 < nsteps) {
                 if (step + 2 < nsteps) load_step<R, U>(p, v, ca, sa, tile0, G0 + (step + 2) * U, lane);
-                compute_step<MODE, NT, R, U>(p, v, acc, cb, sb, l, tile0, G0 + (step + 1) * U, t);
+                compute_step<MODE, NT, R, U>(p, v, acc, cb, sb, l, tile0, G0 + (step + 1) * U);
             }
         }
     }
@@ -468,7 +465,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         uint4 cw[R][1];
         uint2 sbw[R][1];
         load_step<R, 1>(p, v, cw, sbw, tile0, G, lane);
-        compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, l, tile0, G, t);
+        compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, l, tile0, G);
     }
 
     /* Where this lane's results go: (row within the block, x row m). */
@@ -1157,17 +1154,16 @@ extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const spl
 extern "C" int splash_q4_matmul_grouped_cfg(const splash_q4_matrix *first, const splash_q4_matrix *first2,
                                             int n_experts, size_t stride, const int32_t *idx, const int32_t *plan,
                                             int slots, int xdiv, const splash_q4_xprep *xp, float *y, float *y2,
-                                            size_t ldy, const splash_q4_config *cfg_in, struct CUstream_st *stream) {
-    if (!first || !cfg_in || !(idx || plan) || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 || (first2 && !y2) ||
+                                            size_t ldy, const splash_q4_config *cfg, struct CUstream_st *stream) {
+    if (!first || !cfg || !(idx || plan) || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 || (first2 && !y2) ||
         ldy < (size_t)first->rows || (size_t)slots * (first2 ? 2 : 1) > 65535 || (n_experts > 1 && !stride))
         return SPLASH_E_INVALID;
     if (xp->cols != first->cols || (slots - 1) / xdiv >= xp->M ||
         (first2 && (first2->rows != first->rows || first2->cols != first->cols || first2->sb - first2->codes != first->sb - first->codes)))
         return SPLASH_E_MISMATCH;
-    const splash_q4_config cfg = *cfg_in;
-    int rc = splash_q4_config_check(&cfg, first->rows, first->cols);
+    int rc = splash_q4_config_check(cfg, first->rows, first->cols);
     if (rc) return rc;
-    LaunchFn fn = launch_for(plan ? -1 : 0, cfg.r, cfg.u, cfg.stages);
+    LaunchFn fn = launch_for(plan ? -1 : 0, cfg->r, cfg->u, cfg->stages);
     if (!fn) return SPLASH_E_UNSUPPORTED;
     Params p;
     memset(&p, 0, sizeof p);
@@ -1177,8 +1173,8 @@ extern "C" int splash_q4_matmul_grouped_cfg(const splash_q4_matrix *first, const
     p.y = y, p.y2 = y2, p.yslot = ldy;
     p.rows = first->rows, p.tiles = first->tiles, p.groups = first->groups, p.cols = first->cols;
     p.M = slots; /* the launch's grid.z (slots, or at most as many groups); each block's view has its own M */
-    p.ksplit = cfg.ksplit, p.wk = cfg.wk, p.gstride = xp->rows_cap;
+    p.ksplit = cfg->ksplit, p.wk = cfg->wk, p.gstride = xp->rows_cap;
     p.idx = idx, p.plan = plan, p.n_experts = n_experts, p.xdiv = xdiv, p.nmat = first2 ? 2 : 1;
-    const int per_block = cfg.warps / cfg.wk * cfg.r;
-    return fn(p, cfg.warps, cfg.ksplit, (first->tiles + per_block - 1) / per_block, (cudaStream_t)stream);
+    const int per_block = cfg->warps / cfg->wk * cfg->r;
+    return fn(p, cfg->warps, cfg->ksplit, (first->tiles + per_block - 1) / per_block, (cudaStream_t)stream);
 }
