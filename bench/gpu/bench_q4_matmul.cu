@@ -36,7 +36,8 @@
  *            row's 9 slots and an 8-row verify's 72 planned slots, random
  *            expert ids, weights from HBM); with --sweep every compiled
  *            config of a grouped block, the best for decode, for verify and
- *            for both printed (the experts' presets: their class-0 config).
+ *            the best pair of one ksplit and wk printed (the experts'
+ *            presets: the decode row's classes 0-1, the verify's 2-3).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -508,10 +509,11 @@ static int bench_gemm(const char *only) {
  * 72 slots, splash_q4_group_plan).  The ids are random, 64 sets rotated, and
  * the experts' arrays are rotated among copies of >= 1 GiB in all, so the
  * weights come from HBM as in a real step (a layer's experts are not in L2).
- * A grouped block always runs the class-0 kernel with the shape's class-0
- * config: the sweep prints the configs best for the decode launch, for the
- * verify launch and for both together (that config's ksplit and wk are then
- * the shape's). */
+ * A grouped block always runs the class-0 kernel, with the config of the
+ * shape's class for slots / 8 (decode: class 0, verify: class 3); the sweep
+ * prints the configs best for the decode launch and for the verify launch,
+ * and the best pair under one ksplit and wk (the shape's, so that a slot's
+ * bits do not depend on the launch). */
 #define G_EXPERTS 256 /* routed; the shared expert is id G_EXPERTS */
 #define G_K 8
 #define G_SETS 64
@@ -529,6 +531,12 @@ typedef struct {
     float *y, *y2;
     const splash_q4_config *cfg; /* NULL: preset */
 } GroupCtx;
+
+static int log2i(int v) { /* 1, 2, 4, 8 -> 0..3 (ksplit, wk) */
+    int k = 0;
+    while (v > 1) v >>= 1, k++;
+    return k;
+}
 
 static int launch_grouped(void *p, int i) {
     GroupCtx *c = (GroupCtx *)p;
@@ -602,7 +610,7 @@ static int bench_grouped(int sweep, FILE *csv) {
     printf("\ngrouped expert products (35B-A3B: %d experts + the shared one, top-%d; decode: 1 row, %d slots; verify: %d rows,"
            " %d slots planned in groups of %d), events, median\n",
            G_EXPERTS, G_K, G_K + 1, G_VROWS, S, splash_q4_plan_group());
-    printf("| shape | config (r u s w k wk) | decode us | verify us | decode in a graph us | verify in a graph us |\n"
+    printf("| shape | config (r u s w k wk) decode / (r u s w) verify | decode us | verify us | decode in a graph us | verify in a graph us |\n"
            "|---|---|---|---|---|---|\n");
     for (int gi = 0; gi < 2; gi++) {
         GroupCtx c;
@@ -632,8 +640,9 @@ static int bench_grouped(int sweep, FILE *csv) {
         for (int v = 0; v < 2; v++) ref[v] = (float *)malloc(sizeof(float) * 2 * nout);
         c.idx = idx, c.plan = plan, c.plan_ints = plan_ints;
         float pre[2], preg[2];
-        splash_q4_config pc;
-        splash_q4_config_pick(c.rows, c.cols, 1, &pc);
+        splash_q4_config pc[2]; /* the preset's decode and verify configs (splash_q4_matmul_grouped's classes) */
+        splash_q4_config_pick(c.rows, c.cols, 1, &pc[0]);
+        splash_q4_config_pick(c.rows, c.cols, SPLASH_Q4_MAX_M, &pc[1]);
         for (int v = 0; v < 2; v++) {
             splash_q4_xprep_rows_init(&xp[v], xmem[v], c.cols, cap);
             c.n_rows = v ? G_VROWS : 1;
@@ -648,12 +657,18 @@ static int bench_grouped(int sweep, FILE *csv) {
             launch_grouped(&c, 0);
             grouped_diff(&c, ref[v], tmp, 1);
         }
-        printf("| %s (preset) | %d %d %d %d %d %d | %.2f | %.2f | %.2f | %.2f |\n", kG[gi].name, pc.r, pc.u, pc.stages,
-               pc.warps, pc.ksplit, pc.wk, pre[0], pre[1], preg[0], preg[1]);
+        printf("| %s (preset) | %d %d %d %d %d %d / %d %d %d %d | %.2f | %.2f | %.2f | %.2f |\n", kG[gi].name, pc[0].r,
+               pc[0].u, pc[0].stages, pc[0].warps, pc[0].ksplit, pc[0].wk, pc[1].r, pc[1].u, pc[1].stages, pc[1].warps,
+               pre[0], pre[1], preg[0], preg[1]);
         if (!sweep) goto next;
         {
-            float best[3] = {1e30f, 1e30f, 1e30f}; /* decode, verify, sum */
-            splash_q4_config bc[3];
+            float best[2] = {1e30f, 1e30f}; /* decode, verify */
+            splash_q4_config bc[2];
+            /* per (ksplit, wk): the best decode and verify configs under it */
+            float pb[4][4][2];
+            splash_q4_config pcfg[4][4][2];
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 4; b++) pb[a][b][0] = pb[a][b][1] = 1e30f;
             memset(bc, 0, sizeof bc);
             for (int ci = 0; ci < NCAND; ci++) {
                 splash_q4_config cf = cand_config(ci);
@@ -670,21 +685,32 @@ static int bench_grouped(int sweep, FILE *csv) {
                     fprintf(csv, "%s,%d,%d,grouped,%d,%d,%d,%d,%d,%d,%.2f,%.2f,%s\n", kG[gi].name, c.rows, c.cols, cf.r,
                             cf.u, cf.stages, cf.warps, cf.ksplit, cf.wk, us[0], us[1], ok ? "ok" : "BAD");
                 if (!ok) continue;
-                const float sc[3] = {us[0], us[1], us[0] + us[1]};
-                for (int k = 0; k < 3; k++)
-                    if (sc[k] < best[k]) best[k] = sc[k], bc[k] = cf;
+                const int a = log2i(cf.ksplit), b = log2i(cf.wk);
+                for (int v = 0; v < 2; v++) {
+                    if (us[v] < best[v]) best[v] = us[v], bc[v] = cf;
+                    if (us[v] < pb[a][b][v]) pb[a][b][v] = us[v], pcfg[a][b][v] = cf;
+                }
             }
-            static const char *what[3] = {"best decode", "best verify", "best decode + verify"};
+            int ba = -1, bb = -1; /* the pair: decode + verify least under one ksplit and wk */
+            for (int a = 0; a < 4; a++)
+                for (int b = 0; b < 4; b++)
+                    if (pb[a][b][0] < 1e30f && pb[a][b][1] < 1e30f &&
+                        (ba < 0 || pb[a][b][0] + pb[a][b][1] < pb[ba][bb][0] + pb[ba][bb][1]))
+                        ba = a, bb = b;
+            static const char *what[3] = {"best decode", "best verify", "best pair"};
             for (int k = 0; k < 3; k++) {
-                if (best[k] >= 1e30f) continue;
+                const splash_q4_config *cd = k < 2 ? &bc[k] : ba >= 0 ? &pcfg[ba][bb][0] : NULL;
+                const splash_q4_config *cv = k < 2 ? &bc[k] : ba >= 0 ? &pcfg[ba][bb][1] : NULL;
+                if ((k < 2 && best[k] >= 1e30f) || !cd) continue;
                 float t[2], tg[2];
                 for (int v = 0; v < 2; v++) {
-                    c.n_rows = v ? G_VROWS : 1, c.xp = &xp[v], c.cfg = &bc[k];
+                    c.n_rows = v ? G_VROWS : 1, c.xp = &xp[v], c.cfg = v ? cv : cd;
                     t[v] = time_launches(launch_grouped, &c, NULL);
                     tg[v] = time_graph(launch_grouped, &c, 20);
                 }
-                printf("| %s (%s) | %d %d %d %d %d %d | %.2f | %.2f | %.2f | %.2f |\n", kG[gi].name, what[k], bc[k].r,
-                       bc[k].u, bc[k].stages, bc[k].warps, bc[k].ksplit, bc[k].wk, t[0], t[1], tg[0], tg[1]);
+                printf("| %s (%s) | %d %d %d %d %d %d / %d %d %d %d | %.2f | %.2f | %.2f | %.2f |\n", kG[gi].name, what[k],
+                       cd->r, cd->u, cd->stages, cd->warps, cd->ksplit, cd->wk, cv->r, cv->u, cv->stages, cv->warps, t[0],
+                       t[1], tg[0], tg[1]);
             }
         }
     next:

@@ -763,8 +763,12 @@ const Preset kH200[] = {
      * decode graph); ksplit 2: the grouped step 47.8 -> 28.4 us at 1 row, 279 -> 99 us
      * at 8 rows (test_cuda_ops), the host-driven step 7-17% slower (verify lanes of
      * more than 16 rows only) */
-    {512, 2048, 2, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},    /* experts gate, up */
-    {2048, 512, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},    /* experts down */
+    /* session 17, bench_q4_matmul --grouped --sweep (events, one row's 9 slots / 8 rows' 72 planned):
+     * ksplit 1 and wk 2 / 1 with the decode classes' configs apart from the verify classes'
+     * (grouped launches pick the class by slots / 8): gate|up 13.0 -> 9.7 us / 46.5 -> 25.7,
+     * down 9.2 -> 7.7 / 26.2 -> 17.0 */
+    {512, 2048, 1, 2, {{1, 8, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},    /* experts gate, up */
+    {2048, 512, 1, 1, {{1, 4, 1, 4, 0, 0}, {1, 4, 1, 4, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},    /* experts down */
     /* the 35B-A3B's dense stacks (session 15; M = 1 in events, swept vs the generic rule): GDN
      * qkv|z|b|a 9.86 vs 9.92 us, out_proj = attention o_proj 7.84 vs 11.65 (the rule's ksplit 8 left
      * each block 8 groups between cluster barriers), attention q|k|v 8.93 vs 9.47 */
@@ -1144,8 +1148,13 @@ extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const spl
                                         const splash_q4_xprep *xp, float *y, float *y2, size_t ldy,
                                         struct CUstream_st *stream) {
     if (!first) return SPLASH_E_INVALID;
+    /* The M class by slots / 8 (about the token rows of a 35B-A3B launch: a
+     * row's top-8 and its shared expert): a decode row's 9 slots take the
+     * class-0 config, a verify block's 72 the class-3 one.  The shape's
+     * ksplit and wk are one for every class, so a slot's bits do not change. */
+    const int m = slots < 1 ? 1 : (slots + 7) / 8;
     splash_q4_config cfg;
-    int rc = splash_q4_config_pick(first->rows, first->cols, 1, &cfg);
+    int rc = splash_q4_config_pick(first->rows, first->cols, m < SPLASH_Q4_MAX_M ? m : SPLASH_Q4_MAX_M, &cfg);
     if (rc) return rc;
     return splash_q4_matmul_grouped_cfg(first, first2, n_experts, stride, idx, plan, slots, xdiv, xp, y, y2, ldy, &cfg,
                                         stream);

@@ -156,13 +156,15 @@ int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_xprep *xp, f
  * expert tensor); first2 / y2 (NULL: none) is a second such array read with
  * the same x rows (gate and up in one launch).  Ids outside [0, n_experts)
  * leave their slot's y unwritten.  Each slot's result is the bits
- * splash_q4_matmul gives for that row (the shape's preset, M-independent). */
+ * splash_q4_matmul gives for that row (the shape's preset, M-independent;
+ * the launch's R / U / stages / warps are the preset's class for slots / 8
+ * rows). */
 int splash_q4_matmul_grouped(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
                              size_t stride, const int32_t *idx, const int32_t *plan, int slots, int xdiv,
                              const splash_q4_xprep *xp, float *y, float *y2, size_t ldy, struct CUstream_st *stream);
-/* The same with a given config instead of the shape's preset (its class-0
- * config: every grouped block carries one slot, or a planned group's <= 4
- * x rows): bench_q4_matmul --grouped sweeps it. */
+/* The same with a given config instead of the shape's preset (every grouped
+ * block carries one slot, or a planned group's <= 4 x rows, on the class-0
+ * kernel whatever the config's class): bench_q4_matmul --grouped sweeps it. */
 int splash_q4_matmul_grouped_cfg(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
                                  size_t stride, const int32_t *idx, const int32_t *plan, int slots, int xdiv,
                                  const splash_q4_xprep *xp, float *y, float *y2, size_t ldy, const splash_q4_config *cfg,
