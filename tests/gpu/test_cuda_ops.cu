@@ -18,8 +18,8 @@
  * alternates two layers of 68 MB to read from HBM.
  *
  * Prints one line per check as it goes, then the table; exits 1 if any check
- * failed.  Usage: test_cuda_ops [--quick] [--no-timing] [--moe]  (--moe: the MoE
- * experts steps only; --quick: the test
+ * failed.  Usage: test_cuda_ops [--quick] [--no-timing] [--moe | --gdn]  (--moe: the MoE
+ * experts steps only, the fixture's and the 35B-A3B's verify rows; --gdn: the GDN ops only; --quick: the test
  * fixtures' shapes only; --no-timing: checks only, e.g. under
  * compute-sanitizer).
  */
@@ -1812,6 +1812,10 @@ int main(int argc, char **argv) {
     if (moe_only) { /* the MoE experts steps alone (--quick: the fixture's shape only) */
         test_moe(&kTinyMoe, 40);
         test_moe(&kTinyMoe, 100);
+        if (!g_quick) { /* verify blocks (SPLASH_Q4_PLAN_GROUP=2 / 4 times the planned groups' two kernels) */
+            test_moe(&k35B, 8);
+            test_moe(&k35B, 16);
+        }
         print_table();
         return g_fail ? 1 : 0;
     }
@@ -1903,6 +1907,7 @@ int main(int argc, char **argv) {
         test_dense("35B shared gate", SPLASH_BF16, 1, 2048, 1, 2048);
         test_moe(&k35B, 1);
         test_moe(&k35B, 8);
+        test_moe(&k35B, 16); /* a 16-row verify block: 128 / 144 slots */
         test_elementwise(&k27B, 16, 17408);
         test_elementwise(&k35B, 16, 512);
     }

@@ -506,8 +506,9 @@ static void test_fused_prep(int cols) {
  * bitwise the plain product's row, for x prepared as one activation (gate /
  * up: xdiv K, two matrix arrays) and as one-row activations (down: xdiv 1,
  * splash_q4_prep_silu_mul_rows); an out-of-range id leaves its slot alone.
- * Each slot on its own, and planned (splash_q4_group_plan: expert 3's five
- * slots in groups of 4 and 1, expert 1's two in one). */
+ * Each slot on its own, and planned (splash_q4_group_plan, groups of up to
+ * splash_q4_plan_group(): expert 3's five slots in groups of 2, 2 and 1 (or 4
+ * and 1), expert 1's two in one). */
 static void test_grouped(int rows, int cols) {
     const int E = 5, R = 3, K = 4, S = R * K;
     const size_t tb = splash_q4_tiled_bytes(rows, cols), st = (tb + 255) & ~(size_t)255;
