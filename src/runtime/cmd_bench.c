@@ -25,7 +25,7 @@
  *       keeps the first N layers of the 3:1 pattern.
  *   splash bench --model PKG [--device auto|cuda|cpu] [--threads T] [--prompt 256] [--decode 64]
  *             [--verify-reps 5] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]
- *             [--kv-format f32|bf16|int8]
+ *             [--kv-format f32|bf16|int8] [--random-route]
  *       measures, for each activation path of the q4/q8 products asked for
  *       (fp32 is the exact reference; int8 the fast path; the default runs
  *       fp32 and int8): prefill of --prompt rows in one PREFILL lane,
@@ -35,7 +35,12 @@
  *       fp32 path's (relative L2, top-1 agreement); then peak RSS and the
  *       memory bandwidth (read, copy, triad over 1 GiB).  KV pages are f32
  *       unless --kv-format says otherwise (serve's default is int8).  The
- *       device defaults to auto (bench_cpu: cpu).
+ *       device defaults to auto (bench_cpu: cpu).  --random-route (CUDA): a
+ *       MoE router's logits replaced by a hash of (layer, position, expert),
+ *       so every token's experts are drawn at random (a synthetic package's
+ *       all-positive weights route every token alike: its verify rows read
+ *       far fewer distinct experts than a real model's; this is the other
+ *       extreme).
  *
  * Times are medians over the steps with the 10th-90th percentile spread, and
  * CPU seconds per step (user + system of the whole process) as a figure that
@@ -809,7 +814,7 @@ int splash_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *make = NULL, *synth_dir = NULL, *weights = "q4", *act_list = NULL;
     const char *device = as_splash ? "auto" : "cpu", *shape_name = NULL, *synthetic = NULL, *dir = NULL;
     int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 0, V = 0, I = 3584, bw = 1, dprefill = 0;
-    int kv_format = -1;
+    int kv_format = -1, random_route = 0;
     double gpu_gbs = 4300;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -833,6 +838,7 @@ int splash_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--gpu-gbs")) gpu_gbs = atof(v), i++;
         else if (!strcmp(a, "--no-bandwidth")) bw = 0;
         else if (!strcmp(a, "--decode-prefill")) dprefill = 1;
+        else if (!strcmp(a, "--random-route")) random_route = 1;
         else if (!strcmp(a, "--kv-format") && (!strcmp(v, "f32") || !strcmp(v, "bf16") || !strcmp(v, "int8")))
             kv_format = !strcmp(v, "int8") ? SPLASH_KV_INT8 : !strcmp(v, "bf16") ? SPLASH_KV_BF16 : SPLASH_KV_F32, i++;
         else {
@@ -849,7 +855,7 @@ int splash_cmd_bench(int argc, char **argv) {
                     "       %s --make-random PKG --shape 27b|35b-a3b [--layers N] [--vocab N]\n"
                     "       %s --model PKG [--device auto|cuda|cpu] [--threads T] [--prompt N] [--decode N]\n"
                     "                 [--verify-reps N] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]\n"
-                    "                 [--gpu-gbs 4300] [--kv-format f32|bf16|int8]\n",
+                    "                 [--gpu-gbs 4300] [--kv-format f32|bf16|int8] [--random-route]\n",
                     prog, prog, prog, prog, prog);
             return help ? 0 : 2;
         }
@@ -882,6 +888,13 @@ int splash_cmd_bench(int argc, char **argv) {
     }
     if (kv_format < 0) kv_format = SPLASH_KV_F32;
     if (!act_list) act_list = "fp32,int8";
+    if (random_route) { /* the CUDA model reads it when it opens (backend/cuda/moe.h) */
+        if (!strcmp(device, "cpu")) {
+            fprintf(stderr, "%s: --random-route is a CUDA benchmark option (--device cuda)\n", prog);
+            return 2;
+        }
+        setenv("SPLASH_TEST_RANDOM_ROUTE", "1", 1);
+    }
     shape sh; /* of --make-synthetic / --make-random: --shape's, else a dense one of --hidden etc. */
     if (synth_dir || make) {
         sh = generic_shape(H, I);

@@ -632,6 +632,13 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
 extern "C" int splash_q4_group_plan(const int32_t *, int, int, int32_t *, struct CUstream_st *) {
     return 0; /* as the route's plan: the emulated grouped step needs none */
 }
+extern "C" int splash_cuda_moe_hash_logits(float *logits, size_t ldl, int rows, int E, const int32_t *pos, int salt,
+                                           struct CUstream_st *) {
+    if (!logits || !pos || rows < 0 || E < 1 || ldl < (size_t)E) return SPLASH_E_INVALID;
+    for (int r = 0; r < rows; r++)
+        for (int e = 0; e < E; e++) logits[(size_t)r * ldl + e] = splash_moe_hash_logit(salt, pos[r], e);
+    return SPLASH_OK;
+}
 extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int E, int top_k, int norm_topk,
                                      int shared, const float *sl, size_t lds, int32_t *idx, float *w, int32_t *,
                                      struct CUstream_st *) { /* the plan: the emulated grouped step needs none */

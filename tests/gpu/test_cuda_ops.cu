@@ -1180,6 +1180,22 @@ static void test_moe(const Shape *s, int rows) {
         time_us([&](int) { return splash_cuda_moe_route(dlog, E, rows, E, k, 1, -1, NULL, 0, didx, dw, NULL, NULL); });
     report("moe_route (ids exact)", sh, err, 1e-6, us, (double)rows * E * 4 + 8.0 * rows * k);
 
+    { /* benchmarks' hashed router logits (moe.h): the host's values, bit for bit */
+        int32_t *hpos = (int32_t *)hmalloc(rows * sizeof(int32_t));
+        for (int r = 0; r < rows; r++) hpos[r] = 1000 + 37 * r;
+        int32_t *dpos = (int32_t *)dmalloc(rows * sizeof(int32_t));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dpos, hpos, rows * sizeof(int32_t), cudaMemcpyHostToDevice));
+        float *dh = dfloats((size_t)rows * (E + 3)), *gh = hfloats((size_t)rows * (E + 3));
+        rc = splash_cuda_moe_hash_logits(dh, E + 3, rows, E, dpos, 5, NULL);
+        down(gh, dh, (size_t)rows * (E + 3) * 4);
+        double herr = rc ? INFINITY : 0.0;
+        for (int r = 0; r < rows; r++)
+            for (int e = 0; e < E; e++)
+                if (gh[(size_t)r * (E + 3) + e] != splash_moe_hash_logit(5, hpos[r], e)) herr = INFINITY;
+        report("moe_hash_logits (exact)", sh, herr, 0, -1, 0);
+        free(hpos), free(gh), cudaFree(dpos), cudaFree(dh);
+    }
+
     /* experts: weights only for the experts chosen */
     Q4 *gate = (Q4 *)hmalloc(E * sizeof(Q4)), *upm = (Q4 *)hmalloc(E * sizeof(Q4)), *dn = (Q4 *)hmalloc(E * sizeof(Q4));
     char *used = (char *)hmalloc(E);

@@ -125,6 +125,15 @@ __global__ void moe_route_kernel(const float *logits, size_t ldl, int rows, int 
     group_plan_block(idx, rows * (k + (shared >= 0)), n_ids, plan, sid, lead, gmax);
 }
 
+__global__ void hash_logits_kernel(float *logits, size_t ldl, int rows, int E, const int32_t *pos, int salt) {
+    pdl_begin();
+    const int r = blockIdx.y;
+    if (r >= rows) return;
+    const int p = pos[r];
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < E; e += gridDim.x * blockDim.x)
+        logits[(size_t)r * ldl + e] = splash_moe_hash_logit(salt, p, e);
+}
+
 struct RowList {
     int n;
     int rows[kGroup];
@@ -268,6 +277,15 @@ extern "C" int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, 
     auto kernel = n_experts <= 256 ? moe_route_kernel<8> : moe_route_kernel<32>; /* probabilities a lane holds */
     SPLASH_CUDA_TRY(launch_kernel(kernel, blocks, warps * 32, 0, (cudaStream_t)stream, logits, ldl, rows, n_experts,
                                   top_k, norm_topk, shared, sl, lds, idx, w, plan, splash_q4_plan_group()));
+    return SPLASH_OK;
+}
+
+extern "C" int splash_cuda_moe_hash_logits(float *logits, size_t ldl, int rows, int n_experts, const int32_t *pos,
+                                           int salt, struct CUstream_st *stream) {
+    if (!logits || !pos || rows < 0 || rows > 65535 || n_experts < 1 || ldl < (size_t)n_experts) return SPLASH_E_INVALID;
+    if (!rows) return SPLASH_OK;
+    SPLASH_CUDA_TRY(launch_kernel(hash_logits_kernel, dim3((unsigned)((n_experts + 255) / 256), (unsigned)rows), 256, 0,
+                                  (cudaStream_t)stream, logits, ldl, rows, n_experts, pos, salt));
     return SPLASH_OK;
 }
 

@@ -39,6 +39,15 @@ extern "C" {
 
 struct CUstream_st;
 
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline float splash_moe_hash_logit(int salt, int pos, int e) {
+    uint32_t h = (uint32_t)salt * 0x9E3779B1u ^ (uint32_t)pos * 0x85EBCA77u ^ (uint32_t)e * 0xC2B2AE3Du;
+    h ^= h >> 16, h *= 0x7FEB352Du, h ^= h >> 15, h *= 0x846CA68Bu, h ^= h >> 16;
+    return (float)(h >> 8) * (1.0f / 2097152.0f) - 4.0f; /* 24 bits: exact */
+}
+
 #define SPLASH_CUDA_MOE_MAX_EXPERTS 1024
 #define SPLASH_CUDA_MOE_MAX_TOPK 32
 
@@ -55,6 +64,15 @@ struct CUstream_st;
 int splash_cuda_moe_route(const float *logits, size_t ldl, int rows, int n_experts, int top_k, int norm_topk,
                           int shared, const float *sl, size_t lds, int32_t *idx, float *w, int32_t *plan,
                           struct CUstream_st *stream);
+
+/* Benchmarks on synthetic packages (SPLASH_TEST_RANDOM_ROUTE, the CUDA
+ * model): logits[r][e] = a hash of (salt, pos[r], e) as a float in [-4, 4),
+ * a multiple of 2^-21, so the route picks experts at random per (layer,
+ * position), the same whichever rows a forward holds (a synthetic package's
+ * all-positive weights route every token alike; a real model's routing lies
+ * between the two).  splash_moe_hash_logit is the value (host and device). */
+int splash_cuda_moe_hash_logits(float *logits, size_t ldl, int rows, int n_experts, const int32_t *pos, int salt,
+                                struct CUstream_st *stream);
 
 /* Scratch of the experts step: device buffers for 16 gathered rows and two
  * prepared activations, pinned host buffers for the routing. */

@@ -249,6 +249,9 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
         const qc_prod gates[2] = {{&L->router, m->rlog, 0}, {&L->shared_expert_gate, m->sgate, 0}};
         QC_TRY(f, qc_products(f, m->xn, H, gates, 2));
     }
+    if (m->hash_route) /* benchmarks: experts at random per (layer, position) (moe.h) */
+        QC_TRY(f, splash_cuda_moe_hash_logits(m->rlog, ldl, R, d->experts, qc_desc_i32(m, m->plan.pos),
+                                              L->is_attn * 1024 + L->index, m->stream)); /* salt: the layer */
     /* Every row on the grouped step (decode, verify: moe_experts' choice):
      * the shared expert runs as one more slot of each row (expert E, weight
      * sigmoid of its gate logit) and the experts' sum adds the residual, 6

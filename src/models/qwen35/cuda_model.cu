@@ -265,6 +265,8 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
     {
         const char *v = getenv("SPLASH_CUDA_GEMM"); /* 0: every product 16 rows a launch (fp32-grade prefill) */
         m->use_gemm = !(v && !strcmp(v, "0"));
+        v = getenv("SPLASH_TEST_RANDOM_ROUTE"); /* splash bench --random-route */
+        m->hash_route = v && !strcmp(v, "1");
     }
     {
         cudaStream_t s;

@@ -292,6 +292,7 @@ typedef struct qc_model {
     /* graphs of forward / commit shapes (cuda_graphs.cu) */
     int use_graphs;                /* SPLASH_CUDA_GRAPHS != 0 */
     int use_gemm;                  /* SPLASH_CUDA_GEMM != 0: bulk prefill rows on the GEMM (gx_mem carved) */
+    int hash_route;                /* SPLASH_TEST_RANDOM_ROUTE=1 (benchmarks): router logits hashed (moe.h) */
     qc_graph graphs[QC_MAX_GRAPHS];
     uint64_t graph_clock;
 } qc_model;
