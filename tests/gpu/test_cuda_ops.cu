@@ -18,10 +18,10 @@
  * alternates two layers of 68 MB to read from HBM.
  *
  * Prints one line per check as it goes, then the table; exits 1 if any check
- * failed.  Usage: test_cuda_ops [--quick] [--no-timing] [--moe | --gdn]  (--moe: the MoE
- * experts steps only, the fixture's and the 35B-A3B's verify rows; --gdn: the GDN ops only; --quick: the test
- * fixtures' shapes only; --no-timing: checks only, e.g. under
- * compute-sanitizer).
+ * failed.  Usage: test_cuda_ops [--quick] [--no-timing] [--moe | --gdn]
+ * (--moe: the MoE steps only, the fixture's and the 35B-A3B's verify rows;
+ * --gdn: the GDN ops only; --quick: the test fixtures' shapes only;
+ * --no-timing: checks only, e.g. under compute-sanitizer).
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
