@@ -69,6 +69,10 @@ typedef struct splash_draft_ops {
     void (*snapshot)(void *impl, int lane, void *dst);
     int (*restore)(void *impl, int lane, const void *src, splash_error *err);
     void (*free)(void *impl);
+    /* append with taps in the target's device buffer (splash_model_device_taps,
+     * the same device): read before it returns (the next forward rewrites
+     * them).  NULL: the draft takes host rows only. */
+    int (*append_device)(void *impl, int lane, int pos, const float *taps, int n, splash_error *err);
 } splash_draft_ops;
 
 typedef struct splash_draft {

@@ -186,7 +186,8 @@ struct splash_engine {
     float *top_logits;
     int top_k;            /* this step's TOP entries a row */
     int full_rows;        /* 1: every decision from whole rows of logits (no TOP rows) */
-    float *taps;          /* [rows][n_taps * hidden] when the draft reads taps */
+    float *taps;          /* [rows][n_taps * hidden] when the draft reads taps from the host */
+    int device_taps;      /* the draft reads them in the model's device buffer (splash_model_device_taps) */
     /* the speculative cycle */
     splash_draft *draft;  /* NULL: block size 1 */
     int own_draft;
@@ -690,10 +691,14 @@ static int cycle_propose(splash_engine *e, lane *l) {
  * n_past0 + r; the lane's first TAPS row is row `first`) into the draft. */
 static int draft_append(splash_engine *e, lane *l, int n_past0, int first, int r0, int r1) {
     if (!e->draft || !e->draft->n_taps || r1 <= r0) return 0;
-    size_t w = (size_t)e->draft->n_taps * e->needs->hidden;
+    size_t w = (size_t)e->draft->n_taps * e->needs->hidden, at = (size_t)(l->tap_row + r0 - first) * w;
     splash_error err = {0};
-    if (e->draft->ops->append(e->draft->impl, l->slot, n_past0 + r0, e->taps + (size_t)(l->tap_row + r0 - first) * w,
-                              r1 - r0, &err)) {
+    const splash_draft_ops *o = e->draft->ops;
+    int rc = e->device_taps
+                 ? o->append_device(e->draft->impl, l->slot, n_past0 + r0, splash_model_device_taps(e->model) + at,
+                                    r1 - r0, &err)
+                 : o->append(e->draft->impl, l->slot, n_past0 + r0, e->taps + at, r1 - r0, &err);
+    if (rc) {
         lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
         return 1;
     }
@@ -852,7 +857,7 @@ static void step(splash_engine *e) {
         return;
     }
     splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, taps ? e->taps : NULL,
-                      e->top_k, e->top_ids, e->top_logits};
+                      e->top_k, e->top_ids, e->top_logits, taps && e->device_taps};
     splash_error err = {0};
     e->rows_decided += (uint64_t)(n_logits + n_tops);
     e->rows_decided_top += (uint64_t)n_tops;
@@ -1121,10 +1126,14 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes * (size_t)e->max_block);
     e->top_ids = malloc(sizeof(int32_t) * SPLASH_MAX_TOP * (size_t)e->max_lanes * (size_t)e->max_block);
     e->top_logits = malloc(sizeof(float) * SPLASH_MAX_TOP * (size_t)e->max_lanes * (size_t)e->max_block);
-    if (e->draft && e->draft->n_taps)
+    /* A draft on the model's device reads the taps where the model leaves them (a 27B's
+     * 2,048-row prefill chunk: ~210 MB that would cross to the host and back); else a host
+     * buffer for every row of a forward. */
+    e->device_taps = e->draft && e->draft->n_taps && e->draft->ops->append_device && splash_model_device_taps(e->model);
+    if (e->draft && e->draft->n_taps && !e->device_taps)
         e->taps = malloc(sizeof(float) * (size_t)(e->chunk + e->max_lanes * e->max_block) * (size_t)e->draft->n_taps *
                          (size_t)e->needs->hidden);
-    if ((e->draft && e->draft->n_taps && !e->taps) || splash_dist_init(&e->q, e->vocab)) {
+    if ((e->draft && e->draft->n_taps && !e->device_taps && !e->taps) || splash_dist_init(&e->q, e->vocab)) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the decode cycle");
         goto fail;
     }

@@ -152,3 +152,7 @@ int splash_model_commit(splash_model *m, int slot, int n_accepted, splash_error 
 int splash_model_snapshot(splash_model *m, int slot, void *dst) { return m->ops->snapshot(m->impl, slot, dst); }
 
 int splash_model_restore(splash_model *m, int slot, const void *src) { return m->ops->restore(m->impl, slot, src); }
+
+const float *splash_model_device_taps(splash_model *m) {
+    return m->ops->device_taps ? m->ops->device_taps(m->impl) : NULL;
+}

@@ -126,6 +126,9 @@ typedef struct splash_batch {
     int top_k;
     int32_t *top_ids;
     float *top_logits;
+    /* 1: TAPS rows stay in the model's device buffer (splash_model_device_taps)
+     * and taps may be NULL; only a model that has one takes it. */
+    int taps_on_device;
 } splash_batch;
 
 /* The device a run uses.  want: "cpu" (or NULL), "cuda", or "auto" (cuda when
@@ -169,5 +172,13 @@ int splash_model_commit(splash_model *m, int slot, int n_accepted, splash_error 
  * (allocated with splash_model_alloc_memory). */
 int splash_model_snapshot(splash_model *m, int slot, void *dst);
 int splash_model_restore(splash_model *m, int slot, const void *src);
+
+/* The model's own buffer of the last forward's TAPS rows, in batch.taps's
+ * layout ([rows with TAPS][n_taps][hidden]), in the memory of its backend
+ * (device memory on a GPU), valid until the next forward; NULL when the
+ * model keeps none (the CPU model, or loaded without tap layers).  A draft
+ * on the same device reads it there (runtime/draft.h, append_device) instead
+ * of the rows travelling to the host and back (batch.taps_on_device). */
+const float *splash_model_device_taps(splash_model *m);
 
 #endif

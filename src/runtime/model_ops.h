@@ -22,6 +22,7 @@ typedef struct splash_model_ops {
     int (*commit)(void *impl, int slot, int n_accepted, splash_error *err);
     int (*snapshot)(void *impl, int slot, void *dst);
     int (*restore)(void *impl, int slot, const void *src);
+    const float *(*device_taps)(void *impl); /* NULL: none (splash_model_device_taps) */
 } splash_model_ops;
 
 #endif

@@ -23,6 +23,11 @@
  *                           tokens and rows, every cycle accepting what the
  *                           oracle made acceptable (the commits of 0..7
  *                           verify rows on the CUDA model)
+ *   CUDA draft ~ CPU draft  block 8 with the package's draft on both
+ *                           engines: the cycles at the same positions propose
+ *                           the same tokens (the GPU's draft reads the
+ *                           target's taps in its device buffer, model.h
+ *                           splash_model_device_taps; wrong taps change them)
  *   CUDA ~ CPU              the tokens of the CPU engine (fp32 activations):
  *                           the share that agrees (a sanity bound: the
  *                           numbers' agreement is test_cuda_model's)
@@ -69,6 +74,33 @@ typedef struct {
 static Job *g_hook_jobs;
 static int g_hook_n;
 
+/* The proposals an engine made, in order (test_on_propose): job, anchor's
+ * position, tokens. */
+typedef struct {
+    int job, n_seq, n;
+    int32_t props[8];
+} Proposal;
+#define MAX_PROPS 1024
+static Proposal g_props[MAX_PROPS];
+static int g_nprops;
+
+static void on_propose(void *, const splash_gen *g, int n_seq, const int32_t *props, int n) {
+    for (int i = 0; i < g_hook_n && g_nprops < MAX_PROPS; i++)
+        if (g_hook_jobs[i].g == g) {
+            Proposal *q = &g_props[g_nprops++];
+            q->job = i, q->n_seq = n_seq, q->n = n < 8 ? n : 8;
+            memcpy(q->props, props, sizeof(int32_t) * (size_t)q->n);
+        }
+}
+
+/* The proposals of job j that an engine made at anchor position n_seq
+ * (NULL: none), in a recorded list. */
+static const Proposal *find_props(const Proposal *list, int n, int j, int n_seq) {
+    for (int i = 0; i < n; i++)
+        if (list[i].job == j && list[i].n_seq == n_seq) return &list[i];
+    return nullptr;
+}
+
 static uint64_t fnv(const float *row, int n) {
     const unsigned char *b = (const unsigned char *)row;
     uint64_t h = 1469598103934665603ull;
@@ -86,7 +118,7 @@ static splash_engine *start(const char *pkg, const char *device, int block, spla
     memset(&o, 0, sizeof o);
     o.model_dir = pkg, o.device = device, o.threads = 2, o.max_context = 512, o.max_lanes = NPROMPT;
     o.max_queue = 64, o.prefill_chunk = 256, o.kv_format = SPLASH_KV_F32, o.cpu_activations = SPLASH_CPU_ACT_F32;
-    o.block_size = block, o.test_on_logits = on_logits, o.test_draft = draft;
+    o.block_size = block, o.test_on_logits = on_logits, o.test_on_propose = on_propose, o.test_draft = draft;
     splash_engine *e = NULL;
     splash_error err;
     memset(&err, 0, sizeof err);
@@ -181,11 +213,36 @@ static void test_package(const char *dir, const char *name, int has_draft) {
     check(ok, name, "alone = in a batch (tokens, rows)", NULL);
 
     if (has_draft) {
+        /* the CPU engine's proposals first: the GPU's draft reads the target's taps on the
+         * device (splash_model_device_taps) where the CPU's reads host rows */
+        static Proposal cpu_props[MAX_PROPS];
+        e = start(pkg, "cpu", 8, NULL);
+        jobs_init(cpu);
+        g_nprops = 0;
+        run(e, cpu, NPROMPT);
+        splash_engine_free(e);
+        const int n_cpu_props = g_nprops;
+        memcpy(cpu_props, g_props, sizeof(Proposal) * (size_t)n_cpu_props);
+
         e = start(pkg, "cuda", 8, NULL);
         jobs_init(spec);
+        g_nprops = 0;
         run(e, spec, NPROMPT);
         splash_engine_get_stats(e, &st);
         splash_engine_free(e);
+        /* the cycles both made (the same anchor position; the outputs may part, so not all) */
+        int both = 0, equal = 0;
+        for (int i = 0; i < g_nprops; i++) {
+            const Proposal *c = find_props(cpu_props, n_cpu_props, g_props[i].job, g_props[i].n_seq);
+            if (!c || c->n != g_props[i].n) continue;
+            both++;
+            equal += !memcmp(c->props, g_props[i].props, sizeof(int32_t) * (size_t)c->n);
+        }
+        /* emulated, the draft's numbers are the CPU's: all; on a GPU a near tie may part them */
+        const double bound = strstr(st.device_name, "emulation") ? 1.0 : 0.9;
+        snprintf(msg, sizeof msg, "%d of %d cycles at the same positions propose the same (bound %.0f%%)", equal, both,
+                 100 * bound);
+        check(both >= NPROMPT && equal >= bound * both, name, "CUDA draft ~ CPU draft (proposals)", msg);
         ok = 1;
         for (int p = 0; p < NPROMPT; p++) {
             if (same(&base[p], &spec[p], 1)) continue;

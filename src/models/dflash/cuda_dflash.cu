@@ -399,8 +399,11 @@ int cd_propose(void *impl, const splash_draft_req *r, float *, int32_t *tokens, 
  * (dflash_ctx.c's append: a layer computes only the positions its ring keeps).
  * Not waited for: the kernels run on the draft's stream while the engine goes
  * on (the next propose, snapshot or restore queues behind them on that stream;
- * the taps are copied out of the caller's buffer before this returns). */
-int append_chunk(CDraft *d, splash_dflash_kv *kv, const float *taps, int rows, int pos0, int end) {
+ * the taps are copied out of the caller's buffer before this returns: a
+ * pageable host buffer's copy is staged before cudaMemcpyAsync returns, a
+ * device buffer's (on_device: the target's, which its next forward rewrites)
+ * is waited for). */
+int append_chunk(CDraft *d, splash_dflash_kv *kv, const float *taps, int rows, int pos0, int end, bool on_device) {
     const splash_dflash_dims *dm = &d->c->d;
     const size_t H = (size_t)d->H;
     SPLASH_CUDA_TRY(cudaEventSynchronize(d->desc_up)); /* the last upload of desc_h has run */
@@ -408,8 +411,9 @@ int append_chunk(CDraft *d, splash_dflash_kv *kv, const float *taps, int rows, i
     for (int r = 0; r < rows; r++) pos[r] = pos0 + r;
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
     SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->in, taps, (size_t)rows * d->n_in * sizeof(float), cudaMemcpyHostToDevice,
-                                    d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->in, taps, (size_t)rows * d->n_in * sizeof(float),
+                                    on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, d->stream));
+    if (on_device) SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
     TRY(prod(d, d->in, (size_t)d->n_in, rows, &d->fc, d->x));
     TRY(norm_rows(d, d->x, d->xn, d->hidden_norm, rows));
     const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
@@ -427,7 +431,7 @@ int append_chunk(CDraft *d, splash_dflash_kv *kv, const float *taps, int rows, i
     return 0;
 }
 
-int cd_append(void *impl, int lane, int pos, const float *taps, int n, splash_error *err) {
+int append_rows(void *impl, int lane, int pos, const float *taps, int n, bool on_device, splash_error *err) {
     CDraft *d = (CDraft *)impl;
     int rc = splash_dflash_lanes_reach(&d->ln, lane, pos, err);
     if (rc || n <= 0) return rc;
@@ -435,11 +439,20 @@ int cd_append(void *impl, int lane, int pos, const float *taps, int n, splash_er
     if ((rc = splash_dflash_ctx_append_check(d->c, kv, taps, n, err))) return rc;
     for (int r0 = 0; r0 < n; r0 += SPLASH_DFLASH_APPEND_CHUNK) {
         const int rows = n - r0 < SPLASH_DFLASH_APPEND_CHUNK ? n - r0 : SPLASH_DFLASH_APPEND_CHUNK;
-        if ((rc = append_chunk(d, kv, taps + (size_t)r0 * d->n_in, rows, kv->n_ctx + r0, kv->n_ctx + n)))
+        if ((rc = append_chunk(d, kv, taps + (size_t)r0 * d->n_in, rows, kv->n_ctx + r0, kv->n_ctx + n, on_device)))
             return fail_gpu(d, err, rc, "the append");
     }
     kv->n_ctx += n;
     return 0;
+}
+
+int cd_append(void *impl, int lane, int pos, const float *taps, int n, splash_error *err) {
+    return append_rows(impl, lane, pos, taps, n, false, err);
+}
+
+/* The target's TAPS rows from its device buffer (draft.h, append_device). */
+int cd_append_device(void *impl, int lane, int pos, const float *taps, int n, splash_error *err) {
+    return append_rows(impl, lane, pos, taps, n, true, err);
 }
 
 /* Snapshots live where the target's do (splash_model_alloc_memory: device
@@ -497,7 +510,8 @@ void cd_free(void *impl) {
     free(d);
 }
 
-const splash_draft_ops cd_ops = {cd_propose, cd_append, splash_dflash_lanes_reset, cd_snapshot, cd_restore, cd_free};
+const splash_draft_ops cd_ops = {cd_propose, cd_append, splash_dflash_lanes_reset, cd_snapshot, cd_restore, cd_free,
+                                 cd_append_device};
 
 /* ---- open ----------------------------------------------------------------------------------- */
 

@@ -40,7 +40,8 @@ static void dfd_free(void *impl) {
 }
 
 static const splash_draft_ops dfd_ops = {dfd_propose, splash_dflash_lanes_append, splash_dflash_lanes_reset,
-                                         splash_dflash_lanes_snapshot, splash_dflash_lanes_restore, dfd_free};
+                                         splash_dflash_lanes_snapshot, splash_dflash_lanes_restore, dfd_free,
+                                         NULL /* host taps only */};
 
 int splash_dflash_draft_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out,
                              splash_error *err) {

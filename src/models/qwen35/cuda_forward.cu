@@ -144,9 +144,9 @@ int qc_products(qc_fwd *f, const float *x, size_t ldx, const qc_prod *p, int n) 
 /* ---- validation (forward.c's rules, shared) ------------------------------------------------ */
 
 static int validate(qc_model *m, const splash_batch *b, splash_error *err) {
-    /* d, n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps, max_context */
+    /* d, n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps, max_context, device_taps (m->taps) */
     qwen35_batch_limits lim = {&m->d, m->n_slots, m->max_rows, m->max_lanes, m->n_pages, m->verify_cap, m->n_taps,
-                               (int64_t)m->ctx_cap};
+                               (int64_t)m->ctx_cap, 1};
     int rc = qwen35_check_batch(&lim, b, err);
     for (int r = 0; !rc && r < b->n_rows; r++)
         if ((b->rows[r].flags & SPLASH_ROW_TOP) && b->top_k > m->needs.max_top)
@@ -472,7 +472,7 @@ static int run(qc_fwd *f) {
     int rc = nk ? qc_graph_run(m, qc_graph_find(m, key, nk), body, f) : body(f);
     if (rc) return rc;
     if (f->n_head && f->n_head <= m->head_cap && (rc = copy_head(f, 0, f->n_head))) return rc;
-    if (f->n_tap)
+    if (f->n_tap && f->b->taps) /* else they stay in m->taps (batch.taps_on_device: a draft on this device) */
         SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->taps, m->taps, (size_t)f->n_tap * m->n_taps * m->d.hidden * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
     SPLASH_CUDA_TRY(cudaStreamSynchronize(s));

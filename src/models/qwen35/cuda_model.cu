@@ -559,6 +559,13 @@ static int c_restore(void *impl, int slot, const void *src) {
     return 0;
 }
 
+/* The last forward's TAPS rows, on the device (model.h, splash_model_device_taps). */
+static const float *c_device_taps(void *impl) {
+    const qc_model *m = (const qc_model *)impl;
+    return m->n_taps ? m->taps : nullptr;
+}
+
 extern "C" const splash_model_ops qwen35_cuda_ops = {
     c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_snapshot, c_restore,
+    c_device_taps,
 };

@@ -91,7 +91,7 @@ int qwen35_check_batch(const qwen35_batch_limits *m, const splash_batch *b, spla
         if ((row->flags & SPLASH_ROW_TOP) && (b->top_k < 1 || b->top_k > SPLASH_MAX_TOP || b->top_k > d->vocab))
             return splash_fail(err, SPLASH_E_RANGE, "forward: top_k %d outside [1, %d]", b->top_k,
                                d->vocab < SPLASH_MAX_TOP ? d->vocab : SPLASH_MAX_TOP);
-        if ((row->flags & SPLASH_ROW_TAPS) && (!b->taps || m->n_taps == 0))
+        if ((row->flags & SPLASH_ROW_TAPS) && (m->n_taps == 0 || (!b->taps && !(b->taps_on_device && m->device_taps))))
             return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for taps but %s", r,
                                m->n_taps ? "the batch has no buffer" : "the model was loaded without tap layers");
     }
