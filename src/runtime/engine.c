@@ -1129,7 +1129,9 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     /* A draft on the model's device reads the taps where the model leaves them (a 27B's
      * 2,048-row prefill chunk: ~210 MB that would cross to the host and back); else a host
      * buffer for every row of a forward. */
-    e->device_taps = e->draft && e->draft->n_taps && e->draft->ops->append_device && splash_model_device_taps(e->model);
+    const char *dt = getenv("SPLASH_DEVICE_TAPS"); /* 0: through the host (an A/B switch, as SPLASH_FULL_ROWS) */
+    e->device_taps = e->draft && e->draft->n_taps && e->draft->ops->append_device &&
+                     splash_model_device_taps(e->model) && !(dt && !strcmp(dt, "0"));
     if (e->draft && e->draft->n_taps && !e->device_taps)
         e->taps = malloc(sizeof(float) * (size_t)(e->chunk + e->max_lanes * e->max_block) * (size_t)e->draft->n_taps *
                          (size_t)e->needs->hidden);
