@@ -271,7 +271,7 @@ static void test_package(const char *dir, const char *name, int has_draft) {
             memcpy(seq + g_plen[p], base[p].out, sizeof(int32_t) * (size_t)base[p].n_out);
             int n = g_plen[p] + base[p].n_out;
             if (base[p].n_tokens > base[p].n_out) seq[n++] = EOS; /* it stopped on the stop token */
-            if (splash_draft_oracle_add(d, seq, n, -1)) d = NULL;
+            if (splash_draft_oracle_add(d, seq, n, -1)) splash_draft_free(d), d = NULL;
         }
         if (!d) {
             fprintf(stderr, "FATAL oracle draft\n");
