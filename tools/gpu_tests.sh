@@ -206,6 +206,18 @@ if [ -z "$REFLIB" ] && [ -f "$PREP/libsplash.a" ]; then
     ZLIB=$(ldconfig -p 2>/dev/null | awk '/libz\.so/ {print $NF; exit}') # base/gzip.c, when pulled in
     REFLIB="$PREP/libsplash.a"
     if [ -n "$CRYPTO" ]; then MODEL_LIBS="-Xlinker $CRYPTO ${ZLIB:+-Xlinker $ZLIB} -lm -lpthread -ldl"; else echo "    no libcrypto: test_cuda_model skipped"; fi
+    # test_cuda_engine also pulls the tokenizer: pcre2 and utf8proc, the system's or the
+    # ones .carry/splash-bin.txz brings (tools/gpu_model_check.sh --prepare)
+    ENGINE_LIBS=""
+    for l in libpcre2-8.so libutf8proc.so; do
+        lp=$(ldconfig -p 2>/dev/null | awk -v l="$l" 'index($1, l) == 1 {print $NF; exit}')
+        if [ -z "$lp" ] && [ -f .carry/splash-bin.txz ]; then
+            [ -d /tmp/splash-carry-bin/bin ] || { mkdir -p /tmp/splash-carry-bin && tar -C /tmp/splash-carry-bin -xJf .carry/splash-bin.txz; }
+            lp=$(ls /tmp/splash-carry-bin/bin/lib/"$l"* 2>/dev/null | head -n 1)
+            ENGINE_LD=/tmp/splash-carry-bin/bin/lib
+        fi
+        [ -n "$lp" ] && ENGINE_LIBS="$ENGINE_LIBS -Xlinker $lp"
+    done
 fi
 if [ -z "$REFLIB" ]; then
     SRCS="$(ls src/backend/cpu/*.c) src/base/status.c src/base/mem.c src/base/threads.c src/base/log.c src/package/tensor.c"
@@ -262,7 +274,7 @@ if [ -n "$MODEL_LIBS" ]; then
     p4="$p4 $!"
     # the engine pulls the tokenizer (pcre2, utf8proc) out of libsplash.a: where only the
     # model tests' libraries are at hand its link fails, and it is skipped, not a failure
-    $NVCC $FLAGS tests/gpu/test_cuda_engine.cu $CU_OBJS $MODEL_OBJS "$REFLIB" $MODEL_LIBS -o "$B/test_cuda_engine" \
+    $NVCC $FLAGS tests/gpu/test_cuda_engine.cu $CU_OBJS $MODEL_OBJS "$REFLIB" ${ENGINE_LIBS:-} $MODEL_LIBS -o "$B/test_cuda_engine" \
         >"$OUT/build_engine.log" 2>&1 &
     p5=$!
 fi
@@ -346,7 +358,8 @@ if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
         echo "NOTE: test_cuda_engine SKIPPED (its link failed: $OUT/build_engine.log)"
     elif [ -f "$PACKAGES/engine-dflash/manifest.json" ]; then # packed where the tokenizer is
         stamp "run: test_cuda_engine $PACKAGES"
-        step "$OUT/test_cuda_engine.log" "$B/test_cuda_engine" "$PACKAGES" || rc=1
+        LD_LIBRARY_PATH="${ENGINE_LD:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" step "$OUT/test_cuda_engine.log" \
+            "$B/test_cuda_engine" "$PACKAGES" || rc=1
         grep -E '^(device|PASS|FAIL|FATAL|all checks|FAILED)' "$OUT/test_cuda_engine.log" | awk '!seen[$0]++'
     fi
 fi
