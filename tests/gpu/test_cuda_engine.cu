@@ -11,6 +11,13 @@
  * new tokens each, f32 KV; every engine runs the four at once (4 lanes share
  * every forward) unless said.  Checks, each prompt's tokens and the logits
  * row behind every token (a hash of its bytes, the engine's test hook):
+ *   cached prefix = cold    CUDA, block 1, the four again in the same engine
+ *                           (four other prompts run between, so the lanes hold
+ *                           other states): they restore their shared prefix
+ *                           (KV pages and the recurrent state's snapshot) and
+ *                           give the same bits;
+ *                           at block 8 with the DFlash draft, whose lane state
+ *                           comes back too, also the same proposals
  *   alone = in a batch      CUDA, block 1: each prompt run alone gives the
  *                           bits it gets beside the other three
  *   block 8 = block 1       CUDA with the package's draft (engine-dflash):
@@ -67,7 +74,7 @@ typedef struct {
     splash_gen *g;
     int32_t out[NOUT];
     uint64_t hash[NOUT + 1]; /* of the logits row behind output token i */
-    int n_out, n_tokens;
+    int n_out, n_tokens, n_cached;
     splash_gen_take t;
 } Job;
 
@@ -161,6 +168,7 @@ static void run(splash_engine *e, Job *jobs, int n) {
             exit(1);
         }
         j->n_tokens = t.n_tokens;
+        j->n_cached = j->g->n_cached;
         splash_gen_token toks[NOUT];
         j->n_out = splash_gen_records(j->g, 0, NOUT, toks, NULL);
         for (int k = 0; k < j->n_out; k++) j->out[k] = toks[k].id;
@@ -182,6 +190,22 @@ static int same(const Job *a, const Job *b, int rows) {
 static int32_t g_prompts[NPROMPT][64];
 static const int g_plen[NPROMPT] = {33, 36, 58, 61};
 
+/* Four unrelated prompts of 40 tokens: run between a cold and a warm run, they
+ * overwrite the lanes' states, so a restore that left part of a state alone
+ * would show. */
+static int32_t g_other[NPROMPT][40];
+
+static void others_run(splash_engine *e) {
+    Job o[NPROMPT];
+    for (int p = 0; p < NPROMPT; p++) {
+        memset(&o[p], 0, sizeof o[p]);
+        o[p].prompt = g_other[p], o[p].n_prompt = 40;
+    }
+    const int n = g_nprops;
+    run(e, o, NPROMPT);
+    g_nprops = n; /* their proposals are not the runs' under test */
+}
+
 static void jobs_init(Job *jobs) {
     for (int p = 0; p < NPROMPT; p++) {
         memset(&jobs[p], 0, sizeof jobs[p]);
@@ -201,9 +225,17 @@ static void test_package(const char *dir, const char *name, int has_draft) {
     printf("device: %s (%s)\n", st.device, st.device_name);
     jobs_init(base);
     run(e, base, NPROMPT);
+    /* again, the prefix cache warm: the prompts restore their cached pages and recurrent state */
+    others_run(e);
+    jobs_init(alone);
+    run(e, alone, NPROMPT);
+    int ok = 1, cached = 0;
+    for (int p = 0; p < NPROMPT; p++) ok &= same(&base[p], &alone[p], 1), cached += alone[p].n_cached;
+    snprintf(msg, sizeof msg, "%d prompt tokens restored", cached);
+    check(ok && cached > 0, name, "cached prefix = cold (tokens, rows)", msg);
     /* alone: each prompt by itself, the cache flushed between (cold, as in the batch's first run) */
     jobs_init(alone);
-    int ok = 1;
+    ok = 1;
     for (int p = 0; p < NPROMPT; p++) {
         splash_engine_flush_cache(e);
         run(e, &alone[p], 1);
@@ -229,6 +261,29 @@ static void test_package(const char *dir, const char *name, int has_draft) {
         g_nprops = 0;
         run(e, spec, NPROMPT);
         splash_engine_get_stats(e, &st);
+        {
+            /* again, warm: the CUDA model's and the CUDA draft's states come back from the
+             * prefix cache's snapshots; the same tokens and rows, the same proposals */
+            static Proposal first[MAX_PROPS];
+            const int n_first = g_nprops;
+            memcpy(first, g_props, sizeof(Proposal) * (size_t)n_first);
+            Job again[NPROMPT];
+            others_run(e);
+            jobs_init(again);
+            g_nprops = 0;
+            run(e, again, NPROMPT);
+            int same_props = g_nprops == n_first, cached = 0, rok = 1;
+            for (int i = 0; same_props && i < g_nprops; i++) { /* by (job, position): lanes may start apart */
+                const Proposal *c = find_props(first, n_first, g_props[i].job, g_props[i].n_seq);
+                same_props = c && c->n == g_props[i].n &&
+                             !memcmp(c->props, g_props[i].props, sizeof(int32_t) * (size_t)c->n);
+            }
+            for (int p = 0; p < NPROMPT; p++) rok &= same(&spec[p], &again[p], 1), cached += again[p].n_cached;
+            snprintf(msg, sizeof msg, "%d prompt tokens restored, %d cycles", cached, g_nprops);
+            check(rok && same_props && cached > 0, name, "block 8, cached prefix = cold (+ proposals)", msg);
+            g_nprops = n_first;
+            memcpy(g_props, first, sizeof(Proposal) * (size_t)n_first);
+        }
         splash_engine_free(e);
         /* the cycles both made (the same anchor position; the outputs may part, so not all) */
         int both = 0, equal = 0;
@@ -318,6 +373,8 @@ int main(int argc, char **argv) {
     }
     for (int p = 0; p < NPROMPT; p++)
         for (int i = 0; i < 64; i++) g_prompts[p][i] = (int32_t)(((i < 32 ? 0 : p * 977) + i * 131 + 7) % 511) + 1;
+    for (int p = 0; p < NPROMPT; p++)
+        for (int i = 0; i < 40; i++) g_other[p][i] = (int32_t)((p * 53 + i * 197 + 3) % 511) + 1;
     test_package(dir, "engine-dflash", 1);
     test_package(dir, "engine-moe", 0);
     printf("%s\n", g_fail ? "FAILED" : "all checks passed");
