@@ -17,7 +17,7 @@
  * read-only streaming kernel.
  *
  * Usage: bench_q4_matmul [--sweep] [--csv FILE] [--only NAME,...] | --gemm [--only NAME,...] | --rows-scan NAME
- *                        | --grouped [--sweep] [--csv FILE]
+ *                        | --grouped [--sweep] [--csv FILE] [--locality P]
  *   --sweep  also times every compiled config per (shape, M) (30 launches
  *            each, output checked against the preset's), selects one ksplit
  *            per shape and the fastest config per M class, prints that as
@@ -37,7 +37,11 @@
  *            expert ids, weights from HBM); with --sweep every compiled
  *            config of a grouped block, the best for decode, for verify and
  *            the best pair of one ksplit and wk printed (the experts'
- *            presets: the decode row's classes 0-1, the verify's 2-3).
+ *            presets: the decode row's classes 0-1, the verify's 2-3);
+ *            --locality P: each of a verify row's experts is one of the
+ *            row before's with probability P (0: random routing), with
+ *            SPLASH_Q4_PLAN_GROUP=2 / 4 the case for the planned groups'
+ *            size.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -576,26 +580,34 @@ static double grouped_diff(GroupCtx *c, float *ref, float *tmp, int ref_set) {
     return den > 0 ? sqrt(num / den) : 1.0;
 }
 
-static int bench_grouped(int sweep, FILE *csv) {
+static int bench_grouped(int sweep, FILE *csv, double locality) {
     static const struct {
         const char *name;
         int rows, cols, down;
     } kG[] = {{"experts gate|up", 512, 2048, 0}, {"experts down", 2048, 512, 1}};
     const int S = G_VROWS * (G_K + 1);
-    /* the id sets: per row 8 distinct routed experts, then the shared one */
+    /* the id sets: per row 8 distinct routed experts, then the shared one; with
+     * locality p each of a row's experts is, with probability p, one of the row
+     * before's (neighbouring tokens share experts: p = 0 is random routing) */
     int32_t *idx_h = (int32_t *)malloc(sizeof(int32_t) * G_SETS * S);
     uint32_t st = 12345u;
+    int repeats = 0;
     for (int set = 0; set < G_SETS; set++)
         for (int r = 0; r < G_VROWS; r++) {
             int32_t *row = idx_h + (size_t)set * S + r * (G_K + 1);
+            const int32_t *prev = r ? row - (G_K + 1) : NULL;
             for (int k = 0; k < G_K; k++) {
                 int e, dup;
+                st = st * 1664525u + 1013904223u;
+                const int from_prev = prev && (double)(st >> 8) / 16777216.0 < locality;
                 do {
                     st = st * 1664525u + 1013904223u;
-                    e = (int)((st >> 8) % G_EXPERTS), dup = 0;
+                    e = from_prev ? prev[(st >> 8) % G_K] : (int)((st >> 8) % G_EXPERTS), dup = 0;
                     for (int j = 0; j < k; j++) dup |= row[j] == e;
                 } while (dup);
                 row[k] = e;
+                if (prev)
+                    for (int j = 0; j < G_K; j++) repeats += prev[j] == e;
             }
             row[G_K] = G_EXPERTS;
         }
@@ -608,8 +620,10 @@ static int bench_grouped(int sweep, FILE *csv) {
     for (int set = 0; set < G_SETS; set++)
         if (splash_q4_group_plan(idx + (size_t)set * S, S, G_EXPERTS + 1, plan + (size_t)set * plan_ints, NULL)) return 1;
     printf("\ngrouped expert products (35B-A3B: %d experts + the shared one, top-%d; decode: 1 row, %d slots; verify: %d rows,"
-           " %d slots planned in groups of %d), events, median\n",
-           G_EXPERTS, G_K, G_K + 1, G_VROWS, S, splash_q4_plan_group());
+           " %d slots planned in groups of %d; locality %.2f: %.1f%% of a row's routed experts the row before's), events,"
+           " median\n",
+           G_EXPERTS, G_K, G_K + 1, G_VROWS, S, splash_q4_plan_group(), locality,
+           100.0 * repeats / ((double)G_SETS * (G_VROWS - 1) * G_K));
     printf("| shape | config (r u s w k wk) decode / (r u s w) verify | decode us | verify us | decode in a graph us | verify in a graph us |\n"
            "|---|---|---|---|---|---|\n");
     for (int gi = 0; gi < 2; gi++) {
@@ -723,6 +737,7 @@ static int bench_grouped(int sweep, FILE *csv) {
 
 int main(int argc, char **argv) {
     int sweep = 0, gemm = 0, grouped = 0;
+    double locality = 0; /* --grouped: the share of a verify row's experts taken from the row before */
     const char *csv_path = NULL, *only = NULL, *scan = NULL;
     int m_only = 0; /* --m M: time that M only (a profiler's single launch) */
     NVAR = splash_q4_compiled_variants(kVariants, MAXVAR);
@@ -735,9 +750,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--m") && i + 1 < argc) m_only = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rows-scan") && i + 1 < argc) scan = argv[++i];
+        else if (!strcmp(argv[i], "--locality") && i + 1 < argc) locality = atof(argv[++i]);
         else {
             fprintf(stderr, "usage: %s [--sweep] [--csv FILE] [--only NAME,NAME...] [--m M] | --gemm [--only NAME,...] | "
-                            "--rows-scan NAME | --grouped [--sweep] [--csv FILE]\n",
+                            "--rows-scan NAME | --grouped [--sweep] [--csv FILE] [--locality P]\n",
                     argv[0]);
             return 2;
         }
@@ -751,7 +767,7 @@ int main(int argc, char **argv) {
            prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9);
     for (int i = 0; i < 2 * NRUN; i++) SPLASH_CUDA_CHECK(cudaEventCreate(&ev[i]));
     if (gemm) return bench_gemm(only);
-    if (grouped) return bench_grouped(sweep, csv);
+    if (grouped) return bench_grouped(sweep, csv, locality);
     if (scan) return rows_scan(scan, prop.multiProcessorCount);
 
     /* Ceilings. */
