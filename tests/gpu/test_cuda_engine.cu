@@ -24,12 +24,12 @@
  *                           the speculative cycle is lossless (tokens and
  *                           rows equal to plain decoding), and it drafted
  *                           (the random dflash-tiny is rarely accepted)
- *   oracle block 8          CUDA with the oracle test draft (runtime/draft.h)
+ *   oracle block 8, 16      CUDA with the oracle test draft (runtime/draft.h)
  *                           proposing each prompt's block-1 continuation, the
- *                           first 0 / 1 / 3 / 7 of a block right: the same
- *                           tokens and rows, every cycle accepting what the
- *                           oracle made acceptable (the commits of 0..7
- *                           verify rows on the CUDA model)
+ *                           first 0 / 1 / 3 / 7 (0 / 5 / 11 / 15) of a block
+ *                           right: the same tokens and rows, every cycle
+ *                           accepting what the oracle made acceptable (the
+ *                           commits of 0..15 verify rows on the CUDA model)
  *   CUDA draft ~ CPU draft  block 8 with the package's draft on both
  *                           engines: the cycles at the same positions propose
  *                           the same tokens (the GPU's draft reads the
@@ -316,10 +316,11 @@ static void test_package(const char *dir, const char *name, int has_draft) {
 
     /* the oracle draft: prompt p's cycles propose its block-1 continuation, the first
      * kk[p] of each block right, so every cycle accepts exactly min(kk, proposals)
-     * and the commits of 0, 1, 3 and 7 rows run on the CUDA model */
-    {
-        static const int kk[NPROMPT] = {0, 1, 3, 7};
-        splash_draft *d = splash_draft_oracle_new(512, 8);
+     * and the commits of 0..15 rows run on the CUDA model */
+    for (int bi = 0; bi < 2; bi++) {
+        static const int blocks[2] = {8, 16}, kks[2][NPROMPT] = {{0, 1, 3, 7}, {0, 5, 11, 15}};
+        const int block = blocks[bi], *kk = kks[bi];
+        splash_draft *d = splash_draft_oracle_new(512, block);
         for (int p = 0; p < NPROMPT && d; p++) {
             int32_t seq[64 + NOUT + 1];
             memcpy(seq, g_prompts[p], sizeof(int32_t) * (size_t)g_plen[p]);
@@ -332,7 +333,7 @@ static void test_package(const char *dir, const char *name, int has_draft) {
             fprintf(stderr, "FATAL oracle draft\n");
             exit(1);
         }
-        e = start(pkg, "cuda", 8, d);
+        e = start(pkg, "cuda", block, d);
         jobs_init(spec);
         for (int p = 0; p < NPROMPT; p++) spec[p].seed = (uint64_t)kk[p];
         run(e, spec, NPROMPT);
@@ -344,11 +345,14 @@ static void test_package(const char *dir, const char *name, int has_draft) {
             const splash_gen_take *t = &spec[p].t;
             ok &= same(&base[p], &spec[p], 1) && t->accepted <= kk[p] * t->cycles;
             if (kk[p] == 0) ok &= t->accepted == 0;
-            if (kk[p] == 7) ok &= t->accepted == t->drafted && t->accepted > 0;
+            if (kk[p] == block - 1) ok &= t->accepted == t->drafted && t->accepted > 0;
             accepted += t->accepted;
         }
-        snprintf(msg, sizeof msg, "agreeing 0 / 1 / 3 / 7 a cycle: %d accepted", accepted);
-        check(ok, name, "oracle block 8 = block 1", msg);
+        snprintf(msg, sizeof msg, "agreeing %d / %d / %d / %d a cycle: %d accepted", kk[0], kk[1], kk[2], kk[3],
+                 accepted);
+        char what[40];
+        snprintf(what, sizeof what, "oracle block %d = block 1", block);
+        check(ok, name, what, msg);
     }
 
     e = start(pkg, "cpu", 1, NULL);
