@@ -24,6 +24,9 @@
  *                           the speculative cycle is lossless (tokens and
  *                           rows equal to plain decoding), and it drafted
  *                           (the random dflash-tiny is rarely accepted)
+ *   8 requests on 4 lanes   the four prompts twice at once, block 8: four wait
+ *                           and take over finished lanes (slots, draft lanes
+ *                           and cached prefixes reused), the same bits
  *   oracle block 8, 16      CUDA with the oracle test draft (runtime/draft.h)
  *                           proposing each prompt's block-1 continuation, the
  *                           first 0 / 1 / 3 / 7 (0 / 5 / 11 / 15) of a block
@@ -312,6 +315,19 @@ static void test_package(const char *dir, const char *name, int has_draft) {
                  (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
                  (unsigned long long)st.spec_accepted);
         check(ok && st.spec_drafted > 0 && strcmp(st.draft, "none"), name, "block 8 = block 1 (tokens, rows)", msg);
+
+        /* eight requests on the four lanes (four wait, then take over finished lanes:
+         * the CUDA model's slots and the draft's lanes reused, cached prefixes restored) */
+        e = start(pkg, "cuda", 8, NULL);
+        Job eight[2 * NPROMPT];
+        jobs_init(eight), jobs_init(eight + NPROMPT);
+        const int n_keep = g_nprops;
+        run(e, eight, 2 * NPROMPT);
+        g_nprops = n_keep;
+        splash_engine_free(e);
+        ok = 1;
+        for (int i = 0; i < 2 * NPROMPT; i++) ok &= same(&base[i % NPROMPT], &eight[i], 1);
+        check(ok, name, "8 requests on 4 lanes, block 8 = block 1", NULL);
     }
 
     /* the oracle draft: prompt p's cycles propose its block-1 continuation, the first
