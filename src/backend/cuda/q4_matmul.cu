@@ -757,16 +757,14 @@ const Preset kH200[] = {
     {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {4, 2, 1, 4, 0, 0}}},  /* attn q|k|v */
     {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {4, 2, 1, 4, 0, 0}}},  /* gdn qkv|z|b|a */
     {34816, 5120, 1, 4, {{4, 2, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn gate|up */
-    /* the 35B-A3B's experts (and its shared expert's down), mostly launched grouped (8
-     * slots x gate, up at decode): the generic rule's ksplit 8 left a block one group
-     * of 64 columns between two cluster barriers (gate|up 24.4 us for 9.4 MB in a
-     * decode graph); ksplit 2: the grouped step 47.8 -> 28.4 us at 1 row, 279 -> 99 us
-     * at 8 rows (test_cuda_ops), the host-driven step 7-17% slower (verify lanes of
-     * more than 16 rows only) */
-    /* session 17, bench_q4_matmul --grouped --sweep (events, one row's 9 slots / 8 rows' 72 planned):
-     * ksplit 1 and wk 2 / 1 with the decode classes' configs apart from the verify classes'
-     * (grouped launches pick the class by slots / 8): gate|up 13.0 -> 9.7 us / 46.5 -> 25.7,
-     * down 9.2 -> 7.7 / 26.2 -> 17.0 */
+    /* the 35B-A3B's experts (and its shared expert's down), mostly launched grouped (9
+     * slots x gate, up at decode).  Session 6 left the generic rule's ksplit 8 (a block
+     * had one group of 64 columns between two cluster barriers) for ksplit 2 (the grouped
+     * step 47.8 -> 28.4 us at 1 row, 279 -> 99 us at 8 rows, test_cuda_ops); session 17
+     * swept the grouped launches themselves (bench_q4_matmul --grouped --sweep, events,
+     * one row's 9 slots / 8 rows' 72 planned): ksplit 1 and wk 2 / 1, the decode classes'
+     * configs apart from the verify classes' (grouped launches pick the class by slots /
+     * 8): gate|up 13.0 -> 9.7 us / 46.5 -> 25.7, down 9.2 -> 7.7 / 26.2 -> 17.0 */
     {512, 2048, 1, 2, {{1, 8, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},    /* experts gate, up */
     {2048, 512, 1, 1, {{1, 4, 1, 4, 0, 0}, {1, 4, 1, 4, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},    /* experts down */
     /* the 35B-A3B's dense stacks (session 15; M = 1 in events, swept vs the generic rule): GDN
