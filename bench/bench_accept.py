@@ -2,16 +2,21 @@
 """bench_accept.py - mean acceptance length and decode speed of a package's draft, through the engine.
 
 Starts `splash serve` on a free loopback port once per block size, sends every prompt of a
-chat-prompt file (one {"messages": [...]} per line) to /v1/chat/completions one at a time, and sums
+chat-prompt file (one {"messages": [...]} per line) to /v1/chat/completions one at a time (--lanes N:
+N at a time, the server with N lanes, so the engine's steps run N lanes' cycles together), and sums
 the `timings` the server returns (llama.cpp's names): predicted_n, predicted_ms, draft_n,
 draft_n_accepted, decode_cycles.  Prints one table row per (block size, temperature):
 
   mean acceptance length = tokens emitted by decode cycles / cycles
                          = (accepted proposals + cycles) / cycles   (the anchor's token counts, as in DFlash)
-  decode tok/s           = decoded tokens / decode time, summed over the prompts
+  decode tok/s           = decoded tokens / decode time, summed over the prompts (a request's speed)
+  wall tok/s             = decoded tokens / the row's wall-clock time (the server's throughput, which
+                           --lanes N raises; it includes the prompts' prefill)
   speed-up               = decode tok/s / the block-1 row's at the same temperature
   ms a cycle per phase   = the engine's seconds in draft / verify / accept / commit (/status
                            speculation.seconds, the difference over the row's requests) / cycles
+  ms a step per phase    = the same / decode-only engine steps (/status speculation.steps): with
+                           --lanes N a step holds up to N lanes' cycles
 and, for T=0, how many greedy replies equal the smallest block's (lossless decoding: all of them).
 
 Greedy rows are deterministic; T=1 rows use a fixed seed per prompt, so reruns draw the same numbers
@@ -20,9 +25,10 @@ which lossless verification makes invisible in distribution, not draw by draw).
 
   python3 bench/bench_accept.py [--splash build/splash] [--model PKG] [--blocks 1,8]
                                 [--temperatures 0,1] [--max-tokens 256] [--prompts FILE] [--threads N]
-                                [--device auto|cuda|cpu]
+                                [--device auto|cuda|cpu] [--lanes N]
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -35,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def start_server(args, block):
-    cmd = [args.splash, "serve", "--port", "0", "--no-webui", "--block-size", str(block), "--max-lanes", "1"]
+    cmd = [args.splash, "serve", "--port", "0", "--no-webui", "--block-size", str(block), "--max-lanes", str(args.lanes)]
     if args.model:
         cmd += ["--model", args.model]
     if args.threads:
@@ -63,9 +69,11 @@ def chat(port, messages, temperature, seed, max_tokens):
 
 
 def status_seconds(port):
-    """The engine's cumulative seconds per decode-cycle phase (/status speculation.seconds)."""
+    """The engine's cumulative seconds per decode-cycle phase (/status speculation.seconds) and its
+    decode-only steps."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=30) as r:
-        return json.loads(r.read())["speculation"]["seconds"]
+        spec = json.loads(r.read())["speculation"]
+        return dict(spec["seconds"], steps=spec.get("steps", 0))
 
 
 def main():
@@ -80,6 +88,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="", help="auto|cuda|cpu (default: serve's)")
     ap.add_argument("--seed", type=int, default=20261130)
+    ap.add_argument("--lanes", type=int, default=1, help="requests in flight at once (the server's lanes)")
     args = ap.parse_args()
     prompts = [json.loads(line)["messages"] for line in open(args.prompts) if line.strip()]
     if args.limit:
@@ -95,8 +104,12 @@ def main():
                 s = dict(tokens=0, ms=0.0, drafted=0, accepted=0, cycles=0)
                 before = status_seconds(port)
                 texts = []
-                for i, msgs in enumerate(prompts):
-                    reply = chat(port, msgs, t, args.seed + i, args.max_tokens)
+                t0 = time.time()
+                with concurrent.futures.ThreadPoolExecutor(max_workers=max(args.lanes, 1)) as pool:
+                    replies = list(pool.map(lambda im: chat(port, im[1], t, args.seed + im[0], args.max_tokens),
+                                            enumerate(prompts)))
+                s["wall"] = time.time() - t0
+                for reply in replies:
                     tm = reply["timings"]
                     texts.append(reply["choices"][0]["message"].get("content") or "")
                     s["tokens"] += max(tm["predicted_n"] - 1, 0)  # the first token comes from prefill
@@ -114,11 +127,11 @@ def main():
             proc.terminate()
             proc.wait(timeout=30)
     base = {t: s for b, t, s in rows if b == 1}
-    print(f"prompts: {len(prompts)} from {os.path.relpath(args.prompts)}, max_tokens {args.max_tokens}"
-          + (f", device {args.device}" if args.device else ""))
+    print(f"prompts: {len(prompts)} from {os.path.relpath(args.prompts)}, max_tokens {args.max_tokens}, "
+          f"lanes {args.lanes}" + (f", device {args.device}" if args.device else ""))
     print("| block | T | decoded tokens | cycles | drafted | accepted | mean acceptance length | decode tok/s | speed-up vs block 1 "
-          "| ms a cycle: draft / verify / accept / commit |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| wall tok/s | ms a cycle: draft / verify / accept / commit | ms a step: draft / verify / accept / commit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for b, t, s in rows:
         tps = 1e3 * s["tokens"] / s["ms"] if s["ms"] > 0 else 0.0
         acc = (s["accepted"] + s["cycles"]) / s["cycles"] if s["cycles"] else 0.0
@@ -127,8 +140,11 @@ def main():
             sp = f"{tps / (1e3 * base[t]['tokens'] / base[t]['ms']):.2f}x"
         ph = " / ".join(f"{1e3 * s[k] / s['cycles']:.3f}" if s["cycles"] else "-"
                         for k in ("draft", "verify", "accept", "commit"))
+        pst = " / ".join(f"{1e3 * s[k] / s['steps']:.3f}" if s["steps"] else "-"
+                         for k in ("draft", "verify", "accept", "commit"))
+        wall = s["tokens"] / s["wall"] if s["wall"] > 0 else 0.0
         print(f"| {b} | {t:g} | {s['tokens']} | {s['cycles']} | {s['drafted']} | {s['accepted']} | {acc:.3f} | {tps:.1f} | {sp} "
-              f"| {ph} |")
+              f"| {wall:.1f} | {ph} | {pst} |")
     if len(greedy) > 1:
         ref_block = min(greedy)
         for b in sorted(greedy):

@@ -107,10 +107,12 @@ void srv_status(const srv_request *q, srv_reply *r) {
               (unsigned long long)atomic_load(&s->n_streams_open));
     sb_printf(&r->body, /* the decode cycle */
               ",\"speculation\":{\"draft\":\"%s\",\"block_size\":%d,\"cycles\":%llu,\"drafted\":%llu,\"accepted\":%llu"
-              ",\"tokens_per_cycle\":%.3f,\"seconds\":{\"draft\":%.6f,\"verify\":%.6f,\"accept\":%.6f,\"commit\":%.6f}}}",
+              ",\"tokens_per_cycle\":%.3f,\"steps\":%llu"
+              ",\"seconds\":{\"draft\":%.6f,\"verify\":%.6f,\"accept\":%.6f,\"commit\":%.6f}}}",
               st.draft, st.block_size, (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
               (unsigned long long)st.spec_accepted,
               st.spec_cycles ? (double)(st.spec_accepted + st.spec_cycles) / (double)st.spec_cycles : 0.0,
+              (unsigned long long)st.spec_steps,
               st.spec_draft_seconds, st.spec_verify_seconds, st.spec_accept_seconds, st.spec_commit_seconds);
     r->status = 200;
     r->content_type = "application/json";

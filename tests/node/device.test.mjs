@@ -77,8 +77,10 @@ test("serve prints the device; the default model's draft waits for --block-size"
         assert.ok(j.timings.draft_n > 0 && j.timings.draft_n_accepted > 0, JSON.stringify(j.timings));
         assert.ok(j.timings.decode_cycles < j.timings.predicted_n - 1, JSON.stringify(j.timings));
         // the engine's time in each phase of the cycles, in /status and /metrics
-        const sec = (await (await fetch(srv.base + "/status")).json()).speculation.seconds;
+        const spec = (await (await fetch(srv.base + "/status")).json()).speculation, sec = spec.seconds;
         assert.ok(sec.draft > 0 && sec.verify > 0 && sec.accept >= 0 && sec.commit >= 0, JSON.stringify(sec));
+        // one request: every decode-only step ran its one cycle (the first token comes from prefill)
+        assert.ok(spec.steps > 0 && spec.steps <= spec.cycles, JSON.stringify(spec));
         const metrics = await (await fetch(srv.base + "/metrics")).text();
         const drafted = metrics.match(/^splash_spec_seconds_total\{phase="draft"\} ([0-9.e+-]+)$/m);
         assert.ok(drafted && Number(drafted[1]) >= sec.draft, metrics);
