@@ -59,6 +59,13 @@ typedef struct splash_draft_req {
     splash_spec_q *q;   /* [n] out: each proposal's q (SPLASH_DRAFT_SPARSE) */
 } splash_draft_req;
 
+/* One lane's committed rows of taps (append_lanes). */
+typedef struct splash_draft_taps {
+    int lane, pos;
+    const float *taps; /* [n][n_taps * hidden] */
+    int n;
+} splash_draft_taps;
+
 typedef struct splash_draft_ops {
     /* Fills logits [n][vocab] and returns SPLASH_DRAFT_LOGITS, fills
      * tokens[n] and returns SPLASH_DRAFT_TOKENS, or fills tokens[n] and
@@ -73,6 +80,20 @@ typedef struct splash_draft_ops {
      * the same device): read before it returns (the next forward rewrites
      * them).  NULL: the draft takes host rows only. */
     int (*append_device)(void *impl, int lane, int pos, const float *taps, int n, splash_error *err);
+    /* propose for n requests at once (a draft whose cost is reading its
+     * weights drafts them together: one forward for the lanes of a cycle):
+     * request i fills logits[i] / tokens[i] / r[i].q as propose would and
+     * kinds[i] is what propose would return (a negative status: that request
+     * failed, err says why).  Each request's proposals must be the ones
+     * propose gives it alone.  Returns 0.  NULL: the engine calls propose
+     * lane by lane. */
+    int (*propose_lanes)(void *impl, const splash_draft_req *r, int n, float *const *logits, int32_t *const *tokens,
+                         int *kinds, splash_error *err);
+    /* append (on_device: append_device) for n lanes at once, one pass of the
+     * draft's products for all their rows; status[i]: 0 or that lane's
+     * failure (err says why).  Each lane's state must be what append gives
+     * it alone.  Returns 0.  NULL: the engine appends lane by lane. */
+    int (*append_lanes)(void *impl, const splash_draft_taps *t, int n, int on_device, int *status, splash_error *err);
 } splash_draft_ops;
 
 typedef struct splash_draft {

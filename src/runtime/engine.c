@@ -145,6 +145,9 @@ typedef struct lane {
     int logit_row;        /* this step: index into logits (or the TOP rows when use_top), or -1 */
     int use_top;          /* this step: the lane's rows come back as TOP rows (top_ids / top_logits) */
     int in_batch, decoding;
+    int cycling;          /* this step: committed a cycle, its later phases (cycle_end) due */
+    int32_t out[SPLASH_DRAFT_MAX_BLOCK]; /* ... the cycle's decided tokens, */
+    int cy_k, cy_j, cy_good, cy_c, cy_n0; /* accepted, emitted - 1, rows that stand, committed, n_past before */
     int overtaken;        /* the scheduler's count (scheduler.h) */
     uint64_t arrival;     /* admission order */
     splash_token_history hist;
@@ -191,6 +194,13 @@ struct splash_engine {
     /* the speculative cycle */
     splash_draft *draft;  /* NULL: block size 1 */
     int own_draft;
+    int draft_lanes;      /* the draft's propose_lanes drafts a cycle's lanes in one call (SPLASH_DRAFT_LANES=0: lane by lane) */
+    splash_draft_req *dreq; /* [max_lanes] a cycle's requests to the draft, */
+    lane **dwho;          /* their lanes, */
+    float **dlog;         /* the lanes' logits and proposals buffers, */
+    int32_t **dtok;
+    int *dkind;           /* and the draft's answers */
+    splash_draft_taps *dtaps; /* [max_lanes] a cycle phase's appends to the draft */
     int block, max_block; /* default rows per decoding lane, and the most a gen may ask */
     splash_dist q;        /* draft distribution scratch (spec.h) */
     size_t model_snap;    /* bytes of the model's part of a snapshot (the draft's follows) */
@@ -657,8 +667,9 @@ static int lane_emit(splash_engine *e, lane *l, const float *rows, const int32_t
     return 0;
 }
 
-/* Before the forward: the lane's proposals.  0, or 1 when the lane ended. */
-static int cycle_propose(splash_engine *e, lane *l) {
+/* Before the forward: how many proposals the lane wants (l->n_props) and,
+ * when any, its request to the draft in r.  1 when it wants some. */
+static int cycle_want(splash_engine *e, lane *l, splash_draft_req *r) {
     splash_gen *g = l->g;
     int np = lane_block(e, g) - l->n_feed, left = g->max_tokens - l->n_out - 1; /* the last token needs no proposal */
     if (np > left) np = left;
@@ -666,15 +677,20 @@ static int cycle_propose(splash_engine *e, lane *l) {
     l->n_props = np;
     l->dkind = 0;
     if (!np) return 0;
-    int n_seq = l->n_past + l->n_feed; /* seq[n_seq - 1] is the anchor */
-    splash_draft_req r = {l->slot, l->seq, n_seq, np, &g->sp, l->dq};
-    splash_error err = {0};
-    int kind = e->draft->ops->propose(e->draft->impl, &r, l->dlogits, l->props, &err);
+    *r = (splash_draft_req){l->slot, l->seq, l->n_past + l->n_feed, np, &g->sp, l->dq}; /* seq[n_seq - 1]: the anchor */
+    return 1;
+}
+
+/* After the draft answered r with kind: the proposals checked (and selected
+ * from the draft's logits).  0, or 1 when the lane ended. */
+static int cycle_proposed(splash_engine *e, lane *l, const splash_draft_req *r, int kind, splash_error *err) {
+    splash_gen *g = l->g;
+    const int np = r->n;
     if (kind == SPLASH_DRAFT_LOGITS &&
-        splash_spec_select(e->sampler, &e->q, &g->sp, &l->hist, l->dlogits, np, (uint64_t)n_seq, l->props, &err))
+        splash_spec_select(e->sampler, &e->q, &g->sp, &l->hist, l->dlogits, np, (uint64_t)r->n_seq, l->props, err))
         kind = SPLASH_E_INVALID;
     if (kind != SPLASH_DRAFT_LOGITS && kind != SPLASH_DRAFT_TOKENS && kind != SPLASH_DRAFT_SPARSE) {
-        lane_end(e, l, SPLASH_FINISH_ERROR, err.msg[0] ? err.msg : "the draft failed");
+        lane_end(e, l, SPLASH_FINISH_ERROR, err->msg[0] ? err->msg : "the draft failed");
         return 1;
     }
     for (int i = 0; i < np; i++)
@@ -683,21 +699,48 @@ static int cycle_propose(splash_engine *e, lane *l) {
             return 1;
         }
     l->dkind = kind;
-    if (e->on_propose) e->on_propose(e->hook_ctx, g, n_seq, l->props, np);
+    if (e->on_propose) e->on_propose(e->hook_ctx, g, r->n_seq, l->props, np);
     return 0;
 }
 
-/* Taps rows [r0, r1) of the lane's rows this step (row r at position
- * n_past0 + r; the lane's first TAPS row is row `first`) into the draft. */
+/* Before the forward: the proposals of every decoding lane in the plan, from
+ * one call for all of them when the draft drafts lanes together. */
+static void cycle_propose(splash_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        if (l->g && e->slanes[i].rows && l->decoding && cycle_want(e, l, &e->dreq[n])) {
+            e->dwho[n] = l;
+            e->dlog[n] = l->dlogits;
+            e->dtok[n++] = l->props;
+        }
+    }
+    if (!n) return;
+    const splash_draft_ops *o = e->draft->ops;
+    splash_error err = {0};
+    if (o->propose_lanes && n > 1 && e->draft_lanes)
+        o->propose_lanes(e->draft->impl, e->dreq, n, e->dlog, e->dtok, e->dkind, &err);
+    else
+        for (int i = 0; i < n; i++) e->dkind[i] = o->propose(e->draft->impl, &e->dreq[i], e->dlog[i], e->dtok[i], &err);
+    for (int i = 0; i < n; i++) cycle_proposed(e, e->dwho[i], &e->dreq[i], e->dkind[i], &err);
+}
+
+/* The draft's taps of rows [r0, r1) of the lane's rows this step (row r at
+ * position n_past0 + r; the lane's first TAPS row is row `first`). */
+static splash_draft_taps lane_taps(const splash_engine *e, const lane *l, int n_past0, int first, int r0, int r1) {
+    size_t w = (size_t)e->draft->n_taps * e->needs->hidden, at = (size_t)(l->tap_row + r0 - first) * w;
+    const float *base = e->device_taps ? splash_model_device_taps(e->model) : e->taps;
+    return (splash_draft_taps){l->slot, n_past0 + r0, base + at, r1 - r0};
+}
+
+/* Taps rows [r0, r1) of the lane's rows this step into the draft (lane_taps).  1 when the lane ended. */
 static int draft_append(splash_engine *e, lane *l, int n_past0, int first, int r0, int r1) {
     if (!e->draft || !e->draft->n_taps || r1 <= r0) return 0;
-    size_t w = (size_t)e->draft->n_taps * e->needs->hidden, at = (size_t)(l->tap_row + r0 - first) * w;
+    splash_draft_taps t = lane_taps(e, l, n_past0, first, r0, r1);
     splash_error err = {0};
     const splash_draft_ops *o = e->draft->ops;
-    int rc = e->device_taps
-                 ? o->append_device(e->draft->impl, l->slot, n_past0 + r0, splash_model_device_taps(e->model) + at,
-                                    r1 - r0, &err)
-                 : o->append(e->draft->impl, l->slot, n_past0 + r0, e->taps + at, r1 - r0, &err);
+    int rc = e->device_taps ? o->append_device(e->draft->impl, t.lane, t.pos, t.taps, t.n, &err)
+                            : o->append(e->draft->impl, t.lane, t.pos, t.taps, t.n, &err);
     if (rc) {
         lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
         return 1;
@@ -718,11 +761,15 @@ static void lane_decode_snapshot(splash_engine *e, lane *l) {
 }
 
 /* After the decode forward (VERIFY rows, or one PREFILL row when nothing was
- * proposed: verified = 0, nothing to commit): decide, commit, feed the draft, emit. */
-static void cycle_finish(splash_engine *e, lane *l, spec_times *tm, int verified) {
+ * proposed: verified = 0, nothing to commit), a cycle ends in phases run for
+ * all its lanes (cycle_end): decide and commit (this function), the draft
+ * fed the taps of the rows up to the commit, the pages and a snapshot, the
+ * draft fed the rest, emit.  The draft then sees every lane's rows of a phase
+ * at once (append_lanes).  0, or 1 when the lane ended. */
+static int cycle_commit(splash_engine *e, lane *l, spec_times *tm, int verified) {
     splash_gen *g = l->g;
     int nf = l->n_feed, np = l->n_props, pt = e->needs->page_tokens, n0 = l->n_past;
-    int32_t forced[SPLASH_DRAFT_MAX_BLOCK], out[SPLASH_DRAFT_MAX_BLOCK];
+    int32_t forced[SPLASH_DRAFT_MAX_BLOCK];
     if (g->script)
         for (int i = 0; i <= np; i++) forced[i] = script_token(e, g, l->n_out + i);
     splash_spec_block b = lane_rows(e, l); /* rows nf-1 .. nf-1+np */
@@ -734,17 +781,17 @@ static void cycle_finish(splash_engine *e, lane *l, spec_times *tm, int verified
     b.sparse = l->dkind == SPLASH_DRAFT_SPARSE ? l->dq : NULL;
     splash_error err = {0};
     double t = splash_now();
-    int k = splash_spec_decide(e->sampler, &e->q, &g->sp, &l->hist, &b, out, &err);
+    int k = splash_spec_decide(e->sampler, &e->q, &g->sp, &l->hist, &b, l->out, &err);
     tm->accept += splash_now() - t;
     if (k < 0) {
         lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
-        return;
+        return 1;
     }
     t = splash_now();
     /* rows whose inputs stand: the feed and the accepted proposals before any stop token */
     int j = k;
     for (int i = 0; i <= k; i++)
-        if (is_stop(e, out[i])) {
+        if (is_stop(e, l->out[i])) {
             j = i;
             break;
         }
@@ -752,20 +799,57 @@ static void cycle_finish(splash_engine *e, lane *l, spec_times *tm, int verified
     if (e->use_cache && (n0 / pt + 1) * pt < n0 + c) c = (n0 / pt + 1) * pt - n0; /* stop on the page boundary */
     if (verified && splash_model_commit(e->model, l->slot, c, &err)) {
         lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
-        return;
+        return 1;
     }
     l->n_past += c;
-    /* the draft holds positions before the anchor (row nf-1): first up to the commit, so a
-     * snapshot there has both states at the same position, then the rest */
     for (int r = nf; r < good; r++) l->seq[n0 + r] = l->props[r - nf];
-    l->seq[n0 + good] = out[j];
-    if (draft_append(e, l, n0, nf - 1, nf - 1, c)) return;
-    lane_insert_pages(e, l);
-    lane_decode_snapshot(e, l);
-    if (draft_append(e, l, n0, nf - 1, c > nf - 1 ? c : nf - 1, good)) return;
+    l->seq[n0 + good] = l->out[j];
+    l->cy_k = k, l->cy_j = j, l->cy_good = good, l->cy_c = c, l->cy_n0 = n0;
+    tm->commit += splash_now() - t;
+    return 0;
+}
+
+/* Phase `part` of the draft's feeding for the cycling lanes: the draft holds
+ * positions before the anchor (row nf-1), first up to the commit (part 0), so
+ * a snapshot there has both states at the same position, then the rest
+ * (part 1).  One call for all lanes when the draft appends lanes together. */
+static void cycle_append(splash_engine *e, int part) {
+    if (!e->draft || !e->draft->n_taps) return;
+    int n = 0;
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        if (!l->g || !l->cycling) continue;
+        int first = l->n_feed - 1, r0 = part ? (l->cy_c > first ? l->cy_c : first) : first;
+        int r1 = part ? l->cy_good : l->cy_c;
+        if (r1 <= r0) continue;
+        e->dtaps[n] = lane_taps(e, l, l->cy_n0, first, r0, r1);
+        e->dwho[n++] = l;
+    }
+    if (!n) return;
+    const splash_draft_ops *o = e->draft->ops;
+    splash_error err = {0};
+    if (o->append_lanes && n > 1 && e->draft_lanes) {
+        o->append_lanes(e->draft->impl, e->dtaps, n, e->device_taps, e->dkind, &err);
+        for (int i = 0; i < n; i++)
+            if (e->dkind[i]) lane_end(e, e->dwho[i], SPLASH_FINISH_ERROR, err.msg);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        const splash_draft_taps *t = &e->dtaps[i];
+        int rc = e->device_taps ? o->append_device(e->draft->impl, t->lane, t->pos, t->taps, t->n, &err)
+                                : o->append(e->draft->impl, t->lane, t->pos, t->taps, t->n, &err);
+        if (rc) lane_end(e, e->dwho[i], SPLASH_FINISH_ERROR, err.msg);
+    }
+}
+
+/* The last phase of a lane's cycle: the next feed, the counts, the tokens out. */
+static void cycle_emit(splash_engine *e, lane *l, spec_times *tm) {
+    splash_gen *g = l->g;
+    int nf = l->n_feed, np = l->n_props, k = l->cy_k, j = l->cy_j;
+    double t = splash_now();
     l->n_feed = 0;
-    for (int r = c; r < good; r++) l->feed[l->n_feed++] = r < nf ? l->feed[r] : l->props[r - nf];
-    l->feed[l->n_feed++] = out[j];
+    for (int r = l->cy_c; r < l->cy_good; r++) l->feed[l->n_feed++] = r < nf ? l->feed[r] : l->props[r - nf];
+    l->feed[l->n_feed++] = l->out[j];
     pthread_mutex_lock(&g->mu);
     g->n_drafted += np;
     g->n_accepted += k;
@@ -776,8 +860,27 @@ static void cycle_finish(splash_engine *e, lane *l, spec_times *tm, int verified
     e->spec_cycles++;
     tm->commit += splash_now() - t;
     t = splash_now();
-    lane_emit(e, l, b.target, out, j + 1);
+    lane_emit(e, l, lane_rows(e, l).target, l->out, j + 1);
     tm->accept += splash_now() - t;
+}
+
+/* The phases after cycle_commit, for every lane that committed this step. */
+static void cycle_end(splash_engine *e, spec_times *tm) {
+    double t = splash_now();
+    cycle_append(e, 0);
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        if (!l->g || !l->cycling) continue;
+        lane_insert_pages(e, l);
+        lane_decode_snapshot(e, l);
+    }
+    cycle_append(e, 1);
+    tm->commit += splash_now() - t;
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        if (l->g && l->cycling) cycle_emit(e, l, tm);
+        l->cycling = 0;
+    }
 }
 
 static void step(splash_engine *e) {
@@ -787,10 +890,7 @@ static void step(splash_engine *e) {
     int taps = e->draft && e->draft->n_taps;
     spec_times tm = {0};
     plan(e);
-    for (int i = 0; i < e->max_lanes; i++) { /* the drafts first: their proposals go in the batch */
-        lane *l = &e->lanes[i];
-        if (l->g && e->slanes[i].rows && l->decoding) cycle_propose(e, l);
-    }
+    cycle_propose(e); /* the drafts first: their proposals go in the batch */
     tm.draft = splash_now() - t0;
     e->top_k = 0; /* the TOP entries of this step: what its neediest lane asks */
     for (int i = 0; i < e->max_lanes; i++) {
@@ -873,7 +973,7 @@ static void step(splash_engine *e) {
             continue;
         }
         if (l->decoding) {
-            cycle_finish(e, l, &tm, bl->mode == SPLASH_LANE_VERIFY);
+            l->cycling = !cycle_commit(e, l, &tm, bl->mode == SPLASH_LANE_VERIFY);
             continue;
         }
         int n0 = l->n_past;
@@ -902,6 +1002,7 @@ static void step(splash_engine *e) {
         l->n_feed = 1;
         lane_emit(e, l, sb.target, &tok, 1);
     }
+    cycle_end(e, &tm);
     double dt = splash_now() - t0;
     if (any_prefill) splash_sched_observe(&e->sched, n_rows, dt);
     pthread_mutex_lock(&e->mu);
@@ -1121,6 +1222,12 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     }
     e->lanes = calloc((size_t)e->max_lanes, sizeof *e->lanes);
     e->slanes = calloc((size_t)e->max_lanes, sizeof *e->slanes);
+    e->dreq = calloc((size_t)e->max_lanes, sizeof *e->dreq);
+    e->dwho = calloc((size_t)e->max_lanes, sizeof *e->dwho);
+    e->dlog = calloc((size_t)e->max_lanes, sizeof *e->dlog);
+    e->dtok = calloc((size_t)e->max_lanes, sizeof *e->dtok);
+    e->dkind = calloc((size_t)e->max_lanes, sizeof *e->dkind);
+    e->dtaps = calloc((size_t)e->max_lanes, sizeof *e->dtaps);
     e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes * e->max_block));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
     e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes * (size_t)e->max_block);
@@ -1139,8 +1246,10 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the decode cycle");
         goto fail;
     }
+    const char *dl = getenv("SPLASH_DRAFT_LANES"); /* 0: lane by lane (an A/B switch) */
+    e->draft_lanes = !(dl && !strcmp(dl, "0"));
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
-        !e->top_logits) {
+        !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->dtaps) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
@@ -1241,6 +1350,12 @@ void splash_engine_free(splash_engine *e) {
     splash_package_close(e->pkg);
     free(e->lanes);
     free(e->slanes);
+    free(e->dreq);
+    free(e->dwho);
+    free(e->dlog);
+    free(e->dtok);
+    free(e->dkind);
+    free(e->dtaps);
     free(e->rows);
     free(e->blanes);
     free(e->logits);

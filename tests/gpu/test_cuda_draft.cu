@@ -22,6 +22,12 @@
  *                            restored into lane 1 drafts the same bits as
  *                            lane 0; a CPU snapshot restored on the GPU
  *                            drafts what the CPU drafts
+ *   lanes together           propose_lanes over 6 requests (5 lanes, 80
+ *                            rows: three forwards) = each proposed alone,
+ *                            greedy and T=1, bit for bit
+ *   append lanes together    append_lanes over 6 lanes' rows (two passes,
+ *                            a chunked lane, a seek, a lane twice) = append
+ *                            lane by lane: the snapshots byte for byte
  *   append behind            refused by both
  * Hidden states and logits are compared row by row (relative L2, worst row,
  * bound 1e-4).  Prints one line per check, then a table; exits 1 if a check
@@ -46,7 +52,7 @@ extern "C" {
 #include "models/dflash/cuda_dflash.h"
 
 #define WINDOW 40
-#define LANES 2
+#define LANES 5
 #define MAXB 16
 
 /* ---- results ---------------------------------------------------------------------------- */
@@ -244,6 +250,73 @@ static void case_propose(Fx *f, int lane, int n_seq, int n, double T) {
     free(lc), free(lg);
 }
 
+/* propose_lanes (the blocks of several lanes through one forward) against
+ * propose lane by lane, on the GPU draft: the same tokens and q, bit for bit.
+ * Five blocks of 16 rows: lane 0 at 87, lane 1 at 30, lanes 2-4 empty at 0
+ * (80 rows: two forwards, the first full), then lane 0 again (a lane met twice
+ * starts a new forward). */
+static void case_lanes(Fx *f, double T) {
+    splash_sampling_params sp = {};
+    sp.temperature = T, sp.top_p = 1, sp.repetition_penalty = 1, sp.seed = 99;
+    enum { NR = 6, N = 15 };
+    static const int lane[NR] = {0, 1, 2, 3, 4, 0}, n_seq[NR] = {88, 31, 1, 1, 1, 88};
+    static splash_spec_q qa[NR][MAXB], qt[NR][MAXB];
+    int32_t ta[NR][MAXB], tt[NR][MAXB];
+    float *logits[NR] = {};
+    int32_t *tokens[NR];
+    int kinds[NR];
+    splash_draft_req r[NR];
+    splash_error err = {};
+    int same = f->gpu->ops->propose_lanes != nullptr;
+    for (int i = 0; i < NR; i++) r[i] = {lane[i], f->seq, n_seq[i], N, &sp, qt[i]}, tokens[i] = tt[i];
+    if (same && f->gpu->ops->propose_lanes(f->gpu->impl, r, NR, logits, tokens, kinds, &err)) die("propose_lanes", &err);
+    for (int i = 0; same && i < NR; i++) {
+        splash_draft_req a = r[i];
+        a.q = qa[i];
+        const int k = f->gpu->ops->propose(f->gpu->impl, &a, nullptr, ta[i], &err);
+        if (k < 0) die("GPU propose", &err);
+        same = k == kinds[i] && !memcmp(ta[i], tt[i], sizeof(int32_t) * N);
+        for (int j = 0; same && k == SPLASH_DRAFT_SPARSE && j < N; j++)
+            same = qa[i][j].n == qt[i][j].n && !memcmp(qa[i][j].ids, qt[i][j].ids, sizeof(int32_t) * qa[i][j].n) &&
+                   !memcmp(qa[i][j].p, qt[i][j].p, sizeof(float) * qa[i][j].n);
+    }
+    char w[64];
+    snprintf(w, sizeof w, "lanes together = alone, T=%g", T);
+    report_exact(f->label, w, same);
+}
+
+/* append_lanes against append lane by lane, on the GPU draft: the lanes'
+ * snapshots equal byte for byte.  Six appends: lanes 2 (5 rows), 3 (a seek to
+ * 3, 30 rows), 4 (40 rows: past the pass's 64, a second pass), 0 (3 rows at
+ * 87), 1 (70 rows: chunks of its own) and 2 again (a new pass); then every
+ * lane is put back as it was. */
+static void case_append_lanes(Fx *f) {
+    enum { NT = 6 };
+    static const int lane[NT] = {2, 3, 4, 0, 1, 2}, pos[NT] = {0, 3, 0, 87, 30, 5}, tap0[NT] = {0, 10, 50, 100, 110, 180};
+    static const int rows[NT] = {5, 30, 40, 3, 70, 2};
+    const size_t nb = f->gpu->snapshot_bytes;
+    uint8_t *before = (uint8_t *)malloc(nb * LANES), *together = (uint8_t *)malloc(nb * LANES);
+    uint8_t *alone = (uint8_t *)malloc(nb * LANES);
+    splash_error err = {};
+    const splash_draft_ops *o = f->gpu->ops;
+    for (int l = 0; l < LANES; l++) o->snapshot(f->gpu->impl, l, before + nb * l);
+    splash_draft_taps t[NT];
+    int status[NT], ok = o->append_lanes != nullptr;
+    for (int i = 0; i < NT; i++) t[i] = {lane[i], pos[i], f->taps + (size_t)tap0[i] * f->n_in, rows[i]};
+    if (ok && o->append_lanes(f->gpu->impl, t, NT, 0, status, &err)) die("append_lanes", &err);
+    for (int i = 0; ok && i < NT; i++) ok = status[i] == 0;
+    for (int l = 0; l < LANES; l++) o->snapshot(f->gpu->impl, l, together + nb * l);
+    for (int l = 0; l < LANES; l++)
+        if (o->restore(f->gpu->impl, l, before + nb * l, &err)) die("GPU restore", &err);
+    for (int i = 0; i < NT; i++)
+        if (o->append(f->gpu->impl, lane[i], pos[i], t[i].taps, rows[i], &err)) die("GPU append", &err);
+    for (int l = 0; l < LANES; l++) o->snapshot(f->gpu->impl, l, alone + nb * l);
+    report_exact(f->label, "append lanes together = alone", ok && !memcmp(together, alone, nb * LANES));
+    for (int l = 0; l < LANES; l++)
+        if (o->restore(f->gpu->impl, l, before + nb * l, &err)) die("GPU restore", &err);
+    free(before), free(together), free(alone);
+}
+
 static void case_snapshot(Fx *f) {
     const size_t nb = f->cpu->snapshot_bytes;
     uint8_t *sc = (uint8_t *)malloc(nb), *sg = (uint8_t *)malloc(nb);
@@ -341,6 +414,9 @@ int main(int argc, char **argv) {
         case_propose(&f, 0, 88, 15, 0.0);
         append_both(&f, 1, 10, 100, 20);
         case_block(&f, 1, 4, "lane 1: seek to 10, 20, block 4");
+        case_lanes(&f, 0.0);
+        case_lanes(&f, 1.0);
+        case_append_lanes(&f);
         case_snapshot(&f);
         case_behind(&f);
         splash_draft_free(f.cpu);

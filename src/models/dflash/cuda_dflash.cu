@@ -50,13 +50,33 @@ struct DLayer {
 };
 
 /* The per-call descriptor: pinned on the host, mirrored on the device,
- * uploaded with one copy.  Byte offsets (256-aligned). */
+ * uploaded with one copy.  Byte offsets (256-aligned).  A forward drafts the
+ * blocks of up to `lanes` requests together (Blk below). */
 struct Desc {
-    size_t pos;   /* int32 [R] positions of the rows (block, or an append chunk) */
-    size_t gidx;  /* int32 [max_block] 0 for the anchor row, 1 for the MASK rows */
-    size_t emb;   /* float [2][H] the anchor's and the MASK's input rows */
-    size_t ids;   /* int32 [1 + max_block * top_k] v2: anchor, then each row's candidates (top-k writes them) */
+    size_t pos;   /* int32 [R] positions of the rows (the blocks, or an append chunk) */
+    size_t gidx;  /* int32 [R] each row's input: block i's anchor row i, every MASK row `lanes` */
+    size_t emb;   /* float [lanes + 1][H] the blocks' anchors' input rows, then the MASK's */
+    size_t hrow;  /* int32 [Rh] the rows of the proposals' hidden states (every block's rows 1..B-1) */
+    size_t ids;   /* int32 [lanes][1 + max_block * top_k] per block: anchor, then each row's candidates */
     size_t bytes;
+};
+
+/* One request's block in a forward of several: its rows row0 .. row0+B-1 of
+ * the activations ([anchor, MASK x (B-1)]), its proposals' hidden states and
+ * logits rows hrow0 .. hrow0+B-2 of the head's buffers. */
+struct Blk {
+    const splash_dflash_kv *kv;
+    int32_t anchor;
+    int B, row0, hrow0;
+};
+
+/* One lane's rows in an append pass of several: taps [rows][n_in] for
+ * positions pos0.. (end: the position after the lane's whole append, which
+ * decides what its rings keep), at rows row0.. of the pass. */
+struct ABlk {
+    splash_dflash_kv *kv;
+    const float *taps;
+    int rows, pos0, end, row0;
 };
 
 struct CDraft {
@@ -76,12 +96,14 @@ struct CDraft {
     const float *hidden_norm, *norm, *inv_freq;
     DLayer layers[SPLASH_DFLASH_MAX_LAYERS];
     /* dims */
-    int H, qw, kvw, I, P, K, group, rank, top_k, V, R, n_in;
+    int H, qw, kvw, I, P, K, group, rank, top_k, V, n_in;
+    int R;                           /* rows of a forward: the blocks drafted together, or an append chunk */
+    int Rh;                          /* proposals' rows of a forward (the head's): at most lanes x (max_block - 1) */
     float embed_scale, mult, softcap;
     /* scratch (one device allocation) */
     void *scratch;
     size_t scratch_bytes;
-    float *x, *xn, *xc, *t, *q, *k, *v, *o, *ff, *ff2, *dyn, *in, *logits, *gate, *pv, *sv, *edges, *cval;
+    float *x, *xn, *xc, *t, *q, *k, *v, *o, *ff, *ff2, *dyn, *in, *hid, *logits, *gate, *pv, *sv, *edges, *cval;
     int32_t *ncand, *tok;
     void *ws;                        /* argmax / top-k */
     size_t ws_bytes;
@@ -97,6 +119,9 @@ struct CDraft {
     float *mask_row;                 /* host [H] */
     void *pinned;
     splash_dflash2_row rows[SPLASH_DRAFT_MAX_BLOCK];
+    Blk *blk;                        /* [lanes] the blocks of one forward (propose_lanes) */
+    ABlk *ablk;                      /* [lanes] the lanes of one append pass (append_lanes) */
+    int *who;                        /* [lanes] ... and their requests */
 };
 
 size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -196,89 +221,123 @@ int qk_prep(CDraft *d, const DLayer *L, float *q, float *k, int rows, const int3
 }
 
 /* v2: xc = conv side `side` of src, with the sublayer's base kernels and the
- * dynamic ones in dyn (its kernel projection of the normed input). */
-int conv(CDraft *d, const float *base, int side, const float *src, int rows) {
-    return splash_cuda_dflash_conv(src, (size_t)d->H, rows, d->H, base + (size_t)side * d->K * d->H, d->dyn,
-                                   (size_t)d->P, side, d->K, d->group, d->xc, (size_t)d->H,
-                                   d->stream);
+ * dynamic ones in dyn (its kernel projection of the normed input), block by
+ * block (the conv is causal over a block's rows: blocks drafted together must
+ * not see each other). */
+int conv(CDraft *d, const float *base, int side, const float *src, const Blk *blk, int n) {
+    for (int i = 0; i < n; i++) {
+        const size_t r0 = (size_t)blk[i].row0;
+        TRY(splash_cuda_dflash_conv(src + r0 * d->H, (size_t)d->H, blk[i].B, d->H, base + (size_t)side * d->K * d->H,
+                                    d->dyn + r0 * d->P, (size_t)d->P, side, d->K, d->group, d->xc + r0 * d->H,
+                                    (size_t)d->H, d->stream));
+    }
+    return 0;
 }
 
-/* A sublayer's input from the normed residual xn: xn itself (v1), or its
- * conv side 0 with the kernels projected from xn (v2). */
-int sublayer_in(CDraft *d, const qc_matrix *proj, const float *base, int B, const float **in) {
+/* A sublayer's input from the normed residual xn (rows rows): xn itself
+ * (v1), or its conv side 0 with the kernels projected from xn (v2). */
+int sublayer_in(CDraft *d, const qc_matrix *proj, const float *base, int rows, const Blk *blk, int n,
+                const float **in) {
     *in = d->xn;
     if (!d->v2) return 0;
-    TRY(prod(d, d->xn, (size_t)d->H, B, proj, d->dyn));
-    TRY(conv(d, base, 0, d->xn, B));
+    TRY(prod(d, d->xn, (size_t)d->H, rows, proj, d->dyn));
+    TRY(conv(d, base, 0, d->xn, blk, n));
     *in = d->xc;
     return 0;
 }
 
 /* The residual after a sublayer: x += W in (v1), or x += conv side 1 of W in (v2). */
-int sublayer_out(CDraft *d, const float *in, size_t ld, const qc_matrix *w, const float *base, int B) {
-    if (!d->v2) return prod_add(d, in, ld, B, w, d->x);
-    TRY(prod(d, in, ld, B, w, d->t));
-    TRY(conv(d, base, 1, d->t, B));
-    return splash_cuda_add_rows(d->x, (size_t)d->H, d->xc, (size_t)d->H, B, d->H, d->stream);
+int sublayer_out(CDraft *d, const float *in, size_t ld, const qc_matrix *w, const float *base, int rows,
+                 const Blk *blk, int n) {
+    if (!d->v2) return prod_add(d, in, ld, rows, w, d->x);
+    TRY(prod(d, in, ld, rows, w, d->t));
+    TRY(conv(d, base, 1, d->t, blk, n));
+    return splash_cuda_add_rows(d->x, (size_t)d->H, d->xc, (size_t)d->H, rows, d->H, d->stream);
 }
 
-/* ---- one block ------------------------------------------------------------------------- */
+/* ---- blocks ----------------------------------------------------------------------------- */
 
-/* The block [anchor, MASK x (B-1)] of lane kv through every layer; x holds
- * the residual after, xn its final norm (rows 1..B-1 are the hidden states). */
-int block_forward(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B) {
+/* The per-block ids of the descriptor (anchor, then its rows' candidates). */
+int32_t *block_ids(CDraft *d, uint8_t *desc, int i) {
+    return (int32_t *)(desc + d->dp.ids) + (size_t)i * (1 + (size_t)d->ln.max_block * d->top_k);
+}
+
+/* The blocks blk[0..n) (rows laid out one after the other from row 0, each
+ * [anchor, MASK x (B-1)] of its lane) through every layer together: the
+ * products, norms and MLP over all rows (each weight read once for all
+ * blocks), the conv and the attention block by block over each one's lane.
+ * Then the final norm and hid = the proposals' hidden states (every block's
+ * rows 1..B-1, at hrow0..). */
+int blocks_forward(CDraft *d, const Blk *blk, int n) {
     const splash_dflash_ctx *c = d->c;
     const splash_dflash_dims *dm = &c->d;
     const size_t H = (size_t)d->H;
+    const int rows = blk[n - 1].row0 + blk[n - 1].B, hrows = blk[n - 1].hrow0 + blk[n - 1].B - 1;
     SPLASH_CUDA_TRY(cudaEventSynchronize(d->desc_up)); /* an append may still be uploading it */
     int32_t *pos = (int32_t *)(d->desc_h + d->dp.pos), *gidx = (int32_t *)(d->desc_h + d->dp.gidx);
+    int32_t *hrow = (int32_t *)(d->desc_h + d->dp.hrow);
     float *emb = (float *)(d->desc_h + d->dp.emb);
-    for (int i = 0; i < B; i++) pos[i] = kv->n_ctx + i, gidx[i] = i ? 1 : 0;
-    cpu_dequant_row(c->embed, anchor, emb); /* dflash_ctx.c's embedding, then the v2 scale */
-    if (d->embed_scale != 1.0f)
-        for (size_t i = 0; i < H; i++) emb[i] *= d->embed_scale;
-    memcpy(emb + H, d->mask_row, H * sizeof(float));
-    ((int32_t *)(d->desc_h + d->dp.ids))[0] = anchor;
+    for (int i = 0; i < n; i++) {
+        const Blk &b = blk[i];
+        for (int r = 0; r < b.B; r++) {
+            pos[b.row0 + r] = b.kv->n_ctx + r, gidx[b.row0 + r] = r ? n : i;
+            if (r) hrow[b.hrow0 + r - 1] = b.row0 + r;
+        }
+        cpu_dequant_row(c->embed, b.anchor, emb + i * H); /* dflash_ctx.c's embedding, then the v2 scale */
+        if (d->embed_scale != 1.0f)
+            for (size_t j = 0; j < H; j++) emb[i * H + j] *= d->embed_scale;
+        block_ids(d, d->desc_h, i)[0] = b.anchor;
+    }
+    memcpy(emb + n * H, d->mask_row, H * sizeof(float));
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
     SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
     const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
-    TRY(splash_cuda_gather_rows((const float *)(d->desc_d + d->dp.emb), H, (const int32_t *)(d->desc_d + d->dp.gidx), B,
-                                d->x, H, d->H, d->stream));
+    TRY(splash_cuda_gather_rows((const float *)(d->desc_d + d->dp.emb), H, (const int32_t *)(d->desc_d + d->dp.gidx),
+                                rows, d->x, H, d->H, d->stream));
     const float scale = (float)pow((double)dm->head_dim, -0.5);
     for (int l = 0; l < dm->n_layers; l++) {
         const DLayer *L = &d->layers[l];
         /* attention */
-        TRY(norm_rows(d, d->x, d->xn, L->input_norm, B));
+        TRY(norm_rows(d, d->x, d->xn, L->input_norm, rows));
         const float *ain;
-        TRY(sublayer_in(d, &L->attn_proj, L->attn_base, B, &ain));
+        TRY(sublayer_in(d, &L->attn_proj, L->attn_base, rows, blk, n, &ain));
         const qc_prod qkv[3] = {{&L->q, d->q, 0}, {&L->k, d->k, 0}, {&L->v, d->v, 0}};
-        TRY(qc_products_xp(&d->xp, d->stream, ain, H, B, qkv, 3));
-        TRY(qk_prep(d, L, d->q, d->k, B, pos_d));
-        splash_cuda_dflash_attn_args a = {};
-        a.q = d->q, a.ldq = (size_t)d->qw, a.k = d->k, a.v = d->v, a.ldkv = (size_t)d->kvw;
-        a.ring_k = kv->k[l], a.ring_v = kv->v[l], a.o = d->o, a.ldo = (size_t)d->qw;
-        a.block = B, a.heads = dm->heads, a.kv_heads = dm->kv_heads, a.head_dim = dm->head_dim;
-        a.n_ctx = kv->n_ctx, a.lo = kv->lo, a.cap = kv->cap[l], a.window = dm->sliding[l] ? dm->sliding_window : 0;
-        a.causal = dm->causal[l], a.scale = scale, a.ws = d->attn_ws, a.ws_bytes = d->attn_ws_bytes;
-        TRY(splash_cuda_dflash_attention(&a, d->stream));
-        TRY(sublayer_out(d, d->o, (size_t)d->qw, &L->o, L->attn_base, B));
+        TRY(qc_products_xp(&d->xp, d->stream, ain, H, rows, qkv, 3));
+        TRY(qk_prep(d, L, d->q, d->k, rows, pos_d));
+        for (int i = 0; i < n; i++) { /* the workspace is reused block after block (one stream) */
+            const Blk &b = blk[i];
+            const size_t r0 = (size_t)b.row0;
+            splash_cuda_dflash_attn_args a = {};
+            a.q = d->q + r0 * d->qw, a.ldq = (size_t)d->qw, a.k = d->k + r0 * d->kvw, a.v = d->v + r0 * d->kvw;
+            a.ldkv = (size_t)d->kvw, a.ring_k = b.kv->k[l], a.ring_v = b.kv->v[l];
+            a.o = d->o + r0 * d->qw, a.ldo = (size_t)d->qw;
+            a.block = b.B, a.heads = dm->heads, a.kv_heads = dm->kv_heads, a.head_dim = dm->head_dim;
+            a.n_ctx = b.kv->n_ctx, a.lo = b.kv->lo, a.cap = b.kv->cap[l];
+            a.window = dm->sliding[l] ? dm->sliding_window : 0;
+            a.causal = dm->causal[l], a.scale = scale, a.ws = d->attn_ws, a.ws_bytes = d->attn_ws_bytes;
+            TRY(splash_cuda_dflash_attention(&a, d->stream));
+        }
+        TRY(sublayer_out(d, d->o, (size_t)d->qw, &L->o, L->attn_base, rows, blk, n));
         /* MLP */
-        TRY(norm_rows(d, d->x, d->xn, L->post_norm, B));
+        TRY(norm_rows(d, d->x, d->xn, L->post_norm, rows));
         const float *fin;
-        TRY(sublayer_in(d, &L->ffn_proj, L->ffn_base, B, &fin));
+        TRY(sublayer_in(d, &L->ffn_proj, L->ffn_base, rows, blk, n, &fin));
         const qc_prod gu[2] = {{&L->gate, d->ff, 0}, {&L->up, d->ff2, 0}};
-        TRY(qc_products_xp(&d->xp, d->stream, fin, H, B, gu, 2));
-        TRY(splash_cuda_silu_mul(d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, B, d->I, d->stream));
-        TRY(sublayer_out(d, d->ff, (size_t)d->I, &L->down, L->ffn_base, B));
+        TRY(qc_products_xp(&d->xp, d->stream, fin, H, rows, gu, 2));
+        TRY(splash_cuda_silu_mul(d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, rows, d->I,
+                                 d->stream));
+        TRY(sublayer_out(d, d->ff, (size_t)d->I, &L->down, L->ffn_base, rows, blk, n));
     }
-    return norm_rows(d, d->x, d->xn, d->norm, B);
+    TRY(norm_rows(d, d->x, d->xn, d->norm, rows));
+    return splash_cuda_gather_rows(d->xn, H, (const int32_t *)(d->desc_d + d->dp.hrow), hrows, d->hid, H, d->H,
+                                   d->stream);
 }
 
-/* logits [B-1][V] of the hidden rows (v2: transformed). */
-int block_logits(CDraft *d, int B) {
-    TRY(prod(d, d->xn + d->H, (size_t)d->H, B - 1, &d->lm_head, d->logits));
+/* logits [rows][V] of the proposals' hidden states hid (v2: transformed). */
+int head_logits(CDraft *d, int rows) {
+    TRY(prod(d, d->hid, (size_t)d->H, rows, &d->lm_head, d->logits));
     if (d->v2)
-        TRY(splash_cuda_dflash_logits_transform(d->logits, (size_t)d->V, B - 1, d->V, d->mult, d->softcap, d->stream));
+        TRY(splash_cuda_dflash_logits_transform(d->logits, (size_t)d->V, rows, d->V, d->mult, d->softcap, d->stream));
     return 0;
 }
 
@@ -287,13 +346,13 @@ int codebook_rows(CDraft *d, const qc_matrix *w, const int32_t *ids, int n, floa
     return splash_cuda_embed_rows_dense(&w->dense, ids, n, out, (size_t)d->rank, d->stream);
 }
 
-/* v2: candidates and edge scores of rows 1..B-1 to the host (h_ncand, h_cand, h_edges). */
-int select_edges(CDraft *d, int B) {
-    const int n = B - 1, k = d->top_k;
-    int32_t *ids = (int32_t *)(d->desc_d + d->dp.ids);
-    TRY(splash_cuda_topk(d->logits, (size_t)d->V, n, d->V, k, ids + 1, d->cval, (size_t)k, d->ncand, d->ws,
-                                d->ws_bytes, d->stream));
-    TRY(prod(d, d->xn + d->H, (size_t)d->H, n, &d->hidden_proj, d->gate));
+/* v2: candidates and edge scores of block i's rows to the host (h_ncand, h_cand, h_edges). */
+int select_edges(CDraft *d, const Blk &b, int i) {
+    const int n = b.B - 1, k = d->top_k;
+    int32_t *ids = block_ids(d, d->desc_d, i);
+    TRY(splash_cuda_topk(d->logits + (size_t)b.hrow0 * d->V, (size_t)d->V, n, d->V, k, ids + 1, d->cval, (size_t)k,
+                         d->ncand, d->ws, d->ws_bytes, d->stream));
+    TRY(prod(d, d->hid + (size_t)b.hrow0 * d->H, (size_t)d->H, n, &d->hidden_proj, d->gate));
     TRY(codebook_rows(d, &d->pred, ids, 1 + (n - 1) * k, d->pv));
     TRY(codebook_rows(d, &d->succ, ids + 1, n * k, d->sv));
     TRY(splash_cuda_dflash_edges(d->gate, d->pv, d->sv, d->cval, d->ncand, n, k, d->rank, d->edges, d->stream));
@@ -306,12 +365,12 @@ int select_edges(CDraft *d, int B) {
     return 0;
 }
 
-/* v1 sampling: each row's top_k logits and their values (in h_edges, [row][k]) to the host. */
-int select_top(CDraft *d, int B) {
-    const int n = B - 1, k = d->top_k;
-    int32_t *cand = (int32_t *)(d->desc_d + d->dp.ids) + 1;
-    TRY(splash_cuda_topk(d->logits, (size_t)d->V, n, d->V, k, cand, d->cval, (size_t)k, d->ncand, d->ws,
-                                d->ws_bytes, d->stream));
+/* v1 sampling: each of block i's rows' top_k logits and their values (in h_edges, [row][k]) to the host. */
+int select_top(CDraft *d, const Blk &b, int i) {
+    const int n = b.B - 1, k = d->top_k;
+    int32_t *cand = block_ids(d, d->desc_d, i) + 1;
+    TRY(splash_cuda_topk(d->logits + (size_t)b.hrow0 * d->V, (size_t)d->V, n, d->V, k, cand, d->cval, (size_t)k,
+                         d->ncand, d->ws, d->ws_bytes, d->stream));
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_ncand, d->ncand, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_cand, cand, (size_t)n * k * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
     SPLASH_CUDA_TRY(
@@ -364,83 +423,163 @@ int check_block(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B, sp
 
 /* ---- the draft ops ---------------------------------------------------------------------- */
 
-int cd_propose(void *impl, const splash_draft_req *r, float *, int32_t *tokens, splash_error *err) {
-    CDraft *d = (CDraft *)impl;
+/* A request's block: its lane moved to the anchor's position and the block checked. */
+int prepare_block(CDraft *d, const splash_draft_req *r, Blk *b, splash_error *err) {
     int rc = splash_dflash_lanes_reach(&d->ln, r->lane, r->n_seq - 1, err);
     if (rc) return rc;
-    const int32_t anchor = r->seq[r->n_seq - 1];
-    const int B = r->n + 1;
-    splash_dflash_kv *kv = d->ln.kv[r->lane];
-    if ((rc = check_block(d, kv, anchor, B, err))) return rc;
-    if ((rc = block_forward(d, kv, anchor, B)) || (rc = block_logits(d, B))) return fail_gpu(d, err, rc, "the block");
-    if (d->v2 || r->sp->temperature > 0) { /* proposals with a sparse q, drawn on the host */
-        if (!r->q) return splash_fail(err, SPLASH_E_INVALID, "%s draft: no q buffer", d->ln.name);
-        if ((rc = d->v2 ? select_edges(d, B) : select_top(d, B))) return fail_gpu(d, err, rc, "the candidates");
-        float u[SPLASH_DRAFT_MAX_BLOCK];
-        splash_dflash2_select_args a;
-        splash_dflash2_draft_args(r->sp, (uint64_t)r->n_seq, r->n, u, &a);
-        if ((rc = walk(d, r->n, d->v2, &a, err))) return rc;
-        splash_dflash2_draft_rows(d->rows, r->n, tokens, r->q);
-        return SPLASH_DRAFT_SPARSE;
-    }
-    if ((rc = splash_cuda_argmax(d->logits, (size_t)d->V, r->n, d->V, d->tok, nullptr, d->ws, d->ws_bytes, d->stream)))
-        return fail_gpu(d, err, rc, "the argmax");
-    SPLASH_CUDA_TRY(
-        cudaMemcpyAsync(d->h_tok, d->tok, (size_t)r->n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
-    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
-    for (int i = 0; i < r->n; i++) {
-        if (d->h_tok[i] < 0) return splash_fail(err, SPLASH_E_INVALID, "dflash draft: row %d has no finite logit", i);
-        tokens[i] = d->h_tok[i];
-    }
-    return SPLASH_DRAFT_TOKENS;
+    b->kv = d->ln.kv[r->lane], b->anchor = r->seq[r->n_seq - 1], b->B = r->n + 1;
+    if ((rc = check_block(d, b->kv, b->anchor, b->B, err))) return rc;
+    if ((d->v2 || r->sp->temperature > 0) && !r->q)
+        return splash_fail(err, SPLASH_E_INVALID, "%s draft: no q buffer", d->ln.name);
+    return 0;
 }
 
-/* Up to R committed rows of taps at positions pos0.. into the lane's rings
- * (dflash_ctx.c's append: a layer computes only the positions its ring keeps).
- * Not waited for: the kernels run on the draft's stream while the engine goes
- * on (the next propose, snapshot or restore queues behind them on that stream;
- * the taps are copied out of the caller's buffer before this returns: a
- * pageable host buffer's copy is staged before cudaMemcpyAsync returns, a
- * device buffer's (on_device: the target's, which its next forward rewrites)
- * is waited for). */
-int append_chunk(CDraft *d, splash_dflash_kv *kv, const float *taps, int rows, int pos0, int end, bool on_device) {
+/* The proposals of the blocks blk[0..m) (requests r[who[j]]) from one
+ * forward: a greedy v1 request takes its rows' argmax (one argmax and one copy
+ * for all of them), the others their sparse q's candidates, block by block. */
+void propose_group(CDraft *d, const splash_draft_req *r, const Blk *blk, const int *who, int m,
+                   int32_t *const *tokens, int *kinds, splash_error *err) {
+    const int hrows = blk[m - 1].hrow0 + blk[m - 1].B - 1;
+    int rc = blocks_forward(d, blk, m);
+    if (!rc) rc = head_logits(d, hrows);
+    int greedy = 0;
+    for (int j = 0; j < m; j++) greedy |= !d->v2 && !(r[who[j]].sp->temperature > 0);
+    if (!rc && greedy) {
+        rc = splash_cuda_argmax(d->logits, (size_t)d->V, hrows, d->V, d->tok, nullptr, d->ws, d->ws_bytes, d->stream);
+        cudaError_t e = rc ? cudaSuccess
+                           : cudaMemcpyAsync(d->h_tok, d->tok, (size_t)hrows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                             d->stream);
+        if (e == cudaSuccess && !rc) e = cudaStreamSynchronize(d->stream);
+        if (e != cudaSuccess) rc = SPLASH_E_IO;
+    }
+    if (rc) {
+        rc = fail_gpu(d, err, rc, "the block");
+        for (int j = 0; j < m; j++) kinds[who[j]] = rc;
+        return;
+    }
+    for (int j = 0; j < m; j++) {
+        const splash_draft_req *q = &r[who[j]];
+        const Blk &b = blk[j];
+        int32_t *out = tokens[who[j]];
+        int kind = SPLASH_DRAFT_TOKENS;
+        if (d->v2 || q->sp->temperature > 0) { /* proposals with a sparse q, drawn on the host */
+            float u[SPLASH_DRAFT_MAX_BLOCK];
+            splash_dflash2_select_args a;
+            splash_dflash2_draft_args(q->sp, (uint64_t)q->n_seq, q->n, u, &a);
+            if ((rc = d->v2 ? select_edges(d, b, j) : select_top(d, b, j))) kind = fail_gpu(d, err, rc, "the candidates");
+            else if (!(kind = walk(d, q->n, d->v2, &a, err))) {
+                splash_dflash2_draft_rows(d->rows, q->n, out, q->q);
+                kind = SPLASH_DRAFT_SPARSE;
+            }
+        } else {
+            for (int i = 0; i < q->n && kind > 0; i++)
+                if ((out[i] = d->h_tok[b.hrow0 + i]) < 0)
+                    kind = splash_fail(err, SPLASH_E_INVALID, "dflash draft: row %d has no finite logit", i);
+        }
+        kinds[who[j]] = kind;
+    }
+}
+
+/* Several lanes' proposals (draft.h, propose_lanes): their blocks drafted
+ * together, as many as one forward holds (R rows, one anchor row of the
+ * descriptor a lane; a lane met twice starts a new forward).  Each request's
+ * result is the one propose gives it alone: a row's numbers do not depend on
+ * the other rows of a product, and the conv and attention run block by block. */
+int cd_propose_lanes(void *impl, const splash_draft_req *r, int n, float *const *, int32_t *const *tokens, int *kinds,
+                     splash_error *err) {
+    CDraft *d = (CDraft *)impl;
+    int m = 0, rows = 0, hrows = 0;
+    for (int i = 0; i <= n; i++) {
+        Blk b = {};
+        if (i < n && (kinds[i] = prepare_block(d, &r[i], &b, err))) continue;
+        int full = i == n || m == d->ln.lanes || rows + b.B > d->R;
+        for (int j = 0; j < m && !full; j++) full = r[d->who[j]].lane == r[i].lane;
+        if (full && m) {
+            propose_group(d, r, d->blk, d->who, m, tokens, kinds, err);
+            m = rows = hrows = 0;
+        }
+        if (i == n) break;
+        b.row0 = rows, b.hrow0 = hrows;
+        d->blk[m] = b, d->who[m++] = i;
+        rows += b.B, hrows += b.B - 1;
+    }
+    return 0;
+}
+
+int cd_propose(void *impl, const splash_draft_req *r, float *logits, int32_t *tokens, splash_error *err) {
+    int kind;
+    cd_propose_lanes(impl, r, 1, &logits, &tokens, &kind, err);
+    return kind;
+}
+
+/* The committed rows of a[0..m) (at most R in all) into their lanes' rings
+ * (dflash_ctx.c's append: a layer computes only the positions its ring
+ * keeps): fc, the norm and each layer's k / v products over all rows at once,
+ * the rings written lane by lane.  Not waited for: the kernels run on the
+ * draft's stream while the engine goes on (the next propose, snapshot or
+ * restore queues behind them on that stream); the taps are copied out of the
+ * caller's buffers before this returns (a pageable host buffer's copy is
+ * staged before cudaMemcpyAsync returns, a device buffer's - on_device: the
+ * target's, which its next forward rewrites - is waited for). */
+int append_pass(CDraft *d, const ABlk *a, int m, bool on_device) {
     const splash_dflash_dims *dm = &d->c->d;
     const size_t H = (size_t)d->H;
+    const int rows = a[m - 1].row0 + a[m - 1].rows;
     SPLASH_CUDA_TRY(cudaEventSynchronize(d->desc_up)); /* the last upload of desc_h has run */
     int32_t *pos = (int32_t *)(d->desc_h + d->dp.pos);
-    for (int r = 0; r < rows; r++) pos[r] = pos0 + r;
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < a[i].rows; r++) pos[a[i].row0 + r] = a[i].pos0 + r;
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
     SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->in, taps, (size_t)rows * d->n_in * sizeof(float),
-                                    on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, d->stream));
+    for (int i = 0; i < m; i++)
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(d->in + (size_t)a[i].row0 * d->n_in, a[i].taps,
+                                        (size_t)a[i].rows * d->n_in * sizeof(float),
+                                        on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, d->stream));
     if (on_device) SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
     TRY(prod(d, d->in, (size_t)d->n_in, rows, &d->fc, d->x));
     TRY(norm_rows(d, d->x, d->xn, d->hidden_norm, rows));
     const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
     for (int l = 0; l < dm->n_layers; l++) {
         const DLayer *L = &d->layers[l];
-        const int keep_from = end - kv->cap[l], skip = keep_from > pos0 ? keep_from - pos0 : 0;
-        if (skip >= rows) continue;
-        const int nr = rows - skip;
-        const qc_prod kvp[2] = {{&L->k, d->k, 0}, {&L->v, d->v, 0}};
-        TRY(qc_products_xp(&d->xp, d->stream, d->xn + (size_t)skip * H, H, nr, kvp, 2));
-        TRY(qk_prep(d, L, nullptr, d->k, nr, pos_d + skip));
-        TRY(splash_cuda_dflash_ring_write(d->k, (size_t)d->kvw, nr, d->kvw, kv->k[l], kv->cap[l], pos0 + skip, d->stream));
-        TRY(splash_cuda_dflash_ring_write(d->v, (size_t)d->kvw, nr, d->kvw, kv->v[l], kv->cap[l], pos0 + skip, d->stream));
+        int first = rows; /* the pass's first row a ring keeps: the products start there */
+        for (int i = 0; i < m; i++) {
+            const int keep_from = a[i].end - a[i].kv->cap[l], skip = keep_from > a[i].pos0 ? keep_from - a[i].pos0 : 0;
+            if (skip < a[i].rows && a[i].row0 + skip < first) first = a[i].row0 + skip;
+        }
+        if (first == rows) continue;
+        const int nr = rows - first;
+        const qc_prod kvp[2] = {{&L->k, d->k + (size_t)first * d->kvw, 0}, {&L->v, d->v + (size_t)first * d->kvw, 0}};
+        TRY(qc_products_xp(&d->xp, d->stream, d->xn + (size_t)first * H, H, nr, kvp, 2));
+        TRY(qk_prep(d, L, nullptr, d->k + (size_t)first * d->kvw, nr, pos_d + first));
+        for (int i = 0; i < m; i++) {
+            const ABlk &b = a[i];
+            const int keep_from = b.end - b.kv->cap[l], skip = keep_from > b.pos0 ? keep_from - b.pos0 : 0;
+            if (skip >= b.rows) continue;
+            const size_t r = (size_t)(b.row0 + skip);
+            TRY(splash_cuda_dflash_ring_write(d->k + r * d->kvw, (size_t)d->kvw, b.rows - skip, d->kvw, b.kv->k[l],
+                                              b.kv->cap[l], b.pos0 + skip, d->stream));
+            TRY(splash_cuda_dflash_ring_write(d->v + r * d->kvw, (size_t)d->kvw, b.rows - skip, d->kvw, b.kv->v[l],
+                                              b.kv->cap[l], b.pos0 + skip, d->stream));
+        }
     }
     return 0;
 }
 
+/* A lane's append checked and its rings moved to pos. */
+int prepare_append(CDraft *d, int lane, int pos, const float *taps, int n, splash_error *err) {
+    int rc = splash_dflash_lanes_reach(&d->ln, lane, pos, err);
+    return rc ? rc : splash_dflash_ctx_append_check(d->c, d->ln.kv[lane], taps, n, err);
+}
+
 int append_rows(void *impl, int lane, int pos, const float *taps, int n, bool on_device, splash_error *err) {
     CDraft *d = (CDraft *)impl;
-    int rc = splash_dflash_lanes_reach(&d->ln, lane, pos, err);
+    int rc = prepare_append(d, lane, pos, taps, n, err);
     if (rc || n <= 0) return rc;
     splash_dflash_kv *kv = d->ln.kv[lane];
-    if ((rc = splash_dflash_ctx_append_check(d->c, kv, taps, n, err))) return rc;
     for (int r0 = 0; r0 < n; r0 += SPLASH_DFLASH_APPEND_CHUNK) {
         const int rows = n - r0 < SPLASH_DFLASH_APPEND_CHUNK ? n - r0 : SPLASH_DFLASH_APPEND_CHUNK;
-        if ((rc = append_chunk(d, kv, taps + (size_t)r0 * d->n_in, rows, kv->n_ctx + r0, kv->n_ctx + n, on_device)))
-            return fail_gpu(d, err, rc, "the append");
+        const ABlk a = {kv, taps + (size_t)r0 * d->n_in, rows, kv->n_ctx + r0, kv->n_ctx + n, 0};
+        if ((rc = append_pass(d, &a, 1, on_device))) return fail_gpu(d, err, rc, "the append");
     }
     kv->n_ctx += n;
     return 0;
@@ -453,6 +592,39 @@ int cd_append(void *impl, int lane, int pos, const float *taps, int n, splash_er
 /* The target's TAPS rows from its device buffer (draft.h, append_device). */
 int cd_append_device(void *impl, int lane, int pos, const float *taps, int n, splash_error *err) {
     return append_rows(impl, lane, pos, taps, n, true, err);
+}
+
+/* Several lanes' appends (draft.h, append_lanes): lanes whose rows fit one
+ * pass (R rows) go through it together, a longer one alone by chunks; a lane
+ * met twice starts a new pass.  The rings get what append gives each alone. */
+int cd_append_lanes(void *impl, const splash_draft_taps *t, int n, int on_device, int *status, splash_error *err) {
+    CDraft *d = (CDraft *)impl;
+    int m = 0, rows = 0;
+    for (int i = 0; i <= n; i++) {
+        int full = i == n;
+        if (!full) {
+            if (t[i].n <= 0 || t[i].n > d->R) { /* nothing, or a chunked append of its own */
+                status[i] = append_rows(d, t[i].lane, t[i].pos, t[i].taps, t[i].n, on_device, err);
+                continue;
+            }
+            full = m == d->ln.lanes || rows + t[i].n > d->R;
+            for (int j = 0; j < m && !full; j++) full = t[d->who[j]].lane == t[i].lane;
+        }
+        if (full && m) {
+            const int rc = append_pass(d, d->ablk, m, on_device);
+            for (int j = 0; j < m; j++) {
+                if (!(status[d->who[j]] = rc ? fail_gpu(d, err, rc, "the append") : 0)) d->ablk[j].kv->n_ctx += d->ablk[j].rows;
+            }
+            m = rows = 0;
+        }
+        if (i == n) break;
+        if ((status[i] = prepare_append(d, t[i].lane, t[i].pos, t[i].taps, t[i].n, err))) continue;
+        splash_dflash_kv *kv = d->ln.kv[t[i].lane];
+        d->ablk[m] = {kv, t[i].taps, t[i].n, kv->n_ctx, kv->n_ctx + t[i].n, rows};
+        d->who[m++] = i;
+        rows += t[i].n;
+    }
+    return 0;
 }
 
 /* Snapshots live where the target's do (splash_model_alloc_memory: device
@@ -503,6 +675,9 @@ void cd_free(void *impl) {
     if (d->stream) cudaStreamDestroy(d->stream);
     if (d->desc_up) cudaEventDestroy(d->desc_up);
     free(d->kv);
+    free(d->blk);
+    free(d->ablk);
+    free(d->who);
     free(d->mask_row);
     splash_dflash_lanes_release(&d->ln);
     splash_dflash_free(d->m1);
@@ -510,8 +685,9 @@ void cd_free(void *impl) {
     free(d);
 }
 
-const splash_draft_ops cd_ops = {cd_propose, cd_append, splash_dflash_lanes_reset, cd_snapshot, cd_restore, cd_free,
-                                 cd_append_device};
+const splash_draft_ops cd_ops = {cd_propose, cd_append,         splash_dflash_lanes_reset, cd_snapshot,
+                                 cd_restore, cd_free,           cd_append_device,          cd_propose_lanes,
+                                 cd_append_lanes};
 
 /* ---- open ----------------------------------------------------------------------------------- */
 
@@ -533,15 +709,16 @@ int check_dims(const CDraft *d, splash_error *err) {
 
 /* The activations [R][width] and the head's buffers, one device allocation. */
 int alloc_scratch(CDraft *d, splash_error *err) {
-    const size_t R = (size_t)d->R, H = (size_t)d->H, nb = (size_t)d->ln.max_block, k = (size_t)d->top_k;
-    size_t ws = splash_cuda_argmax_workspace_bytes((int)nb, d->V);
+    const size_t R = (size_t)d->R, Rh = (size_t)d->Rh, H = (size_t)d->H, nb = (size_t)d->ln.max_block;
+    const size_t k = (size_t)d->top_k, lanes = (size_t)d->ln.lanes;
+    size_t ws = splash_cuda_argmax_workspace_bytes((int)Rh, d->V);
     const size_t tw = splash_cuda_topk_workspace_bytes((int)nb, d->V, (int)k); /* v2, and v1 sampling */
     if (tw > ws) ws = tw;
     const size_t sizes[] = {R * H,  R * H, R * H, R * H, R * d->qw, R * d->kvw, R * d->kvw, R * d->qw, R * d->I,
-                            R * d->I, R * d->P, R * d->n_in, nb * d->V, nb * d->rank, (1 + nb * k) * d->rank,
-                            nb * k * d->rank, nb * k * k, nb * k};
-    float **ptrs[] = {&d->x,  &d->xn, &d->xc, &d->t,  &d->q,  &d->k,    &d->v,  &d->o,  &d->ff,
-                      &d->ff2, &d->dyn, &d->in, &d->logits, &d->gate, &d->pv, &d->sv, &d->edges, &d->cval};
+                            R * d->I, R * d->P, R * d->n_in, Rh * H, Rh * d->V, nb * d->rank,
+                            (1 + nb * k) * d->rank, nb * k * d->rank, nb * k * k, nb * k};
+    float **ptrs[] = {&d->x,   &d->xn,  &d->xc, &d->t,   &d->q,      &d->k,    &d->v,  &d->o,  &d->ff,
+                      &d->ff2, &d->dyn, &d->in, &d->hid, &d->logits, &d->gate, &d->pv, &d->sv, &d->edges, &d->cval};
     const size_t n = sizeof sizes / sizeof sizes[0];
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += up256(sizes[i] * sizeof(float));
@@ -549,7 +726,7 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     const splash_dflash_dims *dm = &d->c->d;
     d->attn_ws_bytes = splash_cuda_dflash_attention_workspace_bytes((int)nb, dm->heads, dm->head_dim,
                                                                     d->c->max_context + (int)nb);
-    total += up256(2 * nb * sizeof(int32_t)) + up256(ws) + up256(d->attn_ws_bytes) + up256(xp);
+    total += up256(nb * sizeof(int32_t)) + up256(Rh * sizeof(int32_t)) + up256(ws) + up256(d->attn_ws_bytes) + up256(xp);
     d->scratch_bytes = total;
     cudaError_t e = cudaMalloc(&d->scratch, total);
     if (e != cudaSuccess) {
@@ -559,7 +736,8 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     }
     uint8_t *p = (uint8_t *)d->scratch;
     for (size_t i = 0; i < n; i++) *ptrs[i] = (float *)p, p += up256(sizes[i] * sizeof(float));
-    d->ncand = (int32_t *)p, d->tok = d->ncand + nb, p += up256(2 * nb * sizeof(int32_t));
+    d->ncand = (int32_t *)p, p += up256(nb * sizeof(int32_t));
+    d->tok = (int32_t *)p, p += up256(Rh * sizeof(int32_t));
     d->ws = p, d->ws_bytes = ws, p += up256(ws);
     d->attn_ws = p, p += up256(d->attn_ws_bytes);
     if (splash_q4_xprep_init(&d->xp, p, d->max_q4_cols > 0 ? d->max_q4_cols : 64))
@@ -568,11 +746,13 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     Desc &dp = d->dp;
     size_t off = 0;
     dp.pos = off, off += up256(R * sizeof(int32_t));
-    dp.gidx = off, off += up256(nb * sizeof(int32_t));
-    dp.emb = off, off += up256(2 * H * sizeof(float));
-    dp.ids = off, off += up256((1 + nb * k) * sizeof(int32_t));
+    dp.gidx = off, off += up256(R * sizeof(int32_t));
+    dp.emb = off, off += up256((lanes + 1) * H * sizeof(float));
+    dp.hrow = off, off += up256(Rh * sizeof(int32_t));
+    dp.ids = off, off += up256(lanes * (1 + nb * k) * sizeof(int32_t));
     dp.bytes = off;
-    const size_t res = up256(2 * nb * sizeof(int32_t)) + up256(nb * k * sizeof(int32_t)) + nb * k * k * sizeof(float);
+    const size_t res = up256(Rh * sizeof(int32_t)) + up256(nb * sizeof(int32_t)) + up256(nb * k * sizeof(int32_t)) +
+                       nb * k * k * sizeof(float);
     if ((e = cudaMalloc(&d->desc_d, dp.bytes)) != cudaSuccess || (e = cudaMallocHost(&d->pinned, dp.bytes + res)) != cudaSuccess) {
         d->pinned = nullptr;
         return splash_fail(err, SPLASH_E_NOMEM, "draft on the GPU: the descriptor: %s", cudaGetErrorString(e));
@@ -580,7 +760,8 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     memset(d->pinned, 0, dp.bytes + res);
     d->desc_h = (uint8_t *)d->pinned;
     uint8_t *h = d->desc_h + dp.bytes;
-    d->h_tok = (int32_t *)h, d->h_ncand = d->h_tok + nb, h += up256(2 * nb * sizeof(int32_t));
+    d->h_tok = (int32_t *)h, h += up256(Rh * sizeof(int32_t));
+    d->h_ncand = (int32_t *)h, h += up256(nb * sizeof(int32_t));
     d->h_cand = (int32_t *)h, h += up256(nb * k * sizeof(int32_t));
     d->h_edges = (float *)h;
     return 0;
@@ -633,6 +814,12 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
     d->I = dm->intermediate, d->V = dm->vocab, d->n_in = dm->n_taps * dm->hidden;
     if (!d->v2 && d->top_k > d->V) d->top_k = d->V;
     d->R = d->ln.max_block > SPLASH_DFLASH_APPEND_CHUNK ? d->ln.max_block : SPLASH_DFLASH_APPEND_CHUNK;
+    /* a forward's blocks hold one anchor row each: at most R - 1 proposals' rows */
+    d->Rh = lanes * (d->ln.max_block - 1) < d->R - 1 ? lanes * (d->ln.max_block - 1) : d->R - 1;
+    d->blk = (Blk *)calloc((size_t)lanes, sizeof *d->blk);
+    d->ablk = (ABlk *)calloc((size_t)lanes, sizeof *d->ablk);
+    d->who = (int *)calloc((size_t)lanes, sizeof *d->who);
+    if (!d->blk || !d->ablk || !d->who) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
     if ((rc = check_dims(d, err))) return rc;
     d->mask_row = (float *)malloc((size_t)d->H * sizeof(float));
     if (!d->mask_row) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
@@ -684,13 +871,13 @@ extern "C" int splash_dflash_cuda_forward(splash_draft *dr, int lane, int32_t an
                                           float *logits, splash_error *err) {
     CDraft *d = (CDraft *)dr->impl;
     if (lane < 0 || lane >= d->ln.lanes) return splash_fail(err, SPLASH_E_RANGE, "draft: lane %d", lane);
-    const splash_dflash_kv *kv = d->ln.kv[lane];
-    int rc = hidden ? check_block(d, kv, anchor, block, err) : splash_fail(err, SPLASH_E_INVALID, "draft: no hidden");
+    const Blk b = {d->ln.kv[lane], anchor, block, 0, 0};
+    int rc = hidden ? check_block(d, b.kv, anchor, block, err) : splash_fail(err, SPLASH_E_INVALID, "draft: no hidden");
     if (rc) return rc;
-    if ((rc = block_forward(d, kv, anchor, block)) || (logits && (rc = block_logits(d, block))))
+    if ((rc = blocks_forward(d, &b, 1)) || (logits && (rc = head_logits(d, block - 1))))
         return fail_gpu(d, err, rc, "the block");
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(hidden, d->xn + d->H, (size_t)(block - 1) * d->H * sizeof(float),
-                                    cudaMemcpyDeviceToHost, d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(hidden, d->hid, (size_t)(block - 1) * d->H * sizeof(float), cudaMemcpyDeviceToHost,
+                                    d->stream));
     if (logits)
         SPLASH_CUDA_TRY(cudaMemcpyAsync(logits, d->logits, (size_t)(block - 1) * d->V * sizeof(float),
                                         cudaMemcpyDeviceToHost, d->stream));

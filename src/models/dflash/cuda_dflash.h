@@ -15,7 +15,9 @@
  * shared.  append takes the target's tap rows from the host (the engine's
  * batch), one 64-row chunk at a time.
  *
- * propose:
+ * propose (propose_lanes: the blocks of several lanes through one forward,
+ * each weight read once for all; the conv and the block attention block by
+ * block; then each block's proposals as below):
  *   v2: logits -> transform -> top-k candidates, the selector's gate and the
  *       edge scores of every (previous pick, candidate) pair on the device;
  *       the walk over them (greedy or sampled with the keyed DRAFT stream)

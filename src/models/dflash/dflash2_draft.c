@@ -80,7 +80,7 @@ static void dfd2_free(void *impl) {
 
 static const splash_draft_ops dfd2_ops = {dfd2_propose, splash_dflash_lanes_append, splash_dflash_lanes_reset,
                                           splash_dflash_lanes_snapshot, splash_dflash_lanes_restore, dfd2_free,
-                                          NULL /* host taps only */};
+                                          NULL /* host taps only */, NULL, NULL /* lane by lane */};
 
 int splash_dflash2_draft_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out,
                               splash_error *err) {

@@ -41,7 +41,7 @@ static void dfd_free(void *impl) {
 
 static const splash_draft_ops dfd_ops = {dfd_propose, splash_dflash_lanes_append, splash_dflash_lanes_reset,
                                          splash_dflash_lanes_snapshot, splash_dflash_lanes_restore, dfd_free,
-                                         NULL /* host taps only */};
+                                         NULL /* host taps only */, NULL, NULL /* lane by lane */};
 
 int splash_dflash_draft_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out,
                              splash_error *err) {
