@@ -450,12 +450,16 @@ extern "C" int splash_cuda_rmsnorm(const float *x, size_t ldx, size_t hsx, float
 extern "C" int splash_cuda_attn_prep(const splash_cuda_attn_prep_args *a, struct CUstream_st *) {
     const int hd = a->head_dim, half = a->rot_dim / 2;
     float *qf = (float *)malloc((size_t)hd * sizeof(float)), *kf = (float *)malloc((size_t)hd * sizeof(float));
-    for (int i = 0; i < hd; i++) qf[i] = a->norm_offset + a->q_norm[i], kf[i] = a->norm_offset + a->k_norm[i];
+    if ((a->heads && (!a->qg || !a->q || !a->q_norm)) || (a->qhs && (a->qhs < (size_t)hd || a->gate))) {
+        free(qf), free(kf);
+        return SPLASH_E_INVALID;
+    }
+    for (int i = 0; i < hd; i++) qf[i] = (a->heads ? a->norm_offset + a->q_norm[i] : 0), kf[i] = a->norm_offset + a->k_norm[i];
     for (int r = 0; r < a->rows; r++) {
         for (int j = 0; j < a->heads + a->kv_heads; j++) {
             const int is_q = j < a->heads;
             float *dst = is_q ? a->q + r * a->ldq + (size_t)j * hd : a->k + r * a->ldk + (size_t)(j - a->heads) * hd;
-            const float *src = is_q ? a->qg + r * a->ldqg + (size_t)j * 2 * hd : dst;
+            const float *src = is_q ? a->qg + r * a->ldqg + (size_t)j * (a->qhs ? a->qhs : 2 * (size_t)hd) : dst;
             if (is_q && a->gate) memcpy(a->gate + r * a->ldg + (size_t)j * hd, src + hd, (size_t)hd * sizeof(float));
             cpu_rmsnorm(src, is_q ? qf : kf, hd, a->eps, dst);
             for (int i = 0; i < half; i++) {

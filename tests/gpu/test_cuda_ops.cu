@@ -375,6 +375,29 @@ static void test_attn_prep(const Shape *s, int rows) {
     snprintf(sh, sizeof sh, "%s %d rows, %d/%d heads x %d", s->name, rows, H, KV, hd);
     report("attn_prep (norm+rope+gate)", sh, err, 2e-6, us, (nqg + 2.0 * nk + 2.0 * nq) * 4);
 
+    /* the DFlash draft's layout: plain q heads (qhs = head_dim) prepared in place; then k alone (heads 0) */
+    float *qp = hfloats(nq);
+    for (int r = 0; r < rows; r++)
+        for (int h = 0; h < H; h++)
+            memcpy(qp + ((size_t)r * H + h) * hd, qg + (size_t)r * H * 2 * hd + (size_t)h * 2 * hd, hd * 4);
+    float *dqp = dcopy(qp, nq);
+    up(dk, k, nk * 4);
+    splash_cuda_attn_prep_args b = a;
+    b.qg = dqp, b.ldqg = (size_t)H * hd, b.qhs = (size_t)hd, b.q = dqp, b.gate = NULL;
+    rc = splash_cuda_attn_prep(&b, NULL);
+    down(gq, dqp, nq * 4), down(gk, dk, nk * 4);
+    err = rc ? INFINITY : max2(rel_err(gq, rq, nq), rel_err(gk, rk, nk));
+    up(dk, k, nk * 4);
+    b.heads = 0, b.qg = NULL, b.q = NULL;
+    rc = splash_cuda_attn_prep(&b, NULL);
+    down(gk, dk, nk * 4);
+    if (rc || rel_err(gk, rk, nk) > err) err = rc ? INFINITY : rel_err(gk, rk, nk);
+    b.heads = H, b.qg = dqp, b.q = dqp, b.gate = dg; /* the gate needs the interleaved layout */
+    if (splash_cuda_attn_prep(&b, NULL) != SPLASH_E_INVALID) err = INFINITY;
+    report("attn_prep plain q in place; k only", sh, err, 2e-6, 0, 0);
+    free(qp);
+    cudaFree(dqp);
+
     /* the output gate alone: o *= sigmoid(gate) */
     float *o = hfloats(nq), *ro = hfloats(nq);
     fill(o, nq, -3, 3);

@@ -3,7 +3,8 @@
  *
  * attn_prep: one block per (head, row) with the q heads first and the kv
  * heads after them in grid.x.  The block loads its head vector into shared
- * memory (q from the interleaved q|gate row, k in place), normalises it,
+ * memory (q from the interleaved q|gate row or plain q heads, possibly in
+ * place; k in place), normalises it,
  * then rotates pairs (i, i + rot/2).  Products and sums are written with
  * explicit rounding (__fmul_rn etc.) so that nvcc does not contract them into
  * FMAs: the arithmetic is then the CPU's (norm.c, rope.c), operation for
@@ -50,7 +51,7 @@ __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
     float *dst;
     const float *w;
     if (is_q) {
-        src = a.qg + (size_t)r * a.ldqg + (size_t)j * 2 * hd;
+        src = a.qg + (size_t)r * a.ldqg + (size_t)j * (a.qhs ? a.qhs : 2 * (size_t)hd);
         dst = a.q + (size_t)r * a.ldq + (size_t)j * hd;
         w = a.q_norm;
     } else {
@@ -114,9 +115,10 @@ extern "C" int splash_cuda_rope(float *x, size_t ldx, int rows, int heads, int h
 }
 
 extern "C" int splash_cuda_attn_prep(const splash_cuda_attn_prep_args *a, struct CUstream_st *stream) {
-    if (!a || !a->qg || !a->q || !a->k || !a->q_norm || !a->k_norm || a->rows < 0 || a->rows > 65535 ||
-        a->heads < 1 || a->kv_heads < 1 || a->head_dim < 1 || a->head_dim > SPLASH_CUDA_MAX_HEAD_DIM ||
-        a->rot_dim < 0 || a->rot_dim > a->head_dim || a->rot_dim % 2 || (a->rot_dim && (!a->inv_freq || !a->pos)))
+    if (!a || (a->heads && (!a->qg || !a->q || !a->q_norm)) || !a->k || !a->k_norm || a->rows < 0 ||
+        a->rows > 65535 || a->heads < 0 || a->kv_heads < 1 || a->head_dim < 1 ||
+        a->head_dim > SPLASH_CUDA_MAX_HEAD_DIM || a->rot_dim < 0 || a->rot_dim > a->head_dim || a->rot_dim % 2 ||
+        (a->rot_dim && (!a->inv_freq || !a->pos)) || (a->qhs && (a->qhs < (size_t)a->head_dim || a->gate)))
         return SPLASH_E_INVALID;
     if (a->rows == 0) return SPLASH_OK;
     const int threads = a->head_dim >= 512 ? 256 : a->head_dim >= 128 ? 128 : 64;

@@ -42,11 +42,13 @@ int splash_cuda_rope(float *x, size_t ldx, int rows, int heads, int head_dim, in
                      const int32_t *pos, struct CUstream_st *stream);
 
 typedef struct splash_cuda_attn_prep_args {
-    const float *qg;        /* [rows][heads][2 * head_dim] q_proj output, row stride ldqg */
+    const float *qg;        /* [rows][heads][2 * head_dim] q_proj output, row stride ldqg (heads 0: unused) */
     size_t ldqg;
+    size_t qhs;             /* floats from one q head to the next in qg; 0: 2 * head_dim (q|gate interleaved,
+                               the target's); head_dim: plain q heads (the DFlash draft's; qg may be q) */
     float *q;               /* [rows][heads * head_dim] out: rope(rmsnorm(q) * q factor) */
     size_t ldq;
-    float *gate;            /* [rows][heads * head_dim] out: the gate halves; NULL: not written */
+    float *gate;            /* [rows][heads * head_dim] out: the gate halves (qhs 0 only); NULL: not written */
     size_t ldg;
     float *k;               /* [rows][kv_heads * head_dim] in place: rope(rmsnorm(k) * k factor) */
     size_t ldk;
@@ -56,7 +58,7 @@ typedef struct splash_cuda_attn_prep_args {
     float eps;
     const float *inv_freq;  /* [rot_dim / 2] (splash_cuda_rope_inv_freq) */
     const int32_t *pos;     /* [rows] */
-    int rows, heads, kv_heads, head_dim, rot_dim; /* rot_dim 0: no rotary */
+    int rows, heads, kv_heads, head_dim, rot_dim; /* heads 0: k only; rot_dim 0: no rotary */
 } splash_cuda_attn_prep_args;
 
 int splash_cuda_attn_prep(const splash_cuda_attn_prep_args *a, struct CUstream_st *stream);

@@ -207,17 +207,17 @@ int norm_rows(CDraft *d, const float *x, float *y, const float *w, int rows) {
                                d->stream);
 }
 
-/* q/k norm per head and rotary of `rows` rows of k (and q when q is set) at positions pos. */
+/* q/k norm per head and rotary of `rows` rows of k (and q when q is set) at
+ * positions pos, in place: one launch (the target's attention prep on plain
+ * q heads: rmsnorm with the stored factors, then the rotary over the whole head). */
 int qk_prep(CDraft *d, const DLayer *L, float *q, float *k, int rows, const int32_t *pos) {
     const splash_dflash_dims *dm = &d->c->d;
-    const int hd = dm->head_dim;
-    TRY(splash_cuda_rmsnorm(k, (size_t)d->kvw, (size_t)hd, k, (size_t)d->kvw, (size_t)hd, L->k_norm, 0.0f, hd, rows,
-                            dm->kv_heads, dm->rms_eps, d->stream));
-    TRY(splash_cuda_rope(k, (size_t)d->kvw, rows, dm->kv_heads, hd, hd, d->inv_freq, pos, d->stream));
-    if (!q) return 0;
-    TRY(splash_cuda_rmsnorm(q, (size_t)d->qw, (size_t)hd, q, (size_t)d->qw, (size_t)hd, L->q_norm, 0.0f, hd, rows,
-                            dm->heads, dm->rms_eps, d->stream));
-    return splash_cuda_rope(q, (size_t)d->qw, rows, dm->heads, hd, hd, d->inv_freq, pos, d->stream);
+    splash_cuda_attn_prep_args a = {};
+    a.qg = q, a.ldqg = (size_t)d->qw, a.qhs = (size_t)dm->head_dim, a.q = q, a.ldq = (size_t)d->qw;
+    a.k = k, a.ldk = (size_t)d->kvw, a.q_norm = L->q_norm, a.k_norm = L->k_norm, a.norm_offset = 0.0f;
+    a.eps = dm->rms_eps, a.inv_freq = d->inv_freq, a.pos = pos, a.rows = rows, a.heads = q ? dm->heads : 0;
+    a.kv_heads = dm->kv_heads, a.head_dim = dm->head_dim, a.rot_dim = dm->head_dim;
+    return splash_cuda_attn_prep(&a, d->stream);
 }
 
 /* v2: xc = conv side `side` of src, with the sublayer's base kernels and the
