@@ -84,16 +84,16 @@ typedef struct splash_draft_ops {
      * weights drafts them together: one forward for the lanes of a cycle):
      * request i fills logits[i] / tokens[i] / r[i].q as propose would and
      * kinds[i] is what propose would return (a negative status: that request
-     * failed, err says why).  Each request's proposals must be the ones
+     * failed, errs[i] says why).  Each request's proposals must be the ones
      * propose gives it alone.  Returns 0.  NULL: the engine calls propose
      * lane by lane. */
     int (*propose_lanes)(void *impl, const splash_draft_req *r, int n, float *const *logits, int32_t *const *tokens,
-                         int *kinds, splash_error *err);
+                         int *kinds, splash_error *errs);
     /* append (on_device: append_device) for n lanes at once, one pass of the
-     * draft's products for all their rows; status[i]: 0 or that lane's
-     * failure (err says why).  Each lane's state must be what append gives
-     * it alone.  Returns 0.  NULL: the engine appends lane by lane. */
-    int (*append_lanes)(void *impl, const splash_draft_taps *t, int n, int on_device, int *status, splash_error *err);
+     * draft's products for all their rows; status[i]: 0 or entry i's
+     * failure (errs[i] says why).  Each lane's state must be what append
+     * gives it alone.  Returns 0.  NULL: the engine appends lane by lane. */
+    int (*append_lanes)(void *impl, const splash_draft_taps *t, int n, int on_device, int *status, splash_error *errs);
 } splash_draft_ops;
 
 typedef struct splash_draft {

@@ -199,7 +199,8 @@ struct splash_engine {
     lane **dwho;          /* their lanes, */
     float **dlog;         /* the lanes' logits and proposals buffers, */
     int32_t **dtok;
-    int *dkind;           /* and the draft's answers */
+    int *dkind;           /* and the draft's answers, */
+    splash_error *derr;   /* each with its own error */
     splash_draft_taps *dtaps; /* [max_lanes] a cycle phase's appends to the draft */
     int block, max_block; /* default rows per decoding lane, and the most a gen may ask */
     splash_dist q;        /* draft distribution scratch (spec.h) */
@@ -717,12 +718,13 @@ static void cycle_propose(splash_engine *e) {
     }
     if (!n) return;
     const splash_draft_ops *o = e->draft->ops;
-    splash_error err = {0};
+    memset(e->derr, 0, sizeof *e->derr * (size_t)n);
     if (o->propose_lanes && n > 1 && e->draft_lanes)
-        o->propose_lanes(e->draft->impl, e->dreq, n, e->dlog, e->dtok, e->dkind, &err);
+        o->propose_lanes(e->draft->impl, e->dreq, n, e->dlog, e->dtok, e->dkind, e->derr);
     else
-        for (int i = 0; i < n; i++) e->dkind[i] = o->propose(e->draft->impl, &e->dreq[i], e->dlog[i], e->dtok[i], &err);
-    for (int i = 0; i < n; i++) cycle_proposed(e, e->dwho[i], &e->dreq[i], e->dkind[i], &err);
+        for (int i = 0; i < n; i++)
+            e->dkind[i] = o->propose(e->draft->impl, &e->dreq[i], e->dlog[i], e->dtok[i], &e->derr[i]);
+    for (int i = 0; i < n; i++) cycle_proposed(e, e->dwho[i], &e->dreq[i], e->dkind[i], &e->derr[i]);
 }
 
 /* The draft's taps of rows [r0, r1) of the lane's rows this step (row r at
@@ -827,19 +829,18 @@ static void cycle_append(splash_engine *e, int part) {
     }
     if (!n) return;
     const splash_draft_ops *o = e->draft->ops;
-    splash_error err = {0};
+    memset(e->derr, 0, sizeof *e->derr * (size_t)n);
     if (o->append_lanes && n > 1 && e->draft_lanes) {
-        o->append_lanes(e->draft->impl, e->dtaps, n, e->device_taps, e->dkind, &err);
-        for (int i = 0; i < n; i++)
-            if (e->dkind[i]) lane_end(e, e->dwho[i], SPLASH_FINISH_ERROR, err.msg);
-        return;
+        o->append_lanes(e->draft->impl, e->dtaps, n, e->device_taps, e->dkind, e->derr);
+    } else {
+        for (int i = 0; i < n; i++) {
+            const splash_draft_taps *t = &e->dtaps[i];
+            e->dkind[i] = e->device_taps ? o->append_device(e->draft->impl, t->lane, t->pos, t->taps, t->n, &e->derr[i])
+                                         : o->append(e->draft->impl, t->lane, t->pos, t->taps, t->n, &e->derr[i]);
+        }
     }
-    for (int i = 0; i < n; i++) {
-        const splash_draft_taps *t = &e->dtaps[i];
-        int rc = e->device_taps ? o->append_device(e->draft->impl, t->lane, t->pos, t->taps, t->n, &err)
-                                : o->append(e->draft->impl, t->lane, t->pos, t->taps, t->n, &err);
-        if (rc) lane_end(e, e->dwho[i], SPLASH_FINISH_ERROR, err.msg);
-    }
+    for (int i = 0; i < n; i++)
+        if (e->dkind[i]) lane_end(e, e->dwho[i], SPLASH_FINISH_ERROR, e->derr[i].msg);
 }
 
 /* The last phase of a lane's cycle: the next feed, the counts, the tokens out. */
@@ -1227,6 +1228,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->dlog = calloc((size_t)e->max_lanes, sizeof *e->dlog);
     e->dtok = calloc((size_t)e->max_lanes, sizeof *e->dtok);
     e->dkind = calloc((size_t)e->max_lanes, sizeof *e->dkind);
+    e->derr = calloc((size_t)e->max_lanes, sizeof *e->derr);
     e->dtaps = calloc((size_t)e->max_lanes, sizeof *e->dtaps);
     e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes * e->max_block));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
@@ -1249,7 +1251,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     const char *dl = getenv("SPLASH_DRAFT_LANES"); /* 0: lane by lane (an A/B switch) */
     e->draft_lanes = !(dl && !strcmp(dl, "0"));
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
-        !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->dtaps) {
+        !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->derr || !e->dtaps) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
@@ -1355,6 +1357,7 @@ void splash_engine_free(splash_engine *e) {
     free(e->dlog);
     free(e->dtok);
     free(e->dkind);
+    free(e->derr);
     free(e->dtaps);
     free(e->rows);
     free(e->blanes);

@@ -266,10 +266,12 @@ static void case_lanes(Fx *f, double T) {
     int32_t *tokens[NR];
     int kinds[NR];
     splash_draft_req r[NR];
-    splash_error err = {};
+    splash_error err = {}, errs[NR] = {};
     int same = f->gpu->ops->propose_lanes != nullptr;
     for (int i = 0; i < NR; i++) r[i] = {lane[i], f->seq, n_seq[i], N, &sp, qt[i]}, tokens[i] = tt[i];
-    if (same && f->gpu->ops->propose_lanes(f->gpu->impl, r, NR, logits, tokens, kinds, &err)) die("propose_lanes", &err);
+    if (same && f->gpu->ops->propose_lanes(f->gpu->impl, r, NR, logits, tokens, kinds, errs)) die("propose_lanes", errs);
+    for (int i = 0; same && i < NR; i++)
+        if (kinds[i] < 0) die("propose_lanes", &errs[i]);
     for (int i = 0; same && i < NR; i++) {
         splash_draft_req a = r[i];
         a.q = qa[i];
@@ -283,6 +285,14 @@ static void case_lanes(Fx *f, double T) {
     char w[64];
     snprintf(w, sizeof w, "lanes together = alone, T=%g", T);
     report_exact(f->label, w, same);
+    if (T > 0) return;
+    /* a bad request among good ones: only it fails, with its own message */
+    memset(errs, 0, sizeof errs);
+    r[1].n = MAXB; /* a block of MAXB + 1 rows */
+    if (f->gpu->ops->propose_lanes(f->gpu->impl, r, 3, logits, tokens, kinds, errs)) die("propose_lanes", errs);
+    const int alone_ok = kinds[0] > 0 && kinds[2] > 0 && kinds[1] < 0 && strstr(errs[1].msg, "block") &&
+                         !errs[0].msg[0] && !errs[2].msg[0] && !memcmp(tt[0], ta[0], sizeof(int32_t) * N);
+    report_exact(f->label, "lanes together: one bad request", alone_ok);
 }
 
 /* append_lanes against append lane by lane, on the GPU draft: the lanes'
@@ -302,8 +312,9 @@ static void case_append_lanes(Fx *f) {
     for (int l = 0; l < LANES; l++) o->snapshot(f->gpu->impl, l, before + nb * l);
     splash_draft_taps t[NT];
     int status[NT], ok = o->append_lanes != nullptr;
+    splash_error errs[NT] = {};
     for (int i = 0; i < NT; i++) t[i] = {lane[i], pos[i], f->taps + (size_t)tap0[i] * f->n_in, rows[i]};
-    if (ok && o->append_lanes(f->gpu->impl, t, NT, 0, status, &err)) die("append_lanes", &err);
+    if (ok && o->append_lanes(f->gpu->impl, t, NT, 0, status, errs)) die("append_lanes", errs);
     for (int i = 0; ok && i < NT; i++) ok = status[i] == 0;
     for (int l = 0; l < LANES; l++) o->snapshot(f->gpu->impl, l, together + nb * l);
     for (int l = 0; l < LANES; l++)

@@ -438,7 +438,7 @@ int prepare_block(CDraft *d, const splash_draft_req *r, Blk *b, splash_error *er
  * forward: a greedy v1 request takes its rows' argmax (one argmax and one copy
  * for all of them), the others their sparse q's candidates, block by block. */
 void propose_group(CDraft *d, const splash_draft_req *r, const Blk *blk, const int *who, int m,
-                   int32_t *const *tokens, int *kinds, splash_error *err) {
+                   int32_t *const *tokens, int *kinds, splash_error *errs) {
     const int hrows = blk[m - 1].hrow0 + blk[m - 1].B - 1;
     int rc = blocks_forward(d, blk, m);
     if (!rc) rc = head_logits(d, hrows);
@@ -453,14 +453,14 @@ void propose_group(CDraft *d, const splash_draft_req *r, const Blk *blk, const i
         if (e != cudaSuccess) rc = SPLASH_E_IO;
     }
     if (rc) {
-        rc = fail_gpu(d, err, rc, "the block");
-        for (int j = 0; j < m; j++) kinds[who[j]] = rc;
+        for (int j = 0; j < m; j++) kinds[who[j]] = fail_gpu(d, &errs[who[j]], rc, "the block");
         return;
     }
     for (int j = 0; j < m; j++) {
         const splash_draft_req *q = &r[who[j]];
         const Blk &b = blk[j];
         int32_t *out = tokens[who[j]];
+        splash_error *err = &errs[who[j]];
         int kind = SPLASH_DRAFT_TOKENS;
         if (d->v2 || q->sp->temperature > 0) { /* proposals with a sparse q, drawn on the host */
             float u[SPLASH_DRAFT_MAX_BLOCK];
@@ -480,22 +480,22 @@ void propose_group(CDraft *d, const splash_draft_req *r, const Blk *blk, const i
     }
 }
 
-/* Several lanes' proposals (draft.h, propose_lanes): their blocks drafted
+/* Several lanes' proposals (draft.h, propose_lanes; errs[i]: request i's): their blocks drafted
  * together, as many as one forward holds (R rows, one anchor row of the
  * descriptor a lane; a lane met twice starts a new forward).  Each request's
  * result is the one propose gives it alone: a row's numbers do not depend on
  * the other rows of a product, and the conv and attention run block by block. */
 int cd_propose_lanes(void *impl, const splash_draft_req *r, int n, float *const *, int32_t *const *tokens, int *kinds,
-                     splash_error *err) {
+                     splash_error *errs) {
     CDraft *d = (CDraft *)impl;
     int m = 0, rows = 0, hrows = 0;
     for (int i = 0; i <= n; i++) {
         Blk b = {};
-        if (i < n && (kinds[i] = prepare_block(d, &r[i], &b, err))) continue;
+        if (i < n && (kinds[i] = prepare_block(d, &r[i], &b, &errs[i]))) continue;
         int full = i == n || m == d->ln.lanes || rows + b.B > d->R;
         for (int j = 0; j < m && !full; j++) full = r[d->who[j]].lane == r[i].lane;
         if (full && m) {
-            propose_group(d, r, d->blk, d->who, m, tokens, kinds, err);
+            propose_group(d, r, d->blk, d->who, m, tokens, kinds, errs);
             m = rows = hrows = 0;
         }
         if (i == n) break;
@@ -507,8 +507,9 @@ int cd_propose_lanes(void *impl, const splash_draft_req *r, int n, float *const 
 }
 
 int cd_propose(void *impl, const splash_draft_req *r, float *logits, int32_t *tokens, splash_error *err) {
+    splash_error none;
     int kind;
-    cd_propose_lanes(impl, r, 1, &logits, &tokens, &kind, err);
+    cd_propose_lanes(impl, r, 1, &logits, &tokens, &kind, err ? err : &none);
     return kind;
 }
 
@@ -594,17 +595,17 @@ int cd_append_device(void *impl, int lane, int pos, const float *taps, int n, sp
     return append_rows(impl, lane, pos, taps, n, true, err);
 }
 
-/* Several lanes' appends (draft.h, append_lanes): lanes whose rows fit one
+/* Several lanes' appends (draft.h, append_lanes; errs[i]: lane entry i's): lanes whose rows fit one
  * pass (R rows) go through it together, a longer one alone by chunks; a lane
  * met twice starts a new pass.  The rings get what append gives each alone. */
-int cd_append_lanes(void *impl, const splash_draft_taps *t, int n, int on_device, int *status, splash_error *err) {
+int cd_append_lanes(void *impl, const splash_draft_taps *t, int n, int on_device, int *status, splash_error *errs) {
     CDraft *d = (CDraft *)impl;
     int m = 0, rows = 0;
     for (int i = 0; i <= n; i++) {
         int full = i == n;
         if (!full) {
             if (t[i].n <= 0 || t[i].n > d->R) { /* nothing, or a chunked append of its own */
-                status[i] = append_rows(d, t[i].lane, t[i].pos, t[i].taps, t[i].n, on_device, err);
+                status[i] = append_rows(d, t[i].lane, t[i].pos, t[i].taps, t[i].n, on_device, &errs[i]);
                 continue;
             }
             full = m == d->ln.lanes || rows + t[i].n > d->R;
@@ -612,13 +613,13 @@ int cd_append_lanes(void *impl, const splash_draft_taps *t, int n, int on_device
         }
         if (full && m) {
             const int rc = append_pass(d, d->ablk, m, on_device);
-            for (int j = 0; j < m; j++) {
-                if (!(status[d->who[j]] = rc ? fail_gpu(d, err, rc, "the append") : 0)) d->ablk[j].kv->n_ctx += d->ablk[j].rows;
-            }
+            for (int j = 0; j < m; j++)
+                if (!(status[d->who[j]] = rc ? fail_gpu(d, &errs[d->who[j]], rc, "the append") : 0))
+                    d->ablk[j].kv->n_ctx += d->ablk[j].rows;
             m = rows = 0;
         }
         if (i == n) break;
-        if ((status[i] = prepare_append(d, t[i].lane, t[i].pos, t[i].taps, t[i].n, err))) continue;
+        if ((status[i] = prepare_append(d, t[i].lane, t[i].pos, t[i].taps, t[i].n, &errs[i]))) continue;
         splash_dflash_kv *kv = d->ln.kv[t[i].lane];
         d->ablk[m] = {kv, t[i].taps, t[i].n, kv->n_ctx, kv->n_ctx + t[i].n, rows};
         d->who[m++] = i;
