@@ -13,14 +13,17 @@
 #       A/B in one device call (tools/gpu_synthetic_bench.sh CARRY_TXZ="... .carry/NAME.txz"
 #       borrows the first tarball's libraries); two full tarballs and the tracked tree pass the
 #       device's 64 MiB carry limit
-#   tools/gpu_model_check.sh [--model PKG] [--windows N] [--seq T] [--bench-tokens M] [--blocks LIST]
+#   tools/gpu_model_check.sh [--model PKG] [--windows N] [--seq T] [--bench-tokens M] [--blocks LIST] [--lanes LIST]
 #       on the GPU machine: tokenises this repository's tools/**/*.py (text the default model
 #       never saw) into N windows of T tokens (default 4 x 1024); runs each through
 #       `splash eval --logits-out` on the CUDA backend and on the CPU reference (fp32
 #       activations, f32 KV) and compares them (tools/compare_logits.py: top-1 agreement,
 #       KL(cpu || cuda), both perplexities); then bench/bench_accept.py serves the model on the
-#       GPU (block sizes LIST, default 1,8: the draft on the GPU; T=0 and T=1, M new tokens per prompt).  Results in $OUT (default
-#       build-gpu-check): per-window JSON, eval logs, accept.txt; a table on stdout.
+#       GPU (block sizes LIST, default 1,8: the draft on the GPU; T=0 and T=1, M new tokens per prompt;
+#       once per --lanes count, default 1: that many requests in flight, the server's lanes).  Results
+#       in $OUT (default build-gpu-check): per-window JSON, eval logs, accept*.txt; tables on stdout.
+#       --windows 0 skips the comparison (a serving A/B: set SPLASH_DRAFT_LANES=0 and the like in the
+#       environment, which the server inherits).
 # Exit status: non-zero when a step fails or a window misses the bounds (top-1
 # agreement >= 99.5%, mean KL <= 1e-3).
 set -u -o pipefail
@@ -47,7 +50,7 @@ if [ "${1:-}" = "--prepare" ]; then
     ls -la "$TXZ"
     exit 0
 fi
-MODEL=models/splash-demo WINDOWS=4 SEQ=1024 BENCH_TOKENS=256 BLOCKS=1,8
+MODEL=models/splash-demo WINDOWS=4 SEQ=1024 BENCH_TOKENS=256 BLOCKS=1,8 LANES=1
 DEVICE=${DEVICE:-cuda} # DEVICE=cpu: the same steps without a GPU (a check of this script)
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -56,7 +59,8 @@ while [ $# -gt 0 ]; do
     --seq) SEQ=$2; shift 2 ;;
     --bench-tokens) BENCH_TOKENS=$2; shift 2 ;;
     --blocks) BLOCKS=$2; shift 2 ;;
-    *) sed -n '2,20p' "$0"; exit 2 ;;
+    --lanes) LANES=$2; shift 2 ;;
+    *) sed -n '2,25p' "$0"; exit 2 ;;
     esac
 done
 OUT=${OUT:-build-gpu-check}
@@ -100,9 +104,12 @@ sys.exit(0 if c["top1_agreement"] >= 0.995 and c["kl_mean"] <= 1e-3 else 1)
 PY
 done
 rm -f "$W/cuda.f32" "$W/cpu.f32"
-grep -h "^device" "$OUT/eval-cuda-0.log"
-python3 bench/bench_accept.py --splash "$SPLASH" --model "$MODEL" --blocks "$BLOCKS" --max-tokens "$BENCH_TOKENS" \
-    --device "$DEVICE" > "$OUT/accept.txt" 2>&1 || { echo "bench_accept failed"; tail -20 "$OUT/accept.txt"; exit 1; }
-grep -v '^\[bench_accept\]' "$OUT/accept.txt"
+[ "$WINDOWS" -gt 0 ] && grep -h "^device" "$OUT/eval-cuda-0.log"
+for n in ${LANES//,/ }; do
+    python3 bench/bench_accept.py --splash "$SPLASH" --model "$MODEL" --blocks "$BLOCKS" --max-tokens "$BENCH_TOKENS" \
+        --device "$DEVICE" --lanes "$n" > "$OUT/accept-lanes$n.txt" 2>&1 ||
+        { echo "bench_accept failed"; tail -20 "$OUT/accept-lanes$n.txt"; exit 1; }
+    grep -v '^\[bench_accept\]' "$OUT/accept-lanes$n.txt"
+done
 [ $bad = 0 ] || echo "a window missed the bounds (top-1 >= 99.5%, mean KL <= 1e-3)"
 exit $bad
