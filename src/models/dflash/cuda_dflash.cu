@@ -110,6 +110,8 @@ struct CDraft {
     void *attn_ws;                   /* the block attention's key tiles */
     size_t attn_ws_bytes;
     splash_q4_xprep xp;
+    const float *xp_src;             /* what xp holds (qc_products_xp_src), or NULL */
+    size_t xp_ld;
     /* descriptor and results (pinned) */
     Desc dp;
     uint8_t *desc_h, *desc_d;
@@ -186,23 +188,46 @@ int upload_walk(qc_upload *w, void *ctx) {
 
 /* ---- products ------------------------------------------------------------------------ */
 
+/* Every product of the draft goes through here, so d->xp_src always says
+ * what the prepared activation holds (a fused producer below, or the last
+ * product's input). */
+int products(CDraft *d, const float *x, size_t ldx, int R, const qc_prod *p, int n) {
+    return qc_products_xp_src(&d->xp, &d->xp_src, d->xp_ld, d->stream, x, ldx, R, p, n);
+}
+
 int prod(CDraft *d, const float *x, size_t ldx, int R, const qc_matrix *w, float *y) {
     const qc_prod p = {w, y, 0};
-    return qc_products_xp(&d->xp, d->stream, x, ldx, R, &p, 1);
+    return products(d, x, ldx, R, &p, 1);
 }
 
 /* y += W x (the residual): q4 adds in the product's epilogue; others through t. */
 int prod_add(CDraft *d, const float *x, size_t ldx, int R, const qc_matrix *w, float *y) {
     if (w->is_q4) {
         const qc_prod p = {w, y, 1};
-        return qc_products_xp(&d->xp, d->stream, x, ldx, R, &p, 1);
+        return products(d, x, ldx, R, &p, 1);
     }
     TRY(prod(d, x, ldx, R, w, d->t));
     return splash_cuda_add_rows(y, (size_t)d->H, d->t, (size_t)d->H, R, d->H, d->stream);
 }
 
-/* y = rmsnorm(x) * w per row (w: factors, as the CPU draft stores them). */
-int norm_rows(CDraft *d, const float *x, float *y, const float *w, int rows) {
+/* 1 when rows of `cols` floats feeding the q4 matrix w can be made by a
+ * fused producer (one launch: the op and the product's preparation). */
+bool fused_prep_ok(const CDraft *d, const qc_matrix *w, int cols) {
+    return w->is_q4 && d->max_q4_cols >= cols && cols <= SPLASH_Q4_MAX_COLS && cols % SPLASH_Q4_GROUP == 0;
+}
+
+/* y = rmsnorm(x) * w per row (w: factors, as the CPU draft stores them);
+ * prepared for `next` (the product that reads y) in the same launch when it
+ * is q4. */
+int norm_rows(CDraft *d, const float *x, float *y, const float *w, int rows, const qc_matrix *next = nullptr) {
+    if (next && fused_prep_ok(d, next, d->H)) {
+        d->xp_src = nullptr;
+        TRY(splash_q4_prep_rmsnorm(&d->xp, x, (size_t)d->H, w, d->c->d.rms_eps, y, (size_t)d->H, rows, d->H,
+                                   d->stream));
+        d->xp_src = y, d->xp_ld = (size_t)d->H;
+        return 0;
+    }
+    d->xp_src = nullptr; /* y may be what xp was prepared from */
     return splash_cuda_rmsnorm(x, (size_t)d->H, 0, y, (size_t)d->H, 0, w, 0.0f, d->H, rows, 1, d->c->d.rms_eps,
                                d->stream);
 }
@@ -298,11 +323,11 @@ int blocks_forward(CDraft *d, const Blk *blk, int n) {
     for (int l = 0; l < dm->n_layers; l++) {
         const DLayer *L = &d->layers[l];
         /* attention */
-        TRY(norm_rows(d, d->x, d->xn, L->input_norm, rows));
+        TRY(norm_rows(d, d->x, d->xn, L->input_norm, rows, d->v2 ? &L->attn_proj : &L->q));
         const float *ain;
         TRY(sublayer_in(d, &L->attn_proj, L->attn_base, rows, blk, n, &ain));
         const qc_prod qkv[3] = {{&L->q, d->q, 0}, {&L->k, d->k, 0}, {&L->v, d->v, 0}};
-        TRY(qc_products_xp(&d->xp, d->stream, ain, H, rows, qkv, 3));
+        TRY(products(d, ain, H, rows, qkv, 3));
         TRY(qk_prep(d, L, d->q, d->k, rows, pos_d));
         for (int i = 0; i < n; i++) { /* the workspace is reused block after block (one stream) */
             const Blk &b = blk[i];
@@ -319,13 +344,20 @@ int blocks_forward(CDraft *d, const Blk *blk, int n) {
         }
         TRY(sublayer_out(d, d->o, (size_t)d->qw, &L->o, L->attn_base, rows, blk, n));
         /* MLP */
-        TRY(norm_rows(d, d->x, d->xn, L->post_norm, rows));
+        TRY(norm_rows(d, d->x, d->xn, L->post_norm, rows, d->v2 ? &L->ffn_proj : &L->gate));
         const float *fin;
         TRY(sublayer_in(d, &L->ffn_proj, L->ffn_base, rows, blk, n, &fin));
         const qc_prod gu[2] = {{&L->gate, d->ff, 0}, {&L->up, d->ff2, 0}};
-        TRY(qc_products_xp(&d->xp, d->stream, fin, H, rows, gu, 2));
-        TRY(splash_cuda_silu_mul(d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, rows, d->I,
-                                 d->stream));
+        TRY(products(d, fin, H, rows, gu, 2));
+        d->xp_src = nullptr; /* ff is rewritten either way */
+        if (fused_prep_ok(d, &L->down, d->I)) { /* silu(gate) * up prepared for down in the same launch */
+            TRY(splash_q4_prep_silu_mul(&d->xp, d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, rows,
+                                        d->I, d->stream));
+            d->xp_src = d->ff, d->xp_ld = (size_t)d->I;
+        } else {
+            TRY(splash_cuda_silu_mul(d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, rows, d->I,
+                                     d->stream));
+        }
         TRY(sublayer_out(d, d->ff, (size_t)d->I, &L->down, L->ffn_base, rows, blk, n));
     }
     TRY(norm_rows(d, d->x, d->xn, d->norm, rows));
@@ -550,7 +582,7 @@ int append_pass(CDraft *d, const ABlk *a, int m, bool on_device) {
         if (first == rows) continue;
         const int nr = rows - first;
         const qc_prod kvp[2] = {{&L->k, d->k + (size_t)first * d->kvw, 0}, {&L->v, d->v + (size_t)first * d->kvw, 0}};
-        TRY(qc_products_xp(&d->xp, d->stream, d->xn + (size_t)first * H, H, nr, kvp, 2));
+        TRY(products(d, d->xn + (size_t)first * H, H, nr, kvp, 2));
         TRY(qk_prep(d, L, nullptr, d->k + (size_t)first * d->kvw, nr, pos_d + first));
         for (int i = 0; i < m; i++) {
             const ABlk &b = a[i];

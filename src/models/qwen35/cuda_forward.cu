@@ -122,8 +122,13 @@ int qc_products_rows(qc_model *m, const float *x, size_t ldx, int R, const qc_pr
 int qc_products_xp(splash_q4_xprep *xp, struct CUstream_st *stream, const float *x, size_t ldx, int R,
                    const qc_prod *p, int n) {
     const float *none = nullptr;
+    return qc_products_xp_src(xp, &none, 0, stream, x, ldx, R, p, n);
+}
+
+int qc_products_xp_src(splash_q4_xprep *xp, const float **xp_src, size_t xp_ld, struct CUstream_st *stream,
+                       const float *x, size_t ldx, int R, const qc_prod *p, int n) {
     int q4_cols, rc = dense_products(stream, x, ldx, R, p, n, &q4_cols);
-    return rc || !q4_cols ? rc : q4_by16(xp, &none, 0, stream, x, ldx, 0, R, p, n, q4_cols, 0);
+    return rc || !q4_cols ? rc : q4_by16(xp, xp_src, xp_ld, stream, x, ldx, 0, R, p, n, q4_cols, 0);
 }
 
 int qc_products(qc_fwd *f, const float *x, size_t ldx, const qc_prod *p, int n) {

@@ -351,6 +351,11 @@ int qc_products_rows(qc_model *m, const float *x, size_t ldx, int R, const qc_pr
  * xp (capacity >= the q4 matrices' columns) and stream. */
 int qc_products_xp(splash_q4_xprep *xp, struct CUstream_st *stream, const float *x, size_t ldx, int R,
                    const qc_prod *p, int n);
+/* ... and when a fused producer may have prepared xp: *xp_src (row stride
+ * xp_ld) is what xp holds (splash_q4_prep_rmsnorm / _silu_mul wrote it), or
+ * NULL; set to NULL once xp is prepared from anything else. */
+int qc_products_xp_src(splash_q4_xprep *xp, const float **xp_src, size_t xp_ld, struct CUstream_st *stream,
+                       const float *x, size_t ldx, int R, const qc_prod *p, int n);
 
 /* 1 when rows of `cols` floats can be made by a fused producer into m->xp
  * (splash_q4_prep_rmsnorm / _silu_mul), which then records m->xp_src. */
