@@ -45,6 +45,7 @@ namespace {
 struct DLayer {
     const float *input_norm, *post_norm, *q_norm, *k_norm; /* fp32 factors */
     qc_matrix q, k, v, o, gate, up, down;
+    qc_matrix qkv, gu;                                      /* q|k|v and gate|up stacked (rows 0: apart, above) */
     const float *attn_base, *ffn_base;                      /* v2: [2][K][H] */
     qc_matrix attn_proj, ffn_proj;                          /* v2: [2*K*G, H] */
 };
@@ -104,6 +105,8 @@ struct CDraft {
     void *scratch;
     size_t scratch_bytes;
     float *x, *xn, *xc, *t, *q, *k, *v, *o, *ff, *ff2, *dyn, *in, *hid, *logits, *gate, *pv, *sv, *edges, *cval;
+    float *stk;                      /* [R][stk_cols] a stacked product's outputs (q|k|v, then gate|up) */
+    int stk_cols;                    /* the widest stack's rows */
     int32_t *ncand, *tok;
     void *ws;                        /* argmax / top-k */
     size_t ws_bytes;
@@ -161,12 +164,14 @@ int upload_walk(qc_upload *w, void *ctx) {
         TRY(qc_upload_vec(w, L->post_norm, H, "draft post_norm", &o->post_norm));
         TRY(qc_upload_vec(w, L->q_norm, hd, "draft q_norm", &o->q_norm));
         TRY(qc_upload_vec(w, L->k_norm, hd, "draft k_norm", &o->k_norm));
-        TRY(qc_upload_matrix(w, L->q_proj, &o->q));
-        TRY(qc_upload_matrix(w, L->k_proj, &o->k));
-        TRY(qc_upload_matrix(w, L->v_proj, &o->v));
+        /* the matrices that read one input stacked as the target's (one launch each) */
+        const splash_tensor *qkv[3] = {L->q_proj, L->k_proj, L->v_proj}, *gu[2] = {L->gate, L->up};
+        qc_matrix *const qkv_apart[3] = {&o->q, &o->k, &o->v}, *const gu_apart[2] = {&o->gate, &o->up};
+        TRY(qc_upload_inputs(w, qkv, 3, &o->qkv, qkv_apart));
+        TRY(qc_upload_inputs(w, gu, 2, &o->gu, gu_apart));
+        if (o->qkv.rows > d->stk_cols) d->stk_cols = o->qkv.rows;
+        if (o->gu.rows > d->stk_cols) d->stk_cols = o->gu.rows;
         TRY(qc_upload_matrix(w, L->o_proj, &o->o));
-        TRY(qc_upload_matrix(w, L->gate, &o->gate));
-        TRY(qc_upload_matrix(w, L->up, &o->up));
         TRY(qc_upload_matrix(w, L->down, &o->down));
         if (d->v2) {
             const splash_dflash2_conv_weights *cw = splash_dflash2_layer_conv(d->m2, l);
@@ -232,17 +237,55 @@ int norm_rows(CDraft *d, const float *x, float *y, const float *w, int rows, con
                                d->stream);
 }
 
+/* Where a layer's q, k and v rows are: the parts of its stack's output or
+ * their own buffers (row strides ldq, ldkv). */
+struct QKV {
+    float *q, *k, *v;
+    size_t ldq, ldkv;
+};
+
+/* q, k, v (q only when with_q; a stack makes all three) of rows of x. */
+int qkv_products(CDraft *d, const DLayer *L, const float *x, int rows, bool with_q, QKV *o) {
+    if (L->qkv.rows) {
+        const qc_prod p = {&L->qkv, d->stk, 0};
+        TRY(products(d, x, (size_t)d->H, rows, &p, 1));
+        const size_t ld = (size_t)L->qkv.rows;
+        *o = {d->stk + L->qkv.part_row[0], d->stk + L->qkv.part_row[1], d->stk + L->qkv.part_row[2], ld, ld};
+        return 0;
+    }
+    *o = {d->q, d->k, d->v, (size_t)d->qw, (size_t)d->kvw};
+    const qc_prod p[3] = {{&L->k, d->k, 0}, {&L->v, d->v, 0}, {&L->q, d->q, 0}};
+    return products(d, x, (size_t)d->H, rows, p, with_q ? 3 : 2);
+}
+
 /* q/k norm per head and rotary of `rows` rows of k (and q when q is set) at
  * positions pos, in place: one launch (the target's attention prep on plain
  * q heads: rmsnorm with the stored factors, then the rotary over the whole head). */
-int qk_prep(CDraft *d, const DLayer *L, float *q, float *k, int rows, const int32_t *pos) {
+int qk_prep(CDraft *d, const DLayer *L, float *q, size_t ldq, float *k, size_t ldk, int rows, const int32_t *pos) {
     const splash_dflash_dims *dm = &d->c->d;
     splash_cuda_attn_prep_args a = {};
-    a.qg = q, a.ldqg = (size_t)d->qw, a.qhs = (size_t)dm->head_dim, a.q = q, a.ldq = (size_t)d->qw;
-    a.k = k, a.ldk = (size_t)d->kvw, a.q_norm = L->q_norm, a.k_norm = L->k_norm, a.norm_offset = 0.0f;
+    a.qg = q, a.ldqg = ldq, a.qhs = (size_t)dm->head_dim, a.q = q, a.ldq = ldq;
+    a.k = k, a.ldk = ldk, a.q_norm = L->q_norm, a.k_norm = L->k_norm, a.norm_offset = 0.0f;
     a.eps = dm->rms_eps, a.inv_freq = d->inv_freq, a.pos = pos, a.rows = rows, a.heads = q ? dm->heads : 0;
     a.kv_heads = dm->kv_heads, a.head_dim = dm->head_dim, a.rot_dim = dm->head_dim;
     return splash_cuda_attn_prep(&a, d->stream);
+}
+
+/* Where a layer's gate and up rows are (row stride ld): its stack's output or ff, ff2. */
+struct GU {
+    float *g, *u;
+    size_t ld;
+};
+
+int gu_products(CDraft *d, const DLayer *L, const float *x, int rows, GU *o) {
+    if (L->gu.rows) {
+        const qc_prod p = {&L->gu, d->stk, 0};
+        *o = {d->stk + L->gu.part_row[0], d->stk + L->gu.part_row[1], (size_t)L->gu.rows};
+        return products(d, x, (size_t)d->H, rows, &p, 1);
+    }
+    *o = {d->ff, d->ff2, (size_t)d->I};
+    const qc_prod p[2] = {{&L->gate, d->ff, 0}, {&L->up, d->ff2, 0}};
+    return products(d, x, (size_t)d->H, rows, p, 2);
 }
 
 /* v2: xc = conv side `side` of src, with the sublayer's base kernels and the
@@ -323,18 +366,19 @@ int blocks_forward(CDraft *d, const Blk *blk, int n) {
     for (int l = 0; l < dm->n_layers; l++) {
         const DLayer *L = &d->layers[l];
         /* attention */
-        TRY(norm_rows(d, d->x, d->xn, L->input_norm, rows, d->v2 ? &L->attn_proj : &L->q));
+        TRY(norm_rows(d, d->x, d->xn, L->input_norm, rows,
+                      d->v2 ? &L->attn_proj : L->qkv.rows ? &L->qkv : &L->k));
         const float *ain;
         TRY(sublayer_in(d, &L->attn_proj, L->attn_base, rows, blk, n, &ain));
-        const qc_prod qkv[3] = {{&L->q, d->q, 0}, {&L->k, d->k, 0}, {&L->v, d->v, 0}};
-        TRY(products(d, ain, H, rows, qkv, 3));
-        TRY(qk_prep(d, L, d->q, d->k, rows, pos_d));
+        QKV qkv;
+        TRY(qkv_products(d, L, ain, rows, true, &qkv));
+        TRY(qk_prep(d, L, qkv.q, qkv.ldq, qkv.k, qkv.ldkv, rows, pos_d));
         for (int i = 0; i < n; i++) { /* the workspace is reused block after block (one stream) */
             const Blk &b = blk[i];
             const size_t r0 = (size_t)b.row0;
             splash_cuda_dflash_attn_args a = {};
-            a.q = d->q + r0 * d->qw, a.ldq = (size_t)d->qw, a.k = d->k + r0 * d->kvw, a.v = d->v + r0 * d->kvw;
-            a.ldkv = (size_t)d->kvw, a.ring_k = b.kv->k[l], a.ring_v = b.kv->v[l];
+            a.q = qkv.q + r0 * qkv.ldq, a.ldq = qkv.ldq, a.k = qkv.k + r0 * qkv.ldkv, a.v = qkv.v + r0 * qkv.ldkv;
+            a.ldkv = qkv.ldkv, a.ring_k = b.kv->k[l], a.ring_v = b.kv->v[l];
             a.o = d->o + r0 * d->qw, a.ldo = (size_t)d->qw;
             a.block = b.B, a.heads = dm->heads, a.kv_heads = dm->kv_heads, a.head_dim = dm->head_dim;
             a.n_ctx = b.kv->n_ctx, a.lo = b.kv->lo, a.cap = b.kv->cap[l];
@@ -344,21 +388,21 @@ int blocks_forward(CDraft *d, const Blk *blk, int n) {
         }
         TRY(sublayer_out(d, d->o, (size_t)d->qw, &L->o, L->attn_base, rows, blk, n));
         /* MLP */
-        TRY(norm_rows(d, d->x, d->xn, L->post_norm, rows, d->v2 ? &L->ffn_proj : &L->gate));
+        TRY(norm_rows(d, d->x, d->xn, L->post_norm, rows,
+                      d->v2 ? &L->ffn_proj : L->gu.rows ? &L->gu : &L->gate));
         const float *fin;
         TRY(sublayer_in(d, &L->ffn_proj, L->ffn_base, rows, blk, n, &fin));
-        const qc_prod gu[2] = {{&L->gate, d->ff, 0}, {&L->up, d->ff2, 0}};
-        TRY(products(d, fin, H, rows, gu, 2));
-        d->xp_src = nullptr; /* ff is rewritten either way */
-        if (fused_prep_ok(d, &L->down, d->I)) { /* silu(gate) * up prepared for down in the same launch */
-            TRY(splash_q4_prep_silu_mul(&d->xp, d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, rows,
-                                        d->I, d->stream));
-            d->xp_src = d->ff, d->xp_ld = (size_t)d->I;
+        GU gu;
+        TRY(gu_products(d, L, fin, rows, &gu));
+        d->xp_src = nullptr; /* the gate rows are rewritten either way */
+        const bool aligned = gu.ld % 4 == 0 && (gu.u - gu.g) % 4 == 0; /* the fused prep's float4s */
+        if (aligned && fused_prep_ok(d, &L->down, d->I)) { /* silu(gate) * up prepared for down in the same launch */
+            TRY(splash_q4_prep_silu_mul(&d->xp, gu.g, gu.ld, gu.u, gu.ld, gu.g, gu.ld, rows, d->I, d->stream));
+            d->xp_src = gu.g, d->xp_ld = gu.ld;
         } else {
-            TRY(splash_cuda_silu_mul(d->ff, (size_t)d->I, d->ff2, (size_t)d->I, d->ff, (size_t)d->I, rows, d->I,
-                                     d->stream));
+            TRY(splash_cuda_silu_mul(gu.g, gu.ld, gu.u, gu.ld, gu.g, gu.ld, rows, d->I, d->stream));
         }
-        TRY(sublayer_out(d, d->ff, (size_t)d->I, &L->down, L->ffn_base, rows, blk, n));
+        TRY(sublayer_out(d, gu.g, gu.ld, &L->down, L->ffn_base, rows, blk, n));
     }
     TRY(norm_rows(d, d->x, d->xn, d->norm, rows));
     return splash_cuda_gather_rows(d->xn, H, (const int32_t *)(d->desc_d + d->dp.hrow), hrows, d->hid, H, d->H,
@@ -580,18 +624,18 @@ int append_pass(CDraft *d, const ABlk *a, int m, bool on_device) {
             if (skip < a[i].rows && a[i].row0 + skip < first) first = a[i].row0 + skip;
         }
         if (first == rows) continue;
-        const int nr = rows - first;
-        const qc_prod kvp[2] = {{&L->k, d->k + (size_t)first * d->kvw, 0}, {&L->v, d->v + (size_t)first * d->kvw, 0}};
-        TRY(products(d, d->xn + (size_t)first * H, H, nr, kvp, 2));
-        TRY(qk_prep(d, L, nullptr, d->k + (size_t)first * d->kvw, nr, pos_d + first));
+        const int nr = rows - first; /* the buffers' row 0 is the pass's row `first` */
+        QKV kv; /* k and v (a stack's q comes along) */
+        TRY(qkv_products(d, L, d->xn + (size_t)first * H, nr, false, &kv));
+        TRY(qk_prep(d, L, nullptr, 0, kv.k, kv.ldkv, nr, pos_d + first));
         for (int i = 0; i < m; i++) {
             const ABlk &b = a[i];
             const int keep_from = b.end - b.kv->cap[l], skip = keep_from > b.pos0 ? keep_from - b.pos0 : 0;
             if (skip >= b.rows) continue;
-            const size_t r = (size_t)(b.row0 + skip);
-            TRY(splash_cuda_dflash_ring_write(d->k + r * d->kvw, (size_t)d->kvw, b.rows - skip, d->kvw, b.kv->k[l],
+            const size_t r = (size_t)(b.row0 + skip - first);
+            TRY(splash_cuda_dflash_ring_write(kv.k + r * kv.ldkv, kv.ldkv, b.rows - skip, d->kvw, b.kv->k[l],
                                               b.kv->cap[l], b.pos0 + skip, d->stream));
-            TRY(splash_cuda_dflash_ring_write(d->v + r * d->kvw, (size_t)d->kvw, b.rows - skip, d->kvw, b.kv->v[l],
+            TRY(splash_cuda_dflash_ring_write(kv.v + r * kv.ldkv, kv.ldkv, b.rows - skip, d->kvw, b.kv->v[l],
                                               b.kv->cap[l], b.pos0 + skip, d->stream));
         }
     }
@@ -749,9 +793,9 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     if (tw > ws) ws = tw;
     const size_t sizes[] = {R * H,  R * H, R * H, R * H, R * d->qw, R * d->kvw, R * d->kvw, R * d->qw, R * d->I,
                             R * d->I, R * d->P, R * d->n_in, Rh * H, Rh * d->V, nb * d->rank,
-                            (1 + nb * k) * d->rank, nb * k * d->rank, nb * k * k, nb * k};
-    float **ptrs[] = {&d->x,   &d->xn,  &d->xc, &d->t,   &d->q,      &d->k,    &d->v,  &d->o,  &d->ff,
-                      &d->ff2, &d->dyn, &d->in, &d->hid, &d->logits, &d->gate, &d->pv, &d->sv, &d->edges, &d->cval};
+                            (1 + nb * k) * d->rank, nb * k * d->rank, nb * k * k, nb * k, R * d->stk_cols};
+    float **ptrs[] = {&d->x,   &d->xn,  &d->xc, &d->t,   &d->q,      &d->k,    &d->v,  &d->o,  &d->ff,    &d->ff2,
+                      &d->dyn, &d->in,  &d->hid, &d->logits, &d->gate, &d->pv, &d->sv, &d->edges, &d->cval, &d->stk};
     const size_t n = sizeof sizes / sizeof sizes[0];
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += up256(sizes[i] * sizeof(float));

@@ -140,6 +140,12 @@ typedef struct qc_upload {
 } qc_upload;
 /* A matrix: q4 repacked to the kernel's tiles, else bytes as stored. */
 int qc_upload_matrix(qc_upload *w, const splash_tensor *t, qc_matrix *out);
+/* The tensors t[0..n) (n <= 4) that read one input: one stacked matrix when
+ * they can be (all q4 of the same columns: qc_matrix.part_row says where
+ * each part's rows start, on a 16-row tile; or all f32 / bf16 / f16 of one
+ * dtype, one after another), so one launch makes every output; else each its
+ * own (apart[i]) and the stack's rows are 0. */
+int qc_upload_inputs(qc_upload *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart);
 /* n fp32 values; *out their device address (NULL while sizing). */
 int qc_upload_vec(qc_upload *w, const float *src, size_t n, const char *name, const float **out);
 /* Runs walk(w, ctx) to size, allocates *dev (*bytes), runs it again to copy;

@@ -210,16 +210,17 @@ int put_dense_stacked(qc_upload *w, const splash_tensor *const *t, int n, qc_mat
     return 0;
 }
 
-/* The tensors that read one input: one stacked matrix when they can be
- * (put_stacked: q4, else put_dense_stacked), else each its own (apart[i]);
- * the stack's rows are 0 when not stacked. */
-int put_inputs(qc_upload *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart) {
+} /* namespace */
+
+int qc_upload_inputs(qc_upload *w, const splash_tensor *const *t, int n, qc_matrix *stack, qc_matrix *const *apart) {
     int st;
     TRY(put_stacked(w, t, n, stack, &st));
     if (!st) TRY(put_dense_stacked(w, t, n, stack, &st));
     for (int i = 0; !st && i < n; i++) TRY(qc_upload_matrix(w, t[i], apart[i]));
     return 0;
 }
+
+namespace {
 
 /* Whether layer L's shared expert can run as expert E (qc_layer.shared_slot):
  * q4, single matrices of the routed experts' shapes (then the upload puts it
@@ -257,14 +258,14 @@ int walk(qc_upload *w, const qwen35_dims *d, const qwen35_weights *hw, const flo
         if (L->is_attn) {
             const splash_tensor *in[3] = {L->q_proj, L->k_proj, L->v_proj};
             qc_matrix *const apart[3] = {&o->q_proj, &o->k_proj, &o->v_proj};
-            TRY(put_inputs(w, in, 3, &o->attn_in, apart));
+            TRY(qc_upload_inputs(w, in, 3, &o->attn_in, apart));
             TRY(qc_upload_matrix(w, L->o_proj, &o->o_proj));
             TRY(qc_upload_vec(w, L->q_norm, (size_t)d->head_dim, "q_norm", &o->q_norm));
             TRY(qc_upload_vec(w, L->k_norm, (size_t)d->head_dim, "k_norm", &o->k_norm));
         } else {
             const splash_tensor *in[4] = {L->in_qkv, L->in_z, L->in_b, L->in_a};
             qc_matrix *const apart[4] = {&o->in_qkv, &o->in_z, &o->in_b, &o->in_a};
-            TRY(put_inputs(w, in, 4, &o->gdn_in, apart));
+            TRY(qc_upload_inputs(w, in, 4, &o->gdn_in, apart));
             TRY(qc_upload_matrix(w, L->out_proj, &o->out_proj));
             TRY(qc_upload_vec(w, L->conv_t, (size_t)d->conv_kernel * d->conv_dim, "conv", &o->conv_t));
             TRY(qc_upload_vec(w, L->neg_a, (size_t)d->hv, "A_log", &o->neg_a));
@@ -275,7 +276,7 @@ int walk(qc_upload *w, const qwen35_dims *d, const qwen35_weights *hw, const flo
             splash_q4_matrix *ex = out->experts + (size_t)i * 3 * (E + 1);
             const splash_tensor *gates[2] = {L->router, L->shared_expert_gate};
             qc_matrix *const gates_apart[2] = {&o->router, &o->shared_expert_gate};
-            TRY(put_inputs(w, gates, 2, &o->gates_in, gates_apart));
+            TRY(qc_upload_inputs(w, gates, 2, &o->gates_in, gates_apart));
             o->experts_gemm = 1;
             o->shared_slot = shared_fits(d, L);
             const splash_tensor *ev[3] = {L->experts_gate, L->experts_up, L->experts_down};
@@ -293,13 +294,13 @@ int walk(qc_upload *w, const qwen35_dims *d, const qwen35_weights *hw, const flo
             if (!o->shared_slot) {
                 const splash_tensor *in[2] = {L->shared_gate, L->shared_up};
                 qc_matrix *const apart[2] = {&o->shared_gate, &o->shared_up};
-                TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
+                TRY(qc_upload_inputs(w, in, 2, &o->ffn_in, apart));
                 TRY(qc_upload_matrix(w, L->shared_down, &o->shared_down));
             }
         } else {
             const splash_tensor *in[2] = {L->gate, L->up};
             qc_matrix *const apart[2] = {&o->gate, &o->up};
-            TRY(put_inputs(w, in, 2, &o->ffn_in, apart));
+            TRY(qc_upload_inputs(w, in, 2, &o->ffn_in, apart));
             TRY(qc_upload_matrix(w, L->down, &o->down));
         }
     }
