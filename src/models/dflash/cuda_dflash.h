@@ -4,7 +4,8 @@
  * The CPU draft (dflash.c / dflash2.c, loaded with one thread) binds and
  * checks the package's draft and keeps the dimensions; this file uploads its
  * weights into one device allocation (q4 matrices in the q4 kernel's tiles,
- * others as stored, vectors fp32: cuda_model.h's qc_upload) and runs the same
+ * others as stored, vectors fp32, q|k|v and gate|up stacked where they can be:
+ * cuda_model.h's qc_upload) and runs the same
  * forward with the backend's kernels (norm, rope, q4 / dense products,
  * SwiGLU, rows) and the draft's own (backend/cuda/dflash.h: conv, ring
  * write, block attention, logit transform, selector edges; argmax.h: argmax, top-k).
