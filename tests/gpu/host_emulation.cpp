@@ -831,12 +831,15 @@ extern "C" size_t splash_cuda_dflash_attention_workspace_bytes(int block, int he
 extern "C" int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *a, struct CUstream_st *) {
     const int hd = a->head_dim, g = a->heads / a->kv_heads, W = a->window;
     const size_t kvw = (size_t)a->kv_heads * hd;
+    const int n_ctx = a->ctx_dev ? a->ctx_dev[0] : a->n_ctx, lo = a->ctx_dev ? a->ctx_dev[1] : a->lo;
+    if (a->ctx_dev && (a->max_keys < a->block || (n_ctx - lo < a->cap ? n_ctx - lo : a->cap) + a->block > a->max_keys))
+        return SPLASH_E_INVALID; /* the GPU's launch would not cover the lane's keys */
     float *sc = (float *)malloc(((size_t)a->cap + a->block) * sizeof(float));
     for (int i = 0; i < a->block; i++)
         for (int h = 0; h < a->heads; h++) {
-            const int kh = h / g, start = a->n_ctx, qp = start + i;
+            const int kh = h / g, start = n_ctx, qp = start + i;
             const float *q = a->q + i * a->ldq + (size_t)h * hd;
-            int c0 = a->lo;
+            int c0 = lo;
             if (start - a->cap > c0) c0 = start - a->cap;
             if (W > 0 && qp - W + 1 > c0) c0 = qp - W + 1;
             const int nc = start > c0 ? start - c0 : 0;

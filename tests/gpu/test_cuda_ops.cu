@@ -1666,6 +1666,23 @@ static void test_dflash_attention(const char *name, int block, int heads, int kv
     snprintf(sh, sizeof sh, "%s %d rows, %d/%d x %d, %d ctx%s%s", name, block, heads, kvh, hd, held,
              window ? " sliding" : "", causal ? " causal" : "");
     report("dflash block attention", sh, err, 1e-5, us, ((double)held + block) * kvw * 8 + 2.0 * block * qw * 4);
+    /* the same with n_ctx and lo read on the device and the launch sized for the ring's every
+     * key (a captured graph's form): the same bits; the arguments' own n_ctx / lo are ignored */
+    int32_t *dctx = (int32_t *)dmalloc(2 * sizeof(int32_t));
+    const int32_t ctx[2] = {n_ctx, lo};
+    up(dctx, ctx, sizeof ctx);
+    splash_cuda_dflash_attn_args b = a;
+    b.ctx_dev = dctx, b.max_keys = cap + block, b.n_ctx = 0, b.lo = 0;
+    float *got2 = hfloats(block * qw);
+    poison(dout, block * qw * 4);
+    int rc2 = splash_cuda_dflash_attention(&b, NULL);
+    down(got2, dout, block * qw * 4);
+    double err2 = rc2 || memcmp(got, got2, block * qw * 4) ? INFINITY : 0;
+    b.max_keys = block - 1; /* fewer than the block's own keys: refused */
+    if (splash_cuda_dflash_attention(&b, NULL) != SPLASH_E_INVALID) err2 = INFINITY;
+    report("dflash attention, ctx on device", sh, err2, 0, 0, 0);
+    free(got2);
+    cudaFree(dctx);
     free(q), free(k), free(v), free(rk), free(rv), free(ref), free(got), free(sc);
     cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(drk), cudaFree(drv), cudaFree(dout), cudaFree(a.ws);
 }

@@ -70,20 +70,40 @@ struct AttnGeom {
     int g, Q, cbase, nc, n_keys, tiles, qt, qtiles;
 };
 
-__host__ __device__ inline AttnGeom attn_geom(const splash_cuda_dflash_attn_args &a) {
+/* The keys of a lane at n_ctx with positions from lo held: the context
+ * positions the ring still holds, then the block's rows.  n_ctx and lo are
+ * the arguments' or, with ctx_dev, the device's (kernels only). */
+__host__ __device__ inline AttnGeom attn_keys(const splash_cuda_dflash_attn_args &a, int n_ctx, int lo) {
     AttnGeom m;
     m.g = a.heads / a.kv_heads;
     m.Q = a.block * m.g;
-    m.cbase = a.lo > a.n_ctx - a.cap ? a.lo : a.n_ctx - a.cap; /* the ring holds the last cap positions */
-    m.nc = a.n_ctx > m.cbase ? a.n_ctx - m.cbase : 0;
+    m.cbase = lo > n_ctx - a.cap ? lo : n_ctx - a.cap; /* the ring holds the last cap positions */
+    m.nc = n_ctx > m.cbase ? n_ctx - m.cbase : 0;
     m.n_keys = m.nc + a.block;
     m.tiles = (m.n_keys + kKeyTile - 1) / kKeyTile;
-    /* queries a block: 64 (each K/V tile read once for most queries) unless that makes fewer than
-     * ~2 blocks an SM of an H200; then 32 or 16 (measured, 27B-width draft: 300 positions 41.6 us
-     * at 64, 24.2 at 16; 2,048 positions 70.5 at 64, 77.4 at 16) */
+    return m;
+}
+
+/* The launch's shape: the keys' tiles (with ctx_dev: max_keys'), and the
+ * queries a block: 64 (each K/V tile read once for most queries) unless that
+ * makes fewer than ~2 blocks an SM of an H200; then 32 or 16 (measured,
+ * 27B-width draft: 300 positions 41.6 us at 64, 24.2 at 16; 2,048 positions
+ * 70.5 at 64, 77.4 at 16).  The kernels get qt from the host (it must match
+ * the grid); a row's result does not depend on it or on the tile count. */
+inline AttnGeom attn_launch(const splash_cuda_dflash_attn_args &a) {
+    AttnGeom m = attn_keys(a, a.n_ctx, a.lo);
+    if (a.ctx_dev) m.n_keys = a.max_keys, m.tiles = (a.max_keys + kKeyTile - 1) / kKeyTile;
     m.qt = kQueryTile;
     while (m.qt > 16 && (size_t)a.kv_heads * m.tiles * ((m.Q + m.qt - 1) / m.qt) < 264) m.qt /= 2;
     m.qtiles = (m.Q + m.qt - 1) / m.qt;
+    return m;
+}
+
+/* The lane's keys where the kernels run. */
+__device__ inline AttnGeom attn_geom(const splash_cuda_dflash_attn_args &a, int qt) {
+    AttnGeom m = a.ctx_dev ? attn_keys(a, a.ctx_dev[0], a.ctx_dev[1]) : attn_keys(a, a.n_ctx, a.lo);
+    m.qt = qt;
+    m.qtiles = (m.Q + qt - 1) / qt;
     return m;
 }
 
@@ -94,11 +114,14 @@ __host__ __device__ inline size_t attn_smem(int hd) {
 }
 
 template <int E> /* head_dim / 32: 1, 2, 4, 8 */
-__global__ void __launch_bounds__(kAttnThreads) attention_tile_kernel(const splash_cuda_dflash_attn_args a, float *ws) {
+__global__ void __launch_bounds__(kAttnThreads) attention_tile_kernel(const splash_cuda_dflash_attn_args a, float *ws,
+                                                                      int qt) {
     extern __shared__ float sm[];
     constexpr int hd = 32 * E; /* == a.head_dim (the wrapper's switch) */
-    const AttnGeom m = attn_geom(a);
+    const AttnGeom m = attn_geom(a, qt);
     const int kh = blockIdx.x, tile = blockIdx.y, q0 = blockIdx.z * m.qt;
+    if (tile >= m.tiles) return; /* past the lane's keys (a launch for max_keys) */
+    const int n_ctx = a.ctx_dev ? a.ctx_dev[0] : a.n_ctx;
     const int nq = m.Q - q0 < m.qt ? m.Q - q0 : m.qt;
     const size_t kvw = (size_t)a.kv_heads * hd;
     float *qs = sm, *ks = qs + (size_t)kQueryTile * hd, *vs = ks + (size_t)kKeyTile * (hd + 4);
@@ -153,7 +176,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_tile_kernel(const spla
     __syncthreads();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, W = a.window;
     for (int ql = warp; ql < nq; ql += kAttnThreads / 32) {
-        const int qi = q0 + ql, i = qi / m.g, qp = a.n_ctx + i;
+        const int qi = q0 + ql, i = qi / m.g, qp = n_ctx + i;
         /* row i's visible keys (dflash_ctx.c attn_task): context positions >= c0, block rows [b0, b1) */
         const int c0 = W > 0 && qp - W + 1 > m.cbase ? qp - W + 1 : m.cbase;
         int b0 = 0, b1 = a.causal ? i + 1 : a.block;
@@ -207,8 +230,8 @@ __global__ void __launch_bounds__(kAttnThreads) attention_tile_kernel(const spla
 }
 
 /* One block per (kv head, query): the tiles' partial softmaxes merged. */
-__global__ void attention_merge_kernel(const splash_cuda_dflash_attn_args a, const float *ws) {
-    const AttnGeom m = attn_geom(a);
+__global__ void attention_merge_kernel(const splash_cuda_dflash_attn_args a, const float *ws, int qt) {
+    const AttnGeom m = attn_geom(a, qt);
     const int kh = blockIdx.x / m.Q, qi = blockIdx.x % m.Q, hd = a.head_dim, e = threadIdx.x;
     const size_t stride = (size_t)a.kv_heads * m.Q * (hd + 2);
     const float *w = ws + ((size_t)kh * m.Q + qi) * (hd + 2);
@@ -284,13 +307,14 @@ extern "C" size_t splash_cuda_dflash_attention_workspace_bytes(int block, int he
 extern "C" int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *a, struct CUstream_st *stream) {
     if (!a || !a->q || !a->k || !a->v || !a->o || !a->ws || a->block < 1 || a->block > 65535 || a->heads < 1 ||
         a->kv_heads < 1 || a->heads % a->kv_heads || a->n_ctx < 0 || a->lo < 0 || a->lo > a->n_ctx || a->cap < 1 ||
-        a->window < 0 || (a->n_ctx > a->lo && (!a->ring_k || !a->ring_v)))
+        a->window < 0 || ((a->n_ctx > a->lo || a->ctx_dev) && (!a->ring_k || !a->ring_v)) ||
+        (a->ctx_dev && a->max_keys < a->block))
         return SPLASH_E_INVALID;
     if (a->head_dim != 32 && a->head_dim != 64 && a->head_dim != 128 && a->head_dim != 256) return SPLASH_E_UNSUPPORTED;
     const uintptr_t addr = (uintptr_t)a->q | (uintptr_t)a->k | (uintptr_t)a->v | (uintptr_t)a->ring_k |
                            (uintptr_t)a->ring_v;
     if ((addr & 15) || (a->ldq & 3) || (a->ldkv & 3)) return SPLASH_E_INVALID; /* the tiles' float4 loads */
-    const AttnGeom m = attn_geom(*a);
+    const AttnGeom m = attn_launch(*a);
     if (a->ws_bytes < splash_cuda_dflash_attention_workspace_bytes(a->block, a->heads, a->head_dim, m.n_keys))
         return SPLASH_E_RANGE;
     const cudaStream_t s = (cudaStream_t)stream;
@@ -305,7 +329,7 @@ extern "C" int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *
                                                  (int)attn_smem(32 * E)));                                             \
             attr_set[slot] = true;                                                                                     \
         }                                                                                                              \
-        attention_tile_kernel<E><<<grid, kAttnThreads, smem, s>>>(*a, ws);                                            \
+        attention_tile_kernel<E><<<grid, kAttnThreads, smem, s>>>(*a, ws, m.qt);                                      \
     } while (0)
     switch (a->head_dim) {
     case 32: LAUNCH(1, 0); break;
@@ -315,7 +339,8 @@ extern "C" int splash_cuda_dflash_attention(const splash_cuda_dflash_attn_args *
     }
 #undef LAUNCH
     SPLASH_CUDA_LAUNCHED();
-    attention_merge_kernel<<<(unsigned)(a->kv_heads * m.Q), (unsigned)((a->head_dim + 31) / 32 * 32), 0, s>>>(*a, ws);
+    attention_merge_kernel<<<(unsigned)(a->kv_heads * m.Q), (unsigned)((a->head_dim + 31) / 32 * 32), 0, s>>>(*a, ws,
+                                                                                                           m.qt);
     SPLASH_CUDA_LAUNCHED();
     return SPLASH_OK;
 }

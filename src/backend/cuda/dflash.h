@@ -59,6 +59,11 @@ typedef struct splash_cuda_dflash_attn_args {
     int block, heads, kv_heads, head_dim;
     int n_ctx;                     /* the block's row 0 is at position n_ctx; context positions < n_ctx */
     int lo;                        /* the first context position held */
+    const int32_t *ctx_dev;        /* when not NULL: n_ctx and lo read from this device int32 pair when the
+                                      kernels run (a captured graph replays with the lane's later values)
+                                      instead of the two fields above, and the launch covers max_keys keys
+                                      (tiles past the lane's keys return at once: the same bits) */
+    int max_keys;                  /* with ctx_dev: at least the held context positions + block */
     int cap;                       /* the ring's positions */
     int window;                    /* sliding window (a query at t sees keys > t - window); 0: none */
     int causal;                    /* inside the block: keys up to the query's row, else all rows */

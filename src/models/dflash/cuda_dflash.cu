@@ -59,6 +59,7 @@ struct Desc {
     size_t emb;   /* float [lanes + 1][H] the blocks' anchors' input rows, then the MASK's */
     size_t hrow;  /* int32 [Rh] the rows of the proposals' hidden states (every block's rows 1..B-1) */
     size_t ids;   /* int32 [lanes][1 + max_block * top_k] per block: anchor, then each row's candidates */
+    size_t ctx;   /* int32 [lanes][2] per block: its lane's n_ctx and lo (the block attention reads them) */
     size_t bytes;
 };
 
@@ -69,6 +70,8 @@ struct Blk {
     const splash_dflash_kv *kv;
     int32_t anchor;
     int B, row0, hrow0;
+    int lane;
+    int held;                        /* context positions the attention's launch covers (a bucket: graphs) */
 };
 
 /* One lane's rows in an append pass of several: taps [rows][n_in] for
@@ -127,6 +130,8 @@ struct CDraft {
     Blk *blk;                        /* [lanes] the blocks of one forward (propose_lanes) */
     ABlk *ablk;                      /* [lanes] the lanes of one append pass (append_lanes) */
     int *who;                        /* [lanes] ... and their requests */
+    qc_graph_set graphs;             /* the blocks' forwards by shape (cuda_graphs.cu) */
+    int use_graphs;
 };
 
 size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -331,19 +336,14 @@ int32_t *block_ids(CDraft *d, uint8_t *desc, int i) {
 }
 
 /* The blocks blk[0..n) (rows laid out one after the other from row 0, each
- * [anchor, MASK x (B-1)] of its lane) through every layer together: the
- * products, norms and MLP over all rows (each weight read once for all
- * blocks), the conv and the attention block by block over each one's lane.
- * Then the final norm and hid = the proposals' hidden states (every block's
- * rows 1..B-1, at hrow0..). */
-int blocks_forward(CDraft *d, const Blk *blk, int n) {
-    const splash_dflash_ctx *c = d->c;
-    const splash_dflash_dims *dm = &c->d;
+ * [anchor, MASK x (B-1)] of its lane) into the descriptor (host side): the
+ * rows' positions and inputs, the hidden rows, the anchors, each lane's
+ * n_ctx and lo.  Waits for the last upload of the descriptor first. */
+int blocks_fill(CDraft *d, const Blk *blk, int n) {
     const size_t H = (size_t)d->H;
-    const int rows = blk[n - 1].row0 + blk[n - 1].B, hrows = blk[n - 1].hrow0 + blk[n - 1].B - 1;
-    SPLASH_CUDA_TRY(cudaEventSynchronize(d->desc_up)); /* an append may still be uploading it */
+    SPLASH_CUDA_TRY(cudaEventSynchronize(d->desc_up));
     int32_t *pos = (int32_t *)(d->desc_h + d->dp.pos), *gidx = (int32_t *)(d->desc_h + d->dp.gidx);
-    int32_t *hrow = (int32_t *)(d->desc_h + d->dp.hrow);
+    int32_t *hrow = (int32_t *)(d->desc_h + d->dp.hrow), *ctx = (int32_t *)(d->desc_h + d->dp.ctx);
     float *emb = (float *)(d->desc_h + d->dp.emb);
     for (int i = 0; i < n; i++) {
         const Blk &b = blk[i];
@@ -351,15 +351,29 @@ int blocks_forward(CDraft *d, const Blk *blk, int n) {
             pos[b.row0 + r] = b.kv->n_ctx + r, gidx[b.row0 + r] = r ? n : i;
             if (r) hrow[b.hrow0 + r - 1] = b.row0 + r;
         }
-        cpu_dequant_row(c->embed, b.anchor, emb + i * H); /* dflash_ctx.c's embedding, then the v2 scale */
+        cpu_dequant_row(d->c->embed, b.anchor, emb + i * H); /* dflash_ctx.c's embedding, then the v2 scale */
         if (d->embed_scale != 1.0f)
             for (size_t j = 0; j < H; j++) emb[i * H + j] *= d->embed_scale;
         block_ids(d, d->desc_h, i)[0] = b.anchor;
+        ctx[2 * i] = b.kv->n_ctx, ctx[2 * i + 1] = b.kv->lo;
     }
     memcpy(emb + n * H, d->mask_row, H * sizeof(float));
+    return 0;
+}
+
+/* The device side of blocks_fill's blocks, on the draft's stream and nothing
+ * else (a graph may capture it): the descriptor's upload, then every layer
+ * together: the products, norms and MLP over all rows (each weight read once
+ * for all blocks), the conv and the attention block by block over each one's
+ * lane (n_ctx and lo read on the device, the launch covering b.held context
+ * positions).  Then the final norm and hid = the proposals' hidden states
+ * (every block's rows 1..B-1, at hrow0..). */
+int blocks_run(CDraft *d, const Blk *blk, int n) {
+    const splash_dflash_dims *dm = &d->c->d;
+    const size_t H = (size_t)d->H;
+    const int rows = blk[n - 1].row0 + blk[n - 1].B, hrows = blk[n - 1].hrow0 + blk[n - 1].B - 1;
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
-    SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
-    const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
+    const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos), *ctx_d = (const int32_t *)(d->desc_d + d->dp.ctx);
     TRY(splash_cuda_gather_rows((const float *)(d->desc_d + d->dp.emb), H, (const int32_t *)(d->desc_d + d->dp.gidx),
                                 rows, d->x, H, d->H, d->stream));
     const float scale = (float)pow((double)dm->head_dim, -0.5);
@@ -382,6 +396,7 @@ int blocks_forward(CDraft *d, const Blk *blk, int n) {
             a.o = d->o + r0 * d->qw, a.ldo = (size_t)d->qw;
             a.block = b.B, a.heads = dm->heads, a.kv_heads = dm->kv_heads, a.head_dim = dm->head_dim;
             a.n_ctx = b.kv->n_ctx, a.lo = b.kv->lo, a.cap = b.kv->cap[l];
+            a.ctx_dev = ctx_d + 2 * i, a.max_keys = (b.held < a.cap ? b.held : a.cap) + b.B;
             a.window = dm->sliding[l] ? dm->sliding_window : 0;
             a.causal = dm->causal[l], a.scale = scale, a.ws = d->attn_ws, a.ws_bytes = d->attn_ws_bytes;
             TRY(splash_cuda_dflash_attention(&a, d->stream));
@@ -409,12 +424,66 @@ int blocks_forward(CDraft *d, const Blk *blk, int n) {
                                    d->stream);
 }
 
+
 /* logits [rows][V] of the proposals' hidden states hid (v2: transformed). */
 int head_logits(CDraft *d, int rows) {
     TRY(prod(d, d->hid, (size_t)d->H, rows, &d->lm_head, d->logits));
     if (d->v2)
         TRY(splash_cuda_dflash_logits_transform(d->logits, (size_t)d->V, rows, d->V, d->mult, d->softcap, d->stream));
     return 0;
+}
+
+/* A block's context bucket: its lane's positions since lo rounded up to a
+ * power of two (at least 64, at most the widest ring), so a graph keyed by it
+ * serves the lane's cycles until its context outgrows the bucket. */
+int held_bucket(const splash_dflash_kv *kv) {
+    int cap = 0;
+    for (int l = 0; l < kv->n_layers; l++) cap = kv->cap[l] > cap ? kv->cap[l] : cap;
+    const int held = kv->n_ctx - kv->lo;
+    int b = 64;
+    while (b < held && b < cap) b *= 2;
+    return b < cap ? b : cap;
+}
+
+/* The blocks' forward for blk[0..n) (blocks_fill, then blocks_run), then
+ * their logits and, when greedy, every row's argmax to h_tok: as a CUDA
+ * graph per shape (the blocks' lanes, sizes and context buckets) once a
+ * shape has run, else eagerly. */
+struct GroupRun {
+    CDraft *d;
+    const Blk *blk;
+    int n, hrows, greedy;
+};
+
+int group_body(void *p) {
+    const GroupRun *g = (const GroupRun *)p;
+    CDraft *d = g->d;
+    TRY(blocks_run(d, g->blk, g->n));
+    TRY(head_logits(d, g->hrows));
+    if (!g->greedy) return 0;
+    TRY(splash_cuda_argmax(d->logits, (size_t)d->V, g->hrows, d->V, d->tok, nullptr, d->ws, d->ws_bytes, d->stream));
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_tok, d->tok, (size_t)g->hrows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                    d->stream));
+    return 0;
+}
+
+int group_forward(CDraft *d, Blk *blk, int n, bool greedy) {
+    const int hrows = blk[n - 1].hrow0 + blk[n - 1].B - 1;
+    int key[QC_GRAPH_KEY_MAX], nk = 0;
+    key[nk++] = n, key[nk++] = greedy;
+    for (int i = 0; i < n; i++) {
+        blk[i].held = held_bucket(blk[i].kv);
+        if (nk + 3 <= QC_GRAPH_KEY_MAX) key[nk++] = blk[i].lane, key[nk++] = blk[i].B, key[nk++] = blk[i].held;
+        else nk = QC_GRAPH_KEY_MAX + 1; /* too many blocks to key: eagerly */
+    }
+    TRY(blocks_fill(d, blk, n));
+    GroupRun g = {d, blk, n, hrows, greedy};
+    qc_graph *gr = d->use_graphs && nk <= QC_GRAPH_KEY_MAX ? qc_graph_find(&d->graphs, key, nk) : nullptr;
+    int rc = qc_graph_run(&d->graphs, gr, group_body, &g);
+    d->xp_src = nullptr; /* a replay ran the body's products without its bookkeeping */
+    SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream)); /* blocks_fill waits for it */
+    if (!rc && greedy) SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    return rc;
 }
 
 int codebook_rows(CDraft *d, const qc_matrix *w, const int32_t *ids, int n, float *out) {
@@ -503,7 +572,7 @@ int check_block(CDraft *d, const splash_dflash_kv *kv, int32_t anchor, int B, sp
 int prepare_block(CDraft *d, const splash_draft_req *r, Blk *b, splash_error *err) {
     int rc = splash_dflash_lanes_reach(&d->ln, r->lane, r->n_seq - 1, err);
     if (rc) return rc;
-    b->kv = d->ln.kv[r->lane], b->anchor = r->seq[r->n_seq - 1], b->B = r->n + 1;
+    b->kv = d->ln.kv[r->lane], b->anchor = r->seq[r->n_seq - 1], b->B = r->n + 1, b->lane = r->lane;
     if ((rc = check_block(d, b->kv, b->anchor, b->B, err))) return rc;
     if ((d->v2 || r->sp->temperature > 0) && !r->q)
         return splash_fail(err, SPLASH_E_INVALID, "%s draft: no q buffer", d->ln.name);
@@ -513,21 +582,11 @@ int prepare_block(CDraft *d, const splash_draft_req *r, Blk *b, splash_error *er
 /* The proposals of the blocks blk[0..m) (requests r[who[j]]) from one
  * forward: a greedy v1 request takes its rows' argmax (one argmax and one copy
  * for all of them), the others their sparse q's candidates, block by block. */
-void propose_group(CDraft *d, const splash_draft_req *r, const Blk *blk, const int *who, int m,
+void propose_group(CDraft *d, const splash_draft_req *r, Blk *blk, const int *who, int m,
                    int32_t *const *tokens, int *kinds, splash_error *errs) {
-    const int hrows = blk[m - 1].hrow0 + blk[m - 1].B - 1;
-    int rc = blocks_forward(d, blk, m);
-    if (!rc) rc = head_logits(d, hrows);
     int greedy = 0;
     for (int j = 0; j < m; j++) greedy |= !d->v2 && !(r[who[j]].sp->temperature > 0);
-    if (!rc && greedy) {
-        rc = splash_cuda_argmax(d->logits, (size_t)d->V, hrows, d->V, d->tok, nullptr, d->ws, d->ws_bytes, d->stream);
-        cudaError_t e = rc ? cudaSuccess
-                           : cudaMemcpyAsync(d->h_tok, d->tok, (size_t)hrows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                             d->stream);
-        if (e == cudaSuccess && !rc) e = cudaStreamSynchronize(d->stream);
-        if (e != cudaSuccess) rc = SPLASH_E_IO;
-    }
+    int rc = group_forward(d, blk, m, greedy);
     if (rc) {
         for (int j = 0; j < m; j++) kinds[who[j]] = fail_gpu(d, &errs[who[j]], rc, "the block");
         return;
@@ -744,6 +803,7 @@ void cd_free(void *impl) {
     CDraft *d = (CDraft *)impl;
     if (!d) return;
     if (d->stream) cudaStreamSynchronize(d->stream);
+    qc_graphs_clear(&d->graphs);
     if (d->wdev) cudaFree(d->wdev);
     if (d->scratch) cudaFree(d->scratch);
     if (d->rings) cudaFree(d->rings);
@@ -827,6 +887,7 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     dp.emb = off, off += up256((lanes + 1) * H * sizeof(float));
     dp.hrow = off, off += up256(Rh * sizeof(int32_t));
     dp.ids = off, off += up256(lanes * (1 + nb * k) * sizeof(int32_t));
+    dp.ctx = off, off += up256(lanes * 2 * sizeof(int32_t));
     dp.bytes = off;
     const size_t res = up256(Rh * sizeof(int32_t)) + up256(nb * sizeof(int32_t)) + up256(nb * k * sizeof(int32_t)) +
                        nb * k * k * sizeof(float);
@@ -908,6 +969,8 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
         d->stream = nullptr;
         return splash_fail(err, SPLASH_E_IO, "draft on the GPU: a stream: %s", cudaGetErrorString(e));
     }
+    d->graphs.stream = d->stream;
+    d->use_graphs = qc_graphs_enabled();
     if ((e = cudaEventCreateWithFlags(&d->desc_up, cudaEventDisableTiming)) != cudaSuccess) {
         d->desc_up = nullptr;
         return splash_fail(err, SPLASH_E_IO, "draft on the GPU: an event: %s", cudaGetErrorString(e));
@@ -948,11 +1011,13 @@ extern "C" int splash_dflash_cuda_forward(splash_draft *dr, int lane, int32_t an
                                           float *logits, splash_error *err) {
     CDraft *d = (CDraft *)dr->impl;
     if (lane < 0 || lane >= d->ln.lanes) return splash_fail(err, SPLASH_E_RANGE, "draft: lane %d", lane);
-    const Blk b = {d->ln.kv[lane], anchor, block, 0, 0};
+    Blk b = {d->ln.kv[lane], anchor, block, 0, 0, lane, 0};
     int rc = hidden ? check_block(d, b.kv, anchor, block, err) : splash_fail(err, SPLASH_E_INVALID, "draft: no hidden");
     if (rc) return rc;
-    if ((rc = blocks_forward(d, &b, 1)) || (logits && (rc = head_logits(d, block - 1))))
+    b.held = held_bucket(b.kv);
+    if ((rc = blocks_fill(d, &b, 1)) || (rc = blocks_run(d, &b, 1)) || (logits && (rc = head_logits(d, block - 1))))
         return fail_gpu(d, err, rc, "the block");
+    SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
     SPLASH_CUDA_TRY(cudaMemcpyAsync(hidden, d->hid, (size_t)(block - 1) * d->H * sizeof(float), cudaMemcpyDeviceToHost,
                                     d->stream));
     if (logits)

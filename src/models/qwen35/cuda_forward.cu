@@ -474,7 +474,7 @@ static int run(qc_fwd *f) {
     SPLASH_CUDA_TRY(cudaMemcpyAsync(m->desc_dev, m->desc_host, up, cudaMemcpyHostToDevice, s));
     int key[QC_GRAPH_KEY_MAX];
     const int nk = graph_key(f, key);
-    int rc = nk ? qc_graph_run(m, qc_graph_find(m, key, nk), body, f) : body(f);
+    int rc = nk ? qc_graph_run(&m->graphs, qc_graph_find(&m->graphs, key, nk), body, f) : body(f);
     if (rc) return rc;
     if (f->n_head && f->n_head <= m->head_cap && (rc = copy_head(f, 0, f->n_head))) return rc;
     if (f->n_tap && f->b->taps) /* else they stay in m->taps (batch.taps_on_device: a draft on this device) */

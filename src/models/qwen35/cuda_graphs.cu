@@ -37,8 +37,8 @@ static void graph_drop(qc_graph *g) {
     memset(g, 0, sizeof *g);
 }
 
-void qc_graphs_clear(qc_model *m) {
-    for (int i = 0; i < QC_MAX_GRAPHS; i++) graph_drop(&m->graphs[i]);
+void qc_graphs_clear(qc_graph_set *gs) {
+    for (int i = 0; i < QC_MAX_GRAPHS; i++) graph_drop(&gs->graphs[i]);
 }
 
 int qc_graphs_enabled(void) {
@@ -46,13 +46,13 @@ int qc_graphs_enabled(void) {
     return !(v && !strcmp(v, "0"));
 }
 
-qc_graph *qc_graph_find(qc_model *m, const int *key, int n) {
+qc_graph *qc_graph_find(qc_graph_set *gs, const int *key, int n) {
     if (n < 1 || n > QC_GRAPH_KEY_MAX) return nullptr;
-    qc_graph *lru = &m->graphs[0];
+    qc_graph *lru = &gs->graphs[0];
     for (int i = 0; i < QC_MAX_GRAPHS; i++) {
-        qc_graph *g = &m->graphs[i];
+        qc_graph *g = &gs->graphs[i];
         if (g->n_key == n && !memcmp(g->key, key, (size_t)n * sizeof(int))) {
-            g->last_use = ++m->graph_clock;
+            g->last_use = ++gs->clock;
             return g;
         }
         if (g->last_use < lru->last_use) lru = g;
@@ -60,14 +60,14 @@ qc_graph *qc_graph_find(qc_model *m, const int *key, int n) {
     graph_drop(lru); /* an empty entry has last_use 0: taken first */
     memcpy(lru->key, key, (size_t)n * sizeof(int));
     lru->n_key = n;
-    lru->last_use = ++m->graph_clock;
+    lru->last_use = ++gs->clock;
     return lru;
 }
 
 /* Captures body(ctx) on the stream into g's executable graph; 0, or nonzero
  * when the capture or its instantiation failed (nothing has run then). */
-static int capture(qc_model *m, qc_graph *g, int (*body)(void *), void *ctx) {
-    const cudaStream_t s = (cudaStream_t)m->stream;
+static int capture(qc_graph_set *gs, qc_graph *g, int (*body)(void *), void *ctx) {
+    const cudaStream_t s = (cudaStream_t)gs->stream;
     if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1;
     const int rc = body(ctx);
     cudaGraph_t graph = nullptr;
@@ -81,15 +81,15 @@ static int capture(qc_model *m, qc_graph *g, int (*body)(void *), void *ctx) {
     return 0;
 }
 
-int qc_graph_run(qc_model *m, qc_graph *g, int (*body)(void *), void *ctx) {
+int qc_graph_run(qc_graph_set *gs, qc_graph *g, int (*body)(void *), void *ctx) {
     if (!g || g->failed) return body(ctx);
     if (!g->exec) {
         if (g->seen++ == 0) return body(ctx); /* the first time eagerly (one-time set-up) */
-        if (capture(m, g, body, ctx)) {
+        if (capture(gs, g, body, ctx)) {
             g->failed = 1;
             return body(ctx);
         }
     }
-    SPLASH_CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)g->exec, (cudaStream_t)m->stream));
+    SPLASH_CUDA_TRY(cudaGraphLaunch((cudaGraphExec_t)g->exec, (cudaStream_t)gs->stream));
     return 0;
 }

@@ -162,7 +162,7 @@ static int alloc_scratch(qc_model *m, splash_error *err) {
 /* ---- attach-time buffers -------------------------------------------------------- */
 
 static void free_attach(qc_model *m) {
-    qc_graphs_clear(m); /* they hold the pointers freed here */
+    qc_graphs_clear(&m->graphs); /* they hold the pointers freed here */
     if (m->attn_ws) cudaFree(m->attn_ws);
     if (m->desc_dev) cudaFree(m->desc_dev);
     if (m->desc_host) cudaFreeHost(m->desc_host);
@@ -276,6 +276,7 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
             goto fail;
         }
         m->stream = s;
+        m->graphs.stream = s;
         for (int i = 0; i < QC_COMMIT_BRANCHES && e == cudaSuccess; i++) {
             cudaEvent_t ev;
             if ((e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)) == cudaSuccess) m->commit_streams[i] = s;
@@ -507,7 +508,8 @@ static int replay(qc_model *m, const qc_pending *p, int n) {
                                     cudaMemcpyHostToDevice, s));
     replay_ctx r = {m, p->first, n};
     const int key[3] = {2, p->first, n}; /* a commit (forward keys start with 1) */
-    int rc = m->use_graphs ? qc_graph_run(m, qc_graph_find(m, key, 3), replay_kernels, &r) : replay_kernels(&r);
+    int rc = m->use_graphs ? qc_graph_run(&m->graphs, qc_graph_find(&m->graphs, key, 3), replay_kernels, &r)
+                           : replay_kernels(&r);
     if (rc) return rc;
     SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
     return 0;

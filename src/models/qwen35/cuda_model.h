@@ -210,6 +210,14 @@ typedef struct qc_graph {
     uint64_t last_use;
 } qc_graph;
 
+/* The graphs of one stream's work (the model's forwards and commits; the
+ * DFlash draft's blocks): QC_MAX_GRAPHS keys, least recently used evicted. */
+typedef struct qc_graph_set {
+    qc_graph graphs[QC_MAX_GRAPHS];
+    uint64_t clock;
+    struct CUstream_st *stream;    /* where they are captured and launched */
+} qc_graph_set;
+
 /* ---- the model ------------------------------------------------------------------ */
 
 typedef struct qc_model {
@@ -299,8 +307,7 @@ typedef struct qc_model {
     int use_graphs;                /* SPLASH_CUDA_GRAPHS != 0 */
     int use_gemm;                  /* SPLASH_CUDA_GEMM != 0: bulk prefill rows on the GEMM (gx_mem carved) */
     int hash_route;                /* SPLASH_TEST_RANDOM_ROUTE=1 (benchmarks): router logits hashed (moe.h) */
-    qc_graph graphs[QC_MAX_GRAPHS];
-    uint64_t graph_clock;
+    qc_graph_set graphs;           /* .stream: the model's stream */
 } qc_model;
 
 /* 1 when bulk prefill rows may take cuBLASLt for w (its shape; blas.h). */
@@ -375,9 +382,9 @@ int qc_forward(void *impl, const splash_batch *b, splash_error *err);
  * recently used, when new; NULL for a bad key); qc_graph_run runs body(ctx)
  * on the model's stream: eagerly the first time, then captured and replayed
  * (0 or body's / a launch's SPLASH_E_* code).  qc_graphs_clear drops them. */
-qc_graph *qc_graph_find(qc_model *m, const int *key, int n);
-int qc_graph_run(qc_model *m, qc_graph *g, int (*body)(void *), void *ctx);
-void qc_graphs_clear(qc_model *m);
+qc_graph *qc_graph_find(qc_graph_set *gs, const int *key, int n);
+int qc_graph_run(qc_graph_set *gs, qc_graph *g, int (*body)(void *), void *ctx);
+void qc_graphs_clear(qc_graph_set *gs);
 int qc_graphs_enabled(void);
 int qc_attn_layer(qc_fwd *f, const qc_layer *L);
 int qc_gdn_layer(qc_fwd *f, const qc_layer *L);
