@@ -424,7 +424,6 @@ int blocks_run(CDraft *d, const Blk *blk, int n) {
                                    d->stream);
 }
 
-
 /* logits [rows][V] of the proposals' hidden states hid (v2: transformed). */
 int head_logits(CDraft *d, int rows) {
     TRY(prod(d, d->hid, (size_t)d->H, rows, &d->lm_head, d->logits));

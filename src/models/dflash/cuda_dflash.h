@@ -14,7 +14,9 @@
  * (dflash_ctx.h's splash_dflash_kv with device memory), so a snapshot is the
  * CPU's bytes and the lane glue (dflash_lanes.c: reach, reset, describe) is
  * shared.  append takes the target's tap rows from the host (the engine's
- * batch), one 64-row chunk at a time.
+ * batch) or from the CUDA model's device buffer (append_device), 64 rows a
+ * pass; append_lanes puts several lanes' rows through one pass (fc and the
+ * k / v products once for all, the rings written lane by lane).
  *
  * propose (propose_lanes: the blocks of several lanes through one forward,
  * each weight read once for all; the conv and the block attention block by
@@ -30,8 +32,12 @@
  *       DRAFT stream: SPLASH_DRAFT_SPARSE (the CPU draft hands over whole
  *       rows of logits instead, 0.6 MB a row on a 151K vocabulary; any q is
  *       lossless, this one drops the mass outside the top 32).
- * Nothing is allocated after open.  One stream; every op ends with a
- * synchronisation before it returns (the engine reads the proposals).
+ * Nothing is allocated after open but the CUDA graphs of the blocks'
+ * shapes (propose: a cycle's blocks are filled into the descriptor on the
+ * host, and their forward, logits and greedy argmax run as one graph per
+ * shape once the shape has run eagerly; SPLASH_CUDA_GRAPHS=0: eagerly).  One
+ * stream; propose ends with a synchronisation (the engine reads the
+ * proposals), append does not (the next op queues behind it).
  */
 #ifndef SPLASH_CUDA_DFLASH_DRAFT_H
 #define SPLASH_CUDA_DFLASH_DRAFT_H
