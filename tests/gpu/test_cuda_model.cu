@@ -272,6 +272,10 @@ static double run1(Fixture *f, Side *s, int slot, int n_past, int n, int mode, f
 static void commit(Side *s, int slot, int n) {
     splash_error err = {0, {0}};
     if (splash_model_commit(s->m, slot, n, &err)) die(s->gpu ? "commit (cuda)" : "commit (cpu)", &err);
+    /* the CUDA commit is not waited for (the model's next op queues behind it); this test then
+     * reads states with cudaMemcpy on the legacy stream, which a non-blocking stream does not
+     * wait for */
+    if (s->gpu) SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 static void reset(Fixture *f, int slot) {

@@ -188,6 +188,7 @@ static void c_free(void *impl) {
         if (m->commit_join[i]) cudaEventDestroy((cudaEvent_t)m->commit_join[i]);
     }
     if (m->commit_fork) cudaEventDestroy((cudaEvent_t)m->commit_fork);
+    if (m->commit_up) cudaEventDestroy((cudaEvent_t)m->commit_up);
     free(m->pending);
     free(m->bulk);
     free(m->tap_layers);
@@ -286,6 +287,8 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
         cudaEvent_t ev;
         if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
             m->commit_fork = ev;
+        if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+            m->commit_up = ev;
         if (e != cudaSuccess) {
             rc = splash_fail(err, SPLASH_E_IO, "the commit's streams: %s", cudaGetErrorString(e));
             goto fail;
@@ -493,10 +496,16 @@ static int replay_kernels(void *ctx) {
 
 /* Replays the first n saved verify rows of p on its slot, as a PREFILL of
  * those rows would: the slot's state pointers uploaded, then the kernels
- * (a graph per (first, n) when graphs are on). */
+ * (a graph per (first, n) when graphs are on).  Not waited for: the next
+ * forward, snapshot or restore queues behind it on the stream, and a step's
+ * commits of several lanes follow each other on the GPU while the host goes
+ * on (the draft's append and next proposals run on the draft's stream
+ * meanwhile); the pinned commit_host is rewritten only after its last upload
+ * ran (commit_up). */
 static int replay(qc_model *m, const qc_pending *p, int n) {
     const qwen35_dims *d = &m->d;
     const cudaStream_t s = (cudaStream_t)m->stream;
+    SPLASH_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)m->commit_up));
     for (int gi = 0; gi < d->n_gdn; gi++) {
         splash_cuda_gdn_lane *l = &m->commit_host[gi];
         memset(l, 0, sizeof *l);
@@ -506,13 +515,11 @@ static int replay(qc_model *m, const qc_pending *p, int n) {
     }
     SPLASH_CUDA_TRY(cudaMemcpyAsync(m->commit_dev, m->commit_host, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane),
                                     cudaMemcpyHostToDevice, s));
+    SPLASH_CUDA_TRY(cudaEventRecord((cudaEvent_t)m->commit_up, s));
     replay_ctx r = {m, p->first, n};
     const int key[3] = {2, p->first, n}; /* a commit (forward keys start with 1) */
-    int rc = m->use_graphs ? qc_graph_run(&m->graphs, qc_graph_find(&m->graphs, key, 3), replay_kernels, &r)
-                           : replay_kernels(&r);
-    if (rc) return rc;
-    SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
-    return 0;
+    return m->use_graphs ? qc_graph_run(&m->graphs, qc_graph_find(&m->graphs, key, 3), replay_kernels, &r)
+                         : replay_kernels(&r);
 }
 
 static int c_commit(void *impl, int slot, int n, splash_error *err) {

@@ -38,8 +38,10 @@
  *
  * No allocation on the forward path: activations are sized for max_rows at
  * load, the attention workspace and the descriptor at attach.  One CUDA
- * stream, created at load; a forward and a commit end with a stream
- * synchronisation (logits and taps are on the host then).
+ * stream, created at load; a forward ends with a stream synchronisation
+ * (logits and taps are on the host then); a commit does not (its replay
+ * queues on the stream, before whatever the runtime asks next: the next
+ * forward, a snapshot, a restore all run on that stream).
  */
 #ifndef SPLASH_QWEN35_CUDA_MODEL_H
 #define SPLASH_QWEN35_CUDA_MODEL_H
@@ -299,6 +301,7 @@ typedef struct qc_model {
     splash_cuda_gdn_lane *commit_host, *commit_dev;
     struct CUstream_st *commit_streams[QC_COMMIT_BRANCHES];
     struct CUevent_st *commit_fork, *commit_join[QC_COMMIT_BRANCHES];
+    struct CUevent_st *commit_up;  /* after the last upload of commit_host: the next commit rewrites it after it */
     float *commit_conv;            /* [QC_COMMIT_BRANCHES][QWEN35_MAX_VERIFY_ROWS][conv_dim] */
     qc_pending *pending;           /* [max_lanes] */
     qc_rows *bulk;                 /* [max_lanes] this forward's bulk-prefill row ranges (qc_fwd.n_bulk) */
