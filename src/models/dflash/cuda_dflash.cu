@@ -110,7 +110,7 @@ struct CDraft {
     float *x, *xn, *xc, *t, *q, *k, *v, *o, *ff, *ff2, *dyn, *in, *hid, *logits, *gate, *pv, *sv, *edges, *cval;
     float *stk;                      /* [R][stk_cols] a stacked product's outputs (q|k|v, then gate|up) */
     int stk_cols;                    /* the widest stack's rows */
-    int32_t *ncand, *tok;
+    int32_t *ncand, *tok, *cand;     /* [Rc] candidates a row, [Rh] argmax, [Rc][top_k] v1's candidates */
     void *ws;                        /* argmax / top-k */
     size_t ws_bytes;
     void *attn_ws;                   /* the block attention's key tiles */
@@ -448,10 +448,12 @@ int held_bucket(const splash_dflash_kv *kv) {
  * their logits and, when greedy, every row's argmax to h_tok: as a CUDA
  * graph per shape (the blocks' lanes, sizes and context buckets) once a
  * shape has run, else eagerly. */
+enum { kHeadArgmax = 1, kHeadTop = 2 }; /* what a group's head makes for the host (bits) */
+
 struct GroupRun {
     CDraft *d;
     const Blk *blk;
-    int n, hrows, greedy;
+    int n, hrows, head;
 };
 
 int group_body(void *p) {
@@ -459,29 +461,42 @@ int group_body(void *p) {
     CDraft *d = g->d;
     TRY(blocks_run(d, g->blk, g->n));
     TRY(head_logits(d, g->hrows));
-    if (!g->greedy) return 0;
-    TRY(splash_cuda_argmax(d->logits, (size_t)d->V, g->hrows, d->V, d->tok, nullptr, d->ws, d->ws_bytes, d->stream));
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_tok, d->tok, (size_t)g->hrows * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                    d->stream));
+    const cudaStream_t s = d->stream;
+    if (g->head & kHeadArgmax) { /* greedy v1: every row's argmax */
+        TRY(splash_cuda_argmax(d->logits, (size_t)d->V, g->hrows, d->V, d->tok, nullptr, d->ws, d->ws_bytes, s));
+        SPLASH_CUDA_TRY(
+            cudaMemcpyAsync(d->h_tok, d->tok, (size_t)g->hrows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    }
+    if (g->head & kHeadTop) { /* v1 sampling: every row's top_k logits and their values (h_edges) */
+        const int k = d->top_k;
+        TRY(splash_cuda_topk(d->logits, (size_t)d->V, g->hrows, d->V, k, d->cand, d->cval, (size_t)k, d->ncand, d->ws,
+                             d->ws_bytes, s));
+        SPLASH_CUDA_TRY(
+            cudaMemcpyAsync(d->h_ncand, d->ncand, (size_t)g->hrows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+        SPLASH_CUDA_TRY(
+            cudaMemcpyAsync(d->h_cand, d->cand, (size_t)g->hrows * k * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+        SPLASH_CUDA_TRY(
+            cudaMemcpyAsync(d->h_edges, d->cval, (size_t)g->hrows * k * sizeof(float), cudaMemcpyDeviceToHost, s));
+    }
     return 0;
 }
 
-int group_forward(CDraft *d, Blk *blk, int n, bool greedy) {
+int group_forward(CDraft *d, Blk *blk, int n, int head) {
     const int hrows = blk[n - 1].hrow0 + blk[n - 1].B - 1;
     int key[QC_GRAPH_KEY_MAX], nk = 0;
-    key[nk++] = n, key[nk++] = greedy;
+    key[nk++] = n, key[nk++] = head;
     for (int i = 0; i < n; i++) {
         blk[i].held = held_bucket(blk[i].kv);
         if (nk + 3 <= QC_GRAPH_KEY_MAX) key[nk++] = blk[i].lane, key[nk++] = blk[i].B, key[nk++] = blk[i].held;
         else nk = QC_GRAPH_KEY_MAX + 1; /* too many blocks to key: eagerly */
     }
     TRY(blocks_fill(d, blk, n));
-    GroupRun g = {d, blk, n, hrows, greedy};
+    GroupRun g = {d, blk, n, hrows, head};
     qc_graph *gr = d->use_graphs && nk <= QC_GRAPH_KEY_MAX ? qc_graph_find(&d->graphs, key, nk) : nullptr;
     int rc = qc_graph_run(&d->graphs, gr, group_body, &g);
     d->xp_src = nullptr; /* a replay ran the body's products without its bookkeeping */
     SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream)); /* blocks_fill waits for it */
-    if (!rc && greedy) SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    if (!rc && head) SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
     return rc;
 }
 
@@ -509,36 +524,23 @@ int select_edges(CDraft *d, const Blk &b, int i) {
     return 0;
 }
 
-/* v1 sampling: each of block i's rows' top_k logits and their values (in h_edges, [row][k]) to the host. */
-int select_top(CDraft *d, const Blk &b, int i) {
-    const int n = b.B - 1, k = d->top_k;
-    int32_t *cand = block_ids(d, d->desc_d, i) + 1;
-    TRY(splash_cuda_topk(d->logits + (size_t)b.hrow0 * d->V, (size_t)d->V, n, d->V, k, cand, d->cval, (size_t)k,
-                         d->ncand, d->ws, d->ws_bytes, d->stream));
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_ncand, d->ncand, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->h_cand, cand, (size_t)n * k * sizeof(int32_t), cudaMemcpyDeviceToHost, d->stream));
-    SPLASH_CUDA_TRY(
-        cudaMemcpyAsync(d->h_edges, d->cval, (size_t)n * k * sizeof(float), cudaMemcpyDeviceToHost, d->stream));
-    SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
-    return 0;
-}
-
 /* The proposals from the candidates on the host, row by row with dflash2.c's
  * rule (splash_dflash2_pick): v2 (chain) scores a row's candidates by the
  * edges from the previous row's pick; v1 by their logits (a sparse q: the
  * softmax at the request's temperature over the top_k, which the cycle's
  * rejection sampling takes as the draft distribution, lossless as any q). */
-int walk(CDraft *d, int n, int chain, const splash_dflash2_select_args *a, splash_error *err) {
+int walk(CDraft *d, int row0, int n, int chain, const splash_dflash2_select_args *a, splash_error *err) {
     const int k = d->top_k;
     int prev = 0; /* row 0's predecessor: the anchor (pred row 0) */
     for (int i = 0; i < n; i++) {
         splash_dflash2_row *o = &d->rows[i];
-        const int nc = d->h_ncand[i];
+        const size_t hr = (size_t)(row0 + i); /* the row in the host buffers */
+        const int nc = d->h_ncand[hr];
         if (nc < 1 || nc > k) return splash_fail(err, SPLASH_E_INVALID, "%s draft: row %d has no candidate", d->ln.name, i);
-        const float *sc = d->h_edges + (chain ? ((size_t)i * k + prev) * k : (size_t)i * k);
+        const float *sc = d->h_edges + (chain ? (hr * k + prev) * k : hr * k);
         o->n_cand = nc;
         for (int j = 0; j < SPLASH_DFLASH2_MAX_TOPK; j++) {
-            o->cand[j] = j < nc ? d->h_cand[(size_t)i * k + j] : -1;
+            o->cand[j] = j < nc ? d->h_cand[hr * k + j] : -1;
             o->score[j] = j < nc ? sc[j] : -INFINITY;
             o->q[j] = 0;
         }
@@ -583,9 +585,9 @@ int prepare_block(CDraft *d, const splash_draft_req *r, Blk *b, splash_error *er
  * for all of them), the others their sparse q's candidates, block by block. */
 void propose_group(CDraft *d, const splash_draft_req *r, Blk *blk, const int *who, int m,
                    int32_t *const *tokens, int *kinds, splash_error *errs) {
-    int greedy = 0;
-    for (int j = 0; j < m; j++) greedy |= !d->v2 && !(r[who[j]].sp->temperature > 0);
-    int rc = group_forward(d, blk, m, greedy);
+    int head = 0; /* v2's candidates and edges come block by block after the forward */
+    for (int j = 0; j < m && !d->v2; j++) head |= r[who[j]].sp->temperature > 0 ? kHeadTop : kHeadArgmax;
+    int rc = group_forward(d, blk, m, head);
     if (rc) {
         for (int j = 0; j < m; j++) kinds[who[j]] = fail_gpu(d, &errs[who[j]], rc, "the block");
         return;
@@ -600,8 +602,8 @@ void propose_group(CDraft *d, const splash_draft_req *r, Blk *blk, const int *wh
             float u[SPLASH_DRAFT_MAX_BLOCK];
             splash_dflash2_select_args a;
             splash_dflash2_draft_args(q->sp, (uint64_t)q->n_seq, q->n, u, &a);
-            if ((rc = d->v2 ? select_edges(d, b, j) : select_top(d, b, j))) kind = fail_gpu(d, err, rc, "the candidates");
-            else if (!(kind = walk(d, q->n, d->v2, &a, err))) {
+            if (d->v2 && (rc = select_edges(d, b, j))) kind = fail_gpu(d, err, rc, "the candidates");
+            else if (!(kind = walk(d, d->v2 ? 0 : b.hrow0, q->n, d->v2, &a, err))) {
                 splash_dflash2_draft_rows(d->rows, q->n, out, q->q);
                 kind = SPLASH_DRAFT_SPARSE;
             }
@@ -847,12 +849,13 @@ int check_dims(const CDraft *d, splash_error *err) {
 int alloc_scratch(CDraft *d, splash_error *err) {
     const size_t R = (size_t)d->R, Rh = (size_t)d->Rh, H = (size_t)d->H, nb = (size_t)d->ln.max_block;
     const size_t k = (size_t)d->top_k, lanes = (size_t)d->ln.lanes;
+    const size_t Rc = Rh > nb ? Rh : nb; /* rows of candidates: v1's of a whole forward, v2's of a block */
     size_t ws = splash_cuda_argmax_workspace_bytes((int)Rh, d->V);
-    const size_t tw = splash_cuda_topk_workspace_bytes((int)nb, d->V, (int)k); /* v2, and v1 sampling */
+    const size_t tw = splash_cuda_topk_workspace_bytes((int)Rc, d->V, (int)k);
     if (tw > ws) ws = tw;
     const size_t sizes[] = {R * H,  R * H, R * H, R * H, R * d->qw, R * d->kvw, R * d->kvw, R * d->qw, R * d->I,
                             R * d->I, R * d->P, R * d->n_in, Rh * H, Rh * d->V, nb * d->rank,
-                            (1 + nb * k) * d->rank, nb * k * d->rank, nb * k * k, nb * k, R * d->stk_cols};
+                            (1 + nb * k) * d->rank, nb * k * d->rank, nb * k * k, Rc * k, R * d->stk_cols};
     float **ptrs[] = {&d->x,   &d->xn,  &d->xc, &d->t,   &d->q,      &d->k,    &d->v,  &d->o,  &d->ff,    &d->ff2,
                       &d->dyn, &d->in,  &d->hid, &d->logits, &d->gate, &d->pv, &d->sv, &d->edges, &d->cval, &d->stk};
     const size_t n = sizeof sizes / sizeof sizes[0];
@@ -862,7 +865,8 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     const splash_dflash_dims *dm = &d->c->d;
     d->attn_ws_bytes = splash_cuda_dflash_attention_workspace_bytes((int)nb, dm->heads, dm->head_dim,
                                                                     d->c->max_context + (int)nb);
-    total += up256(nb * sizeof(int32_t)) + up256(Rh * sizeof(int32_t)) + up256(ws) + up256(d->attn_ws_bytes) + up256(xp);
+    total += up256(Rc * sizeof(int32_t)) + up256(Rh * sizeof(int32_t)) + up256(Rc * k * sizeof(int32_t)) + up256(ws) +
+             up256(d->attn_ws_bytes) + up256(xp);
     d->scratch_bytes = total;
     cudaError_t e = cudaMalloc(&d->scratch, total);
     if (e != cudaSuccess) {
@@ -872,8 +876,9 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     }
     uint8_t *p = (uint8_t *)d->scratch;
     for (size_t i = 0; i < n; i++) *ptrs[i] = (float *)p, p += up256(sizes[i] * sizeof(float));
-    d->ncand = (int32_t *)p, p += up256(nb * sizeof(int32_t));
+    d->ncand = (int32_t *)p, p += up256(Rc * sizeof(int32_t));
     d->tok = (int32_t *)p, p += up256(Rh * sizeof(int32_t));
+    d->cand = (int32_t *)p, p += up256(Rc * k * sizeof(int32_t));
     d->ws = p, d->ws_bytes = ws, p += up256(ws);
     d->attn_ws = p, p += up256(d->attn_ws_bytes);
     if (splash_q4_xprep_init(&d->xp, p, d->max_q4_cols > 0 ? d->max_q4_cols : 64))
@@ -888,8 +893,9 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     dp.ids = off, off += up256(lanes * (1 + nb * k) * sizeof(int32_t));
     dp.ctx = off, off += up256(lanes * 2 * sizeof(int32_t));
     dp.bytes = off;
-    const size_t res = up256(Rh * sizeof(int32_t)) + up256(nb * sizeof(int32_t)) + up256(nb * k * sizeof(int32_t)) +
-                       nb * k * k * sizeof(float);
+    const size_t edges = nb * k * k > Rc * k ? nb * k * k : Rc * k; /* v2's edges of a block, v1's top values */
+    const size_t res = up256(Rh * sizeof(int32_t)) + up256(Rc * sizeof(int32_t)) + up256(Rc * k * sizeof(int32_t)) +
+                       edges * sizeof(float);
     if ((e = cudaMalloc(&d->desc_d, dp.bytes)) != cudaSuccess || (e = cudaMallocHost(&d->pinned, dp.bytes + res)) != cudaSuccess) {
         d->pinned = nullptr;
         return splash_fail(err, SPLASH_E_NOMEM, "draft on the GPU: the descriptor: %s", cudaGetErrorString(e));
@@ -898,8 +904,8 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     d->desc_h = (uint8_t *)d->pinned;
     uint8_t *h = d->desc_h + dp.bytes;
     d->h_tok = (int32_t *)h, h += up256(Rh * sizeof(int32_t));
-    d->h_ncand = (int32_t *)h, h += up256(nb * sizeof(int32_t));
-    d->h_cand = (int32_t *)h, h += up256(nb * k * sizeof(int32_t));
+    d->h_ncand = (int32_t *)h, h += up256(Rc * sizeof(int32_t));
+    d->h_cand = (int32_t *)h, h += up256(Rc * k * sizeof(int32_t));
     d->h_edges = (float *)h;
     return 0;
 }

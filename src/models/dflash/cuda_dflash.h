@@ -27,7 +27,8 @@
  *       on the host with dflash2.c's splash_dflash2_pick: SPLASH_DRAFT_SPARSE.
  *   v1: greedy: the argmax on the device, SPLASH_DRAFT_TOKENS (the runtime's
  *       greedy selection of the same logits would pick the same tokens);
- *       sampling: each row's top 32 logits to the host, q = their softmax at
+ *       sampling: each row's top 32 logits to the host (one top-k over every
+ *       lane's rows, in the blocks' graph), q = their softmax at
  *       the request's temperature, the proposal drawn from it with the keyed
  *       DRAFT stream: SPLASH_DRAFT_SPARSE (the CPU draft hands over whole
  *       rows of logits instead, 0.6 MB a row on a 151K vocabulary; any q is
