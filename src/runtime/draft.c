@@ -101,7 +101,7 @@ static void oracle_free(void *impl) {
     free(o);
 }
 
-static const splash_draft_ops oracle_ops = {oracle_propose, none_append, none_reset, NULL, NULL, oracle_free, NULL, NULL, NULL};
+static const splash_draft_ops oracle_ops = {.propose = oracle_propose, .append = none_append, .reset = none_reset, .free = oracle_free};
 
 static splash_draft *test_draft(const char *name, const splash_draft_ops *ops, void *impl, int block_size) {
     splash_draft *d = calloc(1, sizeof *d);
@@ -156,7 +156,7 @@ static int random_propose(void *impl, const splash_draft_req *r, float *logits, 
     return SPLASH_DRAFT_LOGITS;
 }
 
-static const splash_draft_ops random_ops = {random_propose, none_append, none_reset, NULL, NULL, free, NULL, NULL, NULL};
+static const splash_draft_ops random_ops = {.propose = random_propose, .append = none_append, .reset = none_reset, .free = free};
 
 splash_draft *splash_draft_random_new(int vocab, int block_size) {
     rnd_draft *o = calloc(1, sizeof *o);

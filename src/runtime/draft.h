@@ -94,6 +94,12 @@ typedef struct splash_draft_ops {
      * failure (errs[i] says why).  Each lane's state must be what append
      * gives it alone.  Returns 0.  NULL: the engine appends lane by lane. */
     int (*append_lanes)(void *impl, const splash_draft_taps *t, int n, int on_device, int *status, splash_error *errs);
+    /* The device taps (append_device, append_lanes' on_device) are written
+     * on `stream` (splash_model_device_stream): the draft then orders its
+     * reads of them on that stream (after the forward that wrote them,
+     * before the next) and no longer waits for them on the host.  NULL: the
+     * draft waits for its reads before append returns. */
+    void (*bind_device_taps)(void *impl, void *stream);
 } splash_draft_ops;
 
 typedef struct splash_draft {

@@ -1241,6 +1241,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     const char *dt = getenv("SPLASH_DEVICE_TAPS"); /* 0: through the host (an A/B switch, as SPLASH_FULL_ROWS) */
     e->device_taps = e->draft && e->draft->n_taps && e->draft->ops->append_device &&
                      splash_model_device_taps(e->model) && !(dt && !strcmp(dt, "0"));
+    if (e->device_taps && e->draft->ops->bind_device_taps) /* the draft's reads ordered on the model's queue */
+        e->draft->ops->bind_device_taps(e->draft->impl, splash_model_device_stream(e->model));
     if (e->draft && e->draft->n_taps && !e->device_taps)
         e->taps = malloc(sizeof(float) * (size_t)(e->chunk + e->max_lanes * e->max_block) * (size_t)e->draft->n_taps *
                          (size_t)e->needs->hidden);

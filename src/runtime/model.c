@@ -153,6 +153,10 @@ int splash_model_snapshot(splash_model *m, int slot, void *dst) { return m->ops-
 
 int splash_model_restore(splash_model *m, int slot, const void *src) { return m->ops->restore(m->impl, slot, src); }
 
+void *splash_model_device_stream(splash_model *m) {
+    return m->ops->device_stream ? m->ops->device_stream(m->impl) : NULL;
+}
+
 const float *splash_model_device_taps(splash_model *m) {
     return m->ops->device_taps ? m->ops->device_taps(m->impl) : NULL;
 }

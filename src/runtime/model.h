@@ -181,4 +181,10 @@ int splash_model_restore(splash_model *m, int slot, const void *src);
  * of the rows travelling to the host and back (batch.taps_on_device). */
 const float *splash_model_device_taps(splash_model *m);
 
+/* The device queue (a cudaStream_t on the CUDA backend) the model's forwards
+ * run on, in the order it takes them, or NULL.  A reader of the device taps
+ * that orders its reads on it (runtime/draft.h, bind_device_taps) needs no
+ * host wait: the model's next forward queues behind them. */
+void *splash_model_device_stream(splash_model *m);
+
 #endif

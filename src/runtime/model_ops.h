@@ -23,6 +23,7 @@ typedef struct splash_model_ops {
     int (*snapshot)(void *impl, int slot, void *dst);
     int (*restore)(void *impl, int slot, const void *src);
     const float *(*device_taps)(void *impl); /* NULL: none (splash_model_device_taps) */
+    void *(*device_stream)(void *impl);      /* NULL: none (splash_model_device_stream) */
 } splash_model_ops;
 
 #endif

@@ -122,6 +122,8 @@ struct CDraft {
     Desc dp;
     uint8_t *desc_h, *desc_d;
     cudaEvent_t desc_up;             /* recorded after each upload of desc_h: rewrite it only once that ran */
+    cudaStream_t taps_stream;        /* where the target writes the device taps (bind_device_taps), or NULL */
+    cudaEvent_t in_free, taps_in;    /* the draft is done with `in` / the taps' copy into it ran (on taps_stream) */
     int32_t *h_tok, *h_ncand, *h_cand;
     float *h_edges;
     float *mask_row;                 /* host [H] */
@@ -668,11 +670,25 @@ int append_pass(CDraft *d, const ABlk *a, int m, bool on_device) {
         for (int r = 0; r < a[i].rows; r++) pos[a[i].row0 + r] = a[i].pos0 + r;
     SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
     SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
+    /* the device taps' copy on the target's stream when bound: after the forward that wrote
+     * them and before the next one, and after the draft's last use of `in`; the draft's
+     * kernels wait for it on the device.  Else on the draft's stream, waited for. */
+    const bool bound = on_device && d->taps_stream;
+    const cudaStream_t cs = bound ? d->taps_stream : d->stream;
+    if (bound) {
+        SPLASH_CUDA_TRY(cudaEventRecord(d->in_free, d->stream));
+        SPLASH_CUDA_TRY(cudaStreamWaitEvent(cs, d->in_free, 0));
+    }
     for (int i = 0; i < m; i++)
         SPLASH_CUDA_TRY(cudaMemcpyAsync(d->in + (size_t)a[i].row0 * d->n_in, a[i].taps,
                                         (size_t)a[i].rows * d->n_in * sizeof(float),
-                                        on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, d->stream));
-    if (on_device) SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+                                        on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, cs));
+    if (bound) {
+        SPLASH_CUDA_TRY(cudaEventRecord(d->taps_in, cs));
+        SPLASH_CUDA_TRY(cudaStreamWaitEvent(d->stream, d->taps_in, 0));
+    } else if (on_device) {
+        SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    }
     TRY(prod(d, d->in, (size_t)d->n_in, rows, &d->fc, d->x));
     TRY(norm_rows(d, d->x, d->xn, d->hidden_norm, rows));
     const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
@@ -812,6 +828,8 @@ void cd_free(void *impl) {
     if (d->pinned) cudaFreeHost(d->pinned);
     if (d->stream) cudaStreamDestroy(d->stream);
     if (d->desc_up) cudaEventDestroy(d->desc_up);
+    if (d->in_free) cudaEventDestroy(d->in_free);
+    if (d->taps_in) cudaEventDestroy(d->taps_in);
     free(d->kv);
     free(d->blk);
     free(d->ablk);
@@ -823,9 +841,12 @@ void cd_free(void *impl) {
     free(d);
 }
 
+/* The target's stream for the device taps' copies (draft.h, bind_device_taps). */
+void cd_bind_device_taps(void *impl, void *stream) { ((CDraft *)impl)->taps_stream = (cudaStream_t)stream; }
+
 const splash_draft_ops cd_ops = {cd_propose, cd_append,         splash_dflash_lanes_reset, cd_snapshot,
                                  cd_restore, cd_free,           cd_append_device,          cd_propose_lanes,
-                                 cd_append_lanes};
+                                 cd_append_lanes, cd_bind_device_taps};
 
 /* ---- open ----------------------------------------------------------------------------------- */
 
@@ -976,8 +997,9 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
     }
     d->graphs.stream = d->stream;
     d->use_graphs = qc_graphs_enabled();
-    if ((e = cudaEventCreateWithFlags(&d->desc_up, cudaEventDisableTiming)) != cudaSuccess) {
-        d->desc_up = nullptr;
+    if ((e = cudaEventCreateWithFlags(&d->desc_up, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&d->in_free, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&d->taps_in, cudaEventDisableTiming)) != cudaSuccess) {
         return splash_fail(err, SPLASH_E_IO, "draft on the GPU: an event: %s", cudaGetErrorString(e));
     }
     if ((rc = qc_upload_run(upload_walk, d, &d->wdev, &d->wbytes, &d->max_q4_cols, err))) return rc;

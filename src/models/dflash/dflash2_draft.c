@@ -78,9 +78,13 @@ static void dfd2_free(void *impl) {
     free(d);
 }
 
-static const splash_draft_ops dfd2_ops = {dfd2_propose, splash_dflash_lanes_append, splash_dflash_lanes_reset,
-                                          splash_dflash_lanes_snapshot, splash_dflash_lanes_restore, dfd2_free,
-                                          NULL /* host taps only */, NULL, NULL /* lane by lane */};
+/* host taps only, lane by lane */
+static const splash_draft_ops dfd2_ops = {.propose = dfd2_propose,
+                                          .append = splash_dflash_lanes_append,
+                                          .reset = splash_dflash_lanes_reset,
+                                          .snapshot = splash_dflash_lanes_snapshot,
+                                          .restore = splash_dflash_lanes_restore,
+                                          .free = dfd2_free};
 
 int splash_dflash2_draft_open(splash_package *pkg, const splash_draft_options *opt, splash_draft **out,
                               splash_error *err) {

@@ -574,7 +574,10 @@ static const float *c_device_taps(void *impl) {
     return m->n_taps ? m->taps : nullptr;
 }
 
+/* The stream every forward, commit, snapshot and restore runs on (model.h). */
+static void *c_device_stream(void *impl) { return ((qc_model *)impl)->stream; }
+
 extern "C" const splash_model_ops qwen35_cuda_ops = {
     c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_snapshot, c_restore,
-    c_device_taps,
+    c_device_taps, c_device_stream,
 };
