@@ -23,6 +23,12 @@
  *       the same with the production models' exact dimensions (the 35B-A3B
  *       with its 256 experts in the Hugging Face per-expert layout); --layers
  *       keeps the first N layers of the 3:1 pattern.
+ *   splash bench --model PKG --draft [--device auto|cuda|cpu] [--prompt N] [--verify-reps N]
+ *       the package's draft alone (cmd_bench_draft.c): proposals for 1, 2
+ *       and 4 lanes at once, blocks of 16 and 8, greedy and T = 1, after N
+ *       positions of context; a cycle's append + proposals.  With
+ *       --synthetic the synthetic package's draft (DFlash v1 of the
+ *       published drafts' depth and taps).
  *   splash bench --model PKG [--device auto|cuda|cpu] [--threads T] [--prompt 256] [--decode 64]
  *             [--verify-reps 5] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]
  *             [--kv-format f32|bf16|int8] [--random-route]
@@ -71,6 +77,7 @@
 #include "base/threads.h"
 #include "package/package.h"
 #include "package/packer.h"
+#include "runtime/cmd_bench_draft.h"
 #include "runtime/model.h"
 #include "commands.h"
 
@@ -168,18 +175,22 @@ typedef struct shape {
     int heads, kvh, hd;      /* gated attention */
     int hk, hv, dk, dv;      /* GDN */
     int experts, topk, moe_I, shared_I; /* MoE (experts 0: dense) */
+    /* the synthetic package's DFlash (v1) draft: layers, taps, heads, kv heads, FFN width (head_dim 128, hidden H) */
+    int d_layers, d_taps, d_heads, d_kvh, d_I;
 } shape;
 
 /* The 27B and 35B-A3B (docs/cuda.md "Shapes", shared/spec/models.md); NULL for another name. */
 static int named_shape(const char *name, shape *s) {
     if (!strcmp(name, "27b")) {
         *s = (shape){.H = 5120, .L = 64, .V = 248320, .I = 17408, .heads = 24, .kvh = 4, .hd = 256,
-                     .hk = 16, .hv = 48, .dk = 128, .dv = 128};
+                     .hk = 16, .hv = 48, .dk = 128, .dv = 128,
+                     .d_layers = 5, .d_taps = 5, .d_heads = 32, .d_kvh = 8, .d_I = 17408};
         return 1;
     }
     if (!strcmp(name, "35b-a3b")) {
         *s = (shape){.H = 2048, .L = 40, .V = 248320, .I = 0, .heads = 16, .kvh = 2, .hd = 256,
-                     .hk = 16, .hv = 32, .dk = 128, .dv = 128, .experts = 256, .topk = 8, .moe_I = 512, .shared_I = 512};
+                     .hk = 16, .hv = 32, .dk = 128, .dv = 128, .experts = 256, .topk = 8, .moe_I = 512, .shared_I = 512,
+                     .d_layers = 6, .d_taps = 8, .d_heads = 16, .d_kvh = 4, .d_I = 6144};
         return 1;
     }
     return 0;
@@ -482,6 +493,44 @@ static int make_synthetic(const char *dir, const shape *sh) {
         }
 #undef T
     }
+    /* the draft: DFlash v1 of the published drafts' depth and taps (its heads and FFN width
+     * assumed: Qwen3-style, head_dim 128), every layer full attention over a 2,048-position
+     * window as served, taps spread over the target's layers from 1 */
+    const int DL = sh->d_layers, dq = sh->d_heads * 128, dkv = sh->d_kvh * 128;
+    strbuf draft;
+    sb_init(&draft);
+    if (DL > 0) {
+        synth_add(&y, "draft.fc", SPLASH_Q4, 2, H, (int64_t)sh->d_taps * H, 0);
+        synth_add(&y, "draft.hidden_norm", SPLASH_F32, 1, H, 0, 0);
+        synth_add(&y, "draft.norm", SPLASH_F32, 1, H, 0, 0);
+        for (int l = 0; l < DL; l++) {
+#define T(suffix, dt, nd, a, b) (snprintf(nm, sizeof nm, "draft.layers.%d.%s", l, suffix), synth_add(&y, nm, dt, nd, a, b, 0))
+            T("input_norm", SPLASH_F32, 1, H, 0);
+            T("post_norm", SPLASH_F32, 1, H, 0);
+            T("attn.q_norm", SPLASH_F32, 1, 128, 0);
+            T("attn.k_norm", SPLASH_F32, 1, 128, 0);
+            T("attn.q_proj", SPLASH_Q4, 2, dq, H);
+            T("attn.k_proj", SPLASH_Q4, 2, dkv, H);
+            T("attn.v_proj", SPLASH_Q4, 2, dkv, H);
+            T("attn.o_proj", SPLASH_Q4, 2, H, dq);
+            T("ffn.gate", SPLASH_Q4, 2, sh->d_I, H);
+            T("ffn.up", SPLASH_Q4, 2, sh->d_I, H);
+            T("ffn.down", SPLASH_Q4, 2, H, sh->d_I);
+#undef T
+        }
+        sb_printf(&draft, " \"draft\": {\"architecture\": \"dflash\", \"block_size\": 16, \"mask_token_id\": %d, "
+                          "\"hidden\": %d, \"layers\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": 128, "
+                          "\"intermediate\": %d, \"rms_eps\": 1e-06, \"rope_theta\": 10000000.0, \"sliding_window\": 0,\n"
+                          "  \"target_layer_ids\": [",
+                  sh->V - 2, H, DL, sh->d_heads, sh->d_kvh, sh->d_I);
+        for (int i = 0; i < sh->d_taps; i++) /* 1 .. L - 1, evenly */
+            sb_printf(&draft, "%s%d", i ? ", " : "", 1 + (sh->d_taps > 1 ? i * (L - 2) / (sh->d_taps - 1) : 0));
+        sb_printf(&draft, "], \"layer_types\": [");
+        for (int l = 0; l < DL; l++) sb_printf(&draft, "%s\"full_attention\"", l ? ", " : "");
+        sb_printf(&draft, "], \"causal\": [");
+        for (int l = 0; l < DL; l++) sb_printf(&draft, "%sfalse", l ? ", " : "");
+        sb_printf(&draft, "]},\n");
+    }
     const size_t blob = (y.biggest + SPLASH_SECTION_ALIGN - 1) / SPLASH_SECTION_ALIGN * SPLASH_SECTION_ALIGN;
     splash_error err = {0};
     int rc = splash_mkdirs(dir, &err);
@@ -500,6 +549,9 @@ static int make_synthetic(const char *dir, const shape *sh) {
     if (!f || fclose(f)) {
         fprintf(stderr, "%s: %s\n", path, rc ? err.msg : "cannot be written");
         free(path);
+        sb_free(&y.t);
+        sb_free(&types);
+        sb_free(&draft);
         return 1;
     }
     free(path);
@@ -516,6 +568,7 @@ static int make_synthetic(const char *dir, const shape *sh) {
                   E, sh->topk, sh->moe_I, sh->shared_I);
     else
         sb_printf(&m, "  \"ffn\": {\"intermediate\": %d}},\n", sh->I);
+    if (draft.data) sb_printf(&m, "%s", draft.data);
     sb_printf(&m, " \"synthetic\": \"every tensor reads the start of blob.bin (splash bench --make-synthetic)\",\n"
                   " \"files\": [{\"path\": \"blob.bin\", \"size\": %zu, \"sha256\": \"%064d\"}],\n \"tensors\": [%s]}\n",
               blob, 0, y.t.data);
@@ -526,6 +579,7 @@ static int make_synthetic(const char *dir, const shape *sh) {
     sb_free(&m);
     sb_free(&y.t);
     sb_free(&types);
+    sb_free(&draft);
     return rc ? 1 : 0;
 }
 
@@ -546,7 +600,7 @@ static double weight_bytes_per_token(const splash_package *pkg) {
     double total = 0;
     for (size_t i = 0; i < splash_package_tensor_count(pkg); i++) {
         const splash_tensor *t = splash_package_tensor_at(pkg, i);
-        if (!strncmp(t->name, "mtp.", 4)) continue;
+        if (!strncmp(t->name, "mtp.", 4) || !strncmp(t->name, "draft.", 6)) continue; /* not the target's */
         if (!strcmp(t->name, "embed"))
             total += (double)t->bytes / (double)t->shape[0];
         else if (strstr(t->name, ".moe.experts_"))
@@ -803,6 +857,7 @@ static shape generic_shape(int H, int I) {
     shape sh = {.H = H, .L = 24, .V = 32000, .I = I, .heads = H / 128, .hd = 128, .dk = 128, .dv = 128};
     if (!sh.heads) sh.heads = 1;
     sh.kvh = sh.heads / 4 ? sh.heads / 4 : 1;
+    sh.d_layers = 2, sh.d_taps = 3, sh.d_heads = sh.heads, sh.d_kvh = sh.kvh, sh.d_I = I;
     sh.hk = H / 256 ? H / 256 : 1;
     sh.hv = 2 * sh.hk;
     return sh;
@@ -814,7 +869,7 @@ int splash_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *make = NULL, *synth_dir = NULL, *weights = "q4", *act_list = NULL;
     const char *device = as_splash ? "auto" : "cpu", *shape_name = NULL, *synthetic = NULL, *dir = NULL;
     int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 0, V = 0, I = 3584, bw = 1, dprefill = 0;
-    int kv_format = -1, random_route = 0;
+    int kv_format = -1, random_route = 0, draft = 0;
     double gpu_gbs = 4300;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -839,6 +894,7 @@ int splash_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--no-bandwidth")) bw = 0;
         else if (!strcmp(a, "--decode-prefill")) dprefill = 1;
         else if (!strcmp(a, "--random-route")) random_route = 1;
+        else if (!strcmp(a, "--draft")) draft = 1;
         else if (!strcmp(a, "--kv-format") && (!strcmp(v, "f32") || !strcmp(v, "bf16") || !strcmp(v, "int8")))
             kv_format = !strcmp(v, "int8") ? SPLASH_KV_INT8 : !strcmp(v, "bf16") ? SPLASH_KV_BF16 : SPLASH_KV_F32, i++;
         else {
@@ -855,8 +911,10 @@ int splash_cmd_bench(int argc, char **argv) {
                     "       %s --make-random PKG --shape 27b|35b-a3b [--layers N] [--vocab N]\n"
                     "       %s --model PKG [--device auto|cuda|cpu] [--threads T] [--prompt N] [--decode N]\n"
                     "                 [--verify-reps N] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]\n"
-                    "                 [--gpu-gbs 4300] [--kv-format f32|bf16|int8] [--random-route]\n",
-                    prog, prog, prog, prog, prog);
+                    "                 [--gpu-gbs 4300] [--kv-format f32|bf16|int8] [--random-route]\n"
+                    "       %s --model PKG --draft [--device auto|cuda|cpu] [--prompt N] [--verify-reps N]\n"
+                    "                 (the package's draft alone: propose for 1-4 lanes, append)\n",
+                    prog, prog, prog, prog, prog, prog);
             return help ? 0 : 2;
         }
     }
@@ -875,7 +933,13 @@ int splash_cmd_bench(int argc, char **argv) {
             dir = path;
         }
         char *manifest = splash_path_join(dir, "manifest.json");
-        const int have = manifest && splash_is_file(manifest);
+        int have = manifest && splash_is_file(manifest);
+        if (have && draft) { /* a package made before synthetic packages had a draft: made again */
+            splash_package *p = NULL;
+            splash_error e = {0};
+            have = !splash_package_open(dir, &p, &e) && json_get(splash_package_manifest(p), "draft");
+            splash_package_close(p);
+        }
         free(manifest);
         if (!have) {
             double t = now();
@@ -955,6 +1019,7 @@ int splash_cmd_bench(int argc, char **argv) {
             return 1;
         }
     }
+    if (draft) return splash_bench_draft(model, device, threads, prompt, vreps);
     int cuda = !strcmp(device, "cuda");
     const char *acts[3];
     char actbuf[64];
