@@ -523,8 +523,8 @@ static int make_synthetic(const char *dir, const shape *sh) {
                           "\"intermediate\": %d, \"rms_eps\": 1e-06, \"rope_theta\": 10000000.0, \"sliding_window\": 0,\n"
                           "  \"target_layer_ids\": [",
                   sh->V - 2, H, DL, sh->d_heads, sh->d_kvh, sh->d_I);
-        for (int i = 0; i < sh->d_taps; i++) /* 1 .. L - 1, evenly */
-            sb_printf(&draft, "%s%d", i ? ", " : "", 1 + (sh->d_taps > 1 ? i * (L - 2) / (sh->d_taps - 1) : 0));
+        for (int i = 0; i < sh->d_taps; i++) /* 1 .. L - 1, evenly (0 for a one-layer target) */
+            sb_printf(&draft, "%s%d", i ? ", " : "", L < 2 ? 0 : 1 + (sh->d_taps > 1 ? i * (L - 2) / (sh->d_taps - 1) : 0));
         sb_printf(&draft, "], \"layer_types\": [");
         for (int l = 0; l < DL; l++) sb_printf(&draft, "%s\"full_attention\"", l ? ", " : "");
         sb_printf(&draft, "], \"causal\": [");

@@ -32,6 +32,18 @@ test("a synthetic dense package: every tensor over one blob, then measured on th
     const decode = Number(r.stdout.match(/decode: median [\d.]+ ms\/token .* = ([\d.]+) tokens\/s/)?.[1]);
     assert.ok(prefill > 0 && decode > 0, r.stdout);
     assert.match(r.stdout, /verify 8 rows: [\d.]+ ms .* = [\d.]+x one row/);
+    // its draft (DFlash v1 over the same blob): timed alone, lanes 1, 2, 4
+    assert.equal(m.draft.architecture, "dflash");
+    assert.ok(m.draft.target_layer_ids.every((t) => t >= 0 && t < 4), JSON.stringify(m.draft));
+    assert.ok(m.tensors.some((t) => t.name === "draft.fc"));
+    r = run("--model", pkg, "--draft", "--device", "cpu", "--prompt", "32", "--verify-reps", "5", "--threads", "1");
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /draft dflash: 3 tap layers, max block 16, 4 lanes of 32 context positions, device cpu/);
+    for (const [block, lanes] of [[16, 1], [16, 4], [8, 2]]) {
+        const row = r.stdout.match(new RegExp(`^\\| propose \\| ${block} \\| ${lanes} \\| 0 \\| ([\\d.]+) \\|`, "m"));
+        assert.ok(row && Number(row[1]) > 0, r.stdout);
+    }
+    assert.match(r.stdout, /^\| append 8 rows \+ propose \| 16 \| 4 \| 0 \| [\d.]+ \|/m);
 });
 
 test("--synthetic makes the production shape's package once, then measures it as served", () => {
@@ -54,6 +66,9 @@ test("--synthetic makes the production shape's package once, then measures it as
     assert.equal(r.status, 0, r.stderr);
     assert.deepEqual(JSON.parse(fs.readFileSync(path.join(tmp, "moe2", "manifest.json"), "utf8")).tensors.length,
         m.tensors.length);
+    // the published 35B-A3B draft's depth and taps, over the one-layer target's layer 0
+    assert.deepEqual([m.draft.layers, m.draft.hidden, m.draft.target_layer_ids.length], [6, 2048, 8]);
+    assert.ok(m.draft.target_layer_ids.every((t) => t === 0));
 });
 
 test("bad arguments are usage errors that say what is wrong", () => {
