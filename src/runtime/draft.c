@@ -69,6 +69,7 @@ typedef struct oracle {
     int vocab;
     oracle_ref *refs;
     int n_refs;
+    int lanes_calls, lanes_max; /* propose_lanes (the lanes variant): calls, and the most requests in one */
 } oracle;
 
 static int oracle_propose(void *impl, const splash_draft_req *r, float *logits, int32_t *tokens, splash_error *err) {
@@ -103,6 +104,22 @@ static void oracle_free(void *impl) {
 
 static const splash_draft_ops oracle_ops = {.propose = oracle_propose, .append = none_append, .reset = none_reset, .free = oracle_free};
 
+/* The lanes variant: propose_lanes answers each request as propose does, and counts. */
+static int oracle_propose_lanes(void *impl, const splash_draft_req *r, int n, float *const *logits,
+                                int32_t *const *tokens, int *kinds, splash_error *errs) {
+    oracle *o = impl;
+    o->lanes_calls++;
+    if (n > o->lanes_max) o->lanes_max = n;
+    for (int i = 0; i < n; i++) kinds[i] = oracle_propose(impl, &r[i], logits[i], tokens[i], &errs[i]);
+    return SPLASH_OK;
+}
+
+static const splash_draft_ops oracle_lanes_ops = {.propose = oracle_propose,
+                                                  .append = none_append,
+                                                  .reset = none_reset,
+                                                  .free = oracle_free,
+                                                  .propose_lanes = oracle_propose_lanes};
+
 static splash_draft *test_draft(const char *name, const splash_draft_ops *ops, void *impl, int block_size) {
     splash_draft *d = calloc(1, sizeof *d);
     if (!d) return NULL;
@@ -122,6 +139,17 @@ splash_draft *splash_draft_oracle_new(int vocab, int block_size) {
     splash_draft *d = test_draft("oracle", &oracle_ops, o, block_size);
     if (!d) free(o);
     return d;
+}
+
+splash_draft *splash_draft_oracle_lanes_new(int vocab, int block_size) {
+    splash_draft *d = splash_draft_oracle_new(vocab, block_size);
+    if (d) d->ops = &oracle_lanes_ops;
+    return d;
+}
+
+void splash_draft_oracle_lanes_counts(const splash_draft *d, int *calls, int *max_requests) {
+    const oracle *o = d->impl;
+    *calls = o->lanes_calls, *max_requests = o->lanes_max;
 }
 
 int splash_draft_oracle_add(splash_draft *d, const int32_t *ref, int n, int agree) {

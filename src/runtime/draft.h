@@ -142,6 +142,11 @@ splash_draft *splash_draft_oracle_new(int vocab, int block_size);
  * -1: the request's sampling seed says (a greedy request's seed changes
  * nothing else, so one reference serves every agreement count). */
 int splash_draft_oracle_add(splash_draft *d, const int32_t *ref, int n, int agree);
+/* The same oracle with propose_lanes (each request answered as propose
+ * answers it), which counts its calls and the most requests one held: the
+ * engine's one-call-for-all-lanes path under test. */
+splash_draft *splash_draft_oracle_lanes_new(int vocab, int block_size);
+void splash_draft_oracle_lanes_counts(const splash_draft *d, int *calls, int *max_requests);
 
 /* Random: logits [n][vocab] drawn from the keyed stream (request seed,
  * position), so a lane's proposals never depend on its neighbours. */

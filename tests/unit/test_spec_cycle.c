@@ -326,9 +326,10 @@ static void reference(const char *pkg) {
     for (int p = 0; p < NPROMPT; p++) assert_true(refs[p].n_tokens > 0);
 }
 
-/* The oracle: every reference registered with agree = the request's seed. */
-static splash_draft *oracle(void) {
-    splash_draft *d = splash_draft_oracle_new(V, 8);
+/* The oracle: every reference registered with agree = the request's seed
+ * (lanes: the variant with propose_lanes). */
+static splash_draft *oracle(int lanes) {
+    splash_draft *d = lanes ? splash_draft_oracle_lanes_new(V, 8) : splash_draft_oracle_new(V, 8);
     assert_non_null(d);
     for (int p = 0; p < NPROMPT; p++) {
         int32_t seq[64 + MAXOUT];
@@ -342,9 +343,10 @@ static splash_draft *oracle(void) {
 }
 
 /* Oracle runs for the block sizes bs[0..nb), every k in 0..B-1, all submitted
- * together (4 lanes share every forward). */
-static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache) {
-    splash_draft *d = oracle();
+ * together (4 lanes share every forward); lanes: the oracle proposes through
+ * propose_lanes, one call for all decoding lanes of a step. */
+static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache, int lanes) {
+    splash_draft *d = oracle(lanes);
     splash_engine *e = engine(pkg, 8, d, 0, cache);
     int n = 0;
     for (int i = 0; i < nb; i++) n += bs[i];
@@ -381,6 +383,12 @@ static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache) {
     printf("# oracle, %d block sizes, cache %d: %d requests, %llu cycles, %llu drafted, %llu accepted\n", nb, cache, n,
            (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
            (unsigned long long)st.spec_accepted);
+    if (lanes) { /* the engine drafted its lanes together: several requests a call */
+        int calls, most;
+        splash_draft_oracle_lanes_counts(d, &calls, &most);
+        printf("# propose_lanes: %d calls, at most %d requests in one\n", calls, most);
+        assert_true(calls > 0 && most > 1 && most <= 4);
+    }
     splash_engine_free(e);
     splash_draft_free(d);
     free(jobs);
@@ -393,8 +401,9 @@ static void test_greedy_oracle_dense(void **state) {
     reference(pkg);
     int all[15];
     for (int b = 2; b <= 16; b++) all[b - 2] = b;
-    oracle_sweep(pkg, all, 15, 1);
-    oracle_sweep(pkg, (int[]){5, 16}, 2, 0);
+    oracle_sweep(pkg, all, 15, 1, 0);
+    oracle_sweep(pkg, (int[]){5, 16}, 2, 0, 0);
+    oracle_sweep(pkg, (int[]){8, 16}, 2, 1, 1);
 }
 
 static void test_greedy_oracle_moe(void **state) {
@@ -402,8 +411,8 @@ static void test_greedy_oracle_moe(void **state) {
     const char *pkg = package("moe-tiny", 0);
     if (!pkg) skip();
     reference(pkg);
-    oracle_sweep(pkg, (int[]){3, 16}, 2, 1);
-    oracle_sweep(pkg, (int[]){8}, 1, 0);
+    oracle_sweep(pkg, (int[]){3, 16}, 2, 1, 0);
+    oracle_sweep(pkg, (int[]){8}, 1, 0, 1);
 }
 
 static void test_greedy_random_draft(void **state) {
