@@ -153,6 +153,8 @@ int splash_model_snapshot(splash_model *m, int slot, void *dst) { return m->ops-
 
 int splash_model_restore(splash_model *m, int slot, const void *src) { return m->ops->restore(m->impl, slot, src); }
 
+int splash_model_finish(splash_model *m) { return m->ops->finish ? m->ops->finish(m->impl) : SPLASH_OK; }
+
 void *splash_model_device_stream(splash_model *m) {
     return m->ops->device_stream ? m->ops->device_stream(m->impl) : NULL;
 }

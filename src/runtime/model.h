@@ -187,4 +187,9 @@ const float *splash_model_device_taps(splash_model *m);
  * host wait: the model's next forward queues behind them. */
 void *splash_model_device_stream(splash_model *m);
 
+/* Waits until the model's queued device work has run (a commit returns
+ * before its work on the GPU is done; the next forward waits for it anyway):
+ * for timing a commit on its own.  0, or a status when that work failed. */
+int splash_model_finish(splash_model *m);
+
 #endif

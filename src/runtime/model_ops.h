@@ -24,6 +24,7 @@ typedef struct splash_model_ops {
     int (*restore)(void *impl, int slot, const void *src);
     const float *(*device_taps)(void *impl); /* NULL: none (splash_model_device_taps) */
     void *(*device_stream)(void *impl);      /* NULL: none (splash_model_device_stream) */
+    int (*finish)(void *impl);               /* NULL: nothing queued, ever (splash_model_finish) */
 } splash_model_ops;
 
 #endif

@@ -577,7 +577,13 @@ static const float *c_device_taps(void *impl) {
 /* The stream every forward, commit, snapshot and restore runs on (model.h). */
 static void *c_device_stream(void *impl) { return ((qc_model *)impl)->stream; }
 
+/* Waits for what the stream holds: a commit's replay (model.h, splash_model_finish). */
+static int c_finish(void *impl) {
+    SPLASH_CUDA_TRY(cudaStreamSynchronize((cudaStream_t)((qc_model *)impl)->stream));
+    return 0;
+}
+
 extern "C" const splash_model_ops qwen35_cuda_ops = {
     c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_snapshot, c_restore,
-    c_device_taps, c_device_stream,
+    c_device_taps, c_device_stream, c_finish,
 };
