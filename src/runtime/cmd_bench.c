@@ -77,6 +77,7 @@
 #include "base/threads.h"
 #include "package/package.h"
 #include "package/packer.h"
+#include "runtime/bench_stats.h"
 #include "runtime/cmd_bench_draft.h"
 #include "runtime/model.h"
 #include "commands.h"
@@ -523,8 +524,10 @@ static int make_synthetic(const char *dir, const shape *sh) {
                           "\"intermediate\": %d, \"rms_eps\": 1e-06, \"rope_theta\": 10000000.0, \"sliding_window\": 0,\n"
                           "  \"target_layer_ids\": [",
                   sh->V - 2, H, DL, sh->d_heads, sh->d_kvh, sh->d_I);
-        for (int i = 0; i < sh->d_taps; i++) /* 1 .. L - 1, evenly (0 for a one-layer target) */
-            sb_printf(&draft, "%s%d", i ? ", " : "", L < 2 ? 0 : 1 + (sh->d_taps > 1 ? i * (L - 2) / (sh->d_taps - 1) : 0));
+        for (int i = 0; i < sh->d_taps; i++) { /* 1 .. L - 1, evenly (0 for a one-layer target) */
+            const int tap = L < 2 ? 0 : 1 + (sh->d_taps > 1 ? i * (L - 2) / (sh->d_taps - 1) : 0);
+            sb_printf(&draft, "%s%d", i ? ", " : "", tap);
+        }
         sb_printf(&draft, "], \"layer_types\": [");
         for (int l = 0; l < DL; l++) sb_printf(&draft, "%s\"full_attention\"", l ? ", " : "");
         sb_printf(&draft, "], \"causal\": [");
@@ -611,24 +614,6 @@ static double weight_bytes_per_token(const splash_package *pkg) {
     return total;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* median and 10th / 90th percentiles of n values (sorted in place) */
-typedef struct stat3 {
-    double med, p10, p90;
-} stat3;
-static stat3 stats(double *v, int n) {
-    stat3 s = {0, 0, 0};
-    if (n <= 0) return s;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    s.med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    s.p10 = v[(n - 1) / 10];
-    s.p90 = v[(n - 1) - (n - 1) / 10];
-    return s;
-}
 
 typedef struct bench_result {
     double prefill_tps, prefill_cpu;   /* tokens/s; CPU seconds per token */
@@ -734,7 +719,7 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     }
     res->step_cpu = decode ? (cpu_seconds() - c0) / decode : 0;
     /* the first step warms caches */
-    res->step = stats(steps + (decode > 1), decode - (decode > 1));
+    res->step = splash_bench_stats(steps + (decode > 1), decode - (decode > 1));
     /* verify cycles: a block of 8 or 16 rows, each row's argmax read (TOP), and the
      * commit of every row (the state advances; the next block's rows overwrite
      * the same KV positions) */
@@ -749,9 +734,9 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
             vt[k] = now() - t0;
         }
         if (which)
-            res->verify16 = stats(vt, vreps);
+            res->verify16 = splash_bench_stats(vt, vreps);
         else
-            res->verify8 = stats(vt, vreps);
+            res->verify8 = splash_bench_stats(vt, vreps);
     }
     /* LANES lanes of 8 rows in one forward (lane 0 at the prompt's end, the others at
      * the same positions over their own pages and states), then each lane's commit */
@@ -776,7 +761,7 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
         if (splash_model_finish(m)) return 1; /* the commits timed too, not left to the next forward */
         vt[k] = now() - t0;
     }
-    res->verify4x8 = stats(vt, vreps);
+    res->verify4x8 = splash_bench_stats(vt, vreps);
     free(vt);
     free(steps);
     struct rusage ru;

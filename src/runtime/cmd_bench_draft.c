@@ -20,33 +20,23 @@
  */
 #include "runtime/cmd_bench_draft.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/json.h"
 #include "package/package.h"
+#include "runtime/bench_stats.h"
 #include "runtime/draft.h"
+#include "runtime/engine.h"
 
 #define LANES 4
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* median, 10th and 90th percentiles of t[0..n) (sorted in place), in ms */
-static void spread(double *t, int n, double *med, double *lo, double *hi) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    *med = 1e3 * t[n / 2], *lo = 1e3 * t[n / 10], *hi = 1e3 * t[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
+/* The table's row of reps timings: ms a call [p10, p90], ms a lane. */
+static void print_row(const char *call, int block, int k, int temp, double *t, int reps) {
+    const stat3 s = splash_bench_stats(t, reps);
+    printf("| %s | %d | %d | %d | %.3f | [%.3f, %.3f] | %.3f |\n", call, block, k, temp, 1e3 * s.med, 1e3 * s.p10,
+           1e3 * s.p90, 1e3 * s.med / k);
 }
 
 typedef struct bench_lanes {
@@ -144,7 +134,7 @@ int splash_bench_draft(const char *model_dir, const char *device, int threads, i
     }
     printf("draft %s: %d tap layers, max block %d, %d lanes of %d context positions, device %s\n", d->name,
            d->n_taps, nb, LANES, ctx, device);
-    double t0 = now();
+    double t0 = splash_now();
     for (int l = 0; l < LANES; l++)
         for (int p = 0; p < ctx; p += 64) {
             const int n = ctx - p < 64 ? ctx - p : 64;
@@ -153,7 +143,7 @@ int splash_bench_draft(const char *model_dir, const char *device, int threads, i
                 goto done;
             }
         }
-    printf("context: %d positions x %d lanes appended in %.1f ms\n", ctx, LANES, 1e3 * (now() - t0));
+    printf("context: %d positions x %d lanes appended in %.1f ms\n", ctx, LANES, 1e3 * (splash_now() - t0));
     printf("| call | block | lanes | T | ms a call | [p10, p90] | ms a lane |\n|---|---|---|---|---|---|---|\n");
     static const int blocks[2] = {16, 8}, lanes[3] = {1, 2, 4};
     for (int bi = 0; bi < 2; bi++) {
@@ -168,16 +158,14 @@ int splash_bench_draft(const char *model_dir, const char *device, int threads, i
                     goto done;
                 }
                 for (int r = 0; r < reps; r++) {
-                    double s = now();
+                    double s = splash_now();
                     if (propose_once(&b, k, n, &sp, errs)) {
                         fprintf(stderr, "draft bench: propose: %s\n", errs[0].msg);
                         goto done;
                     }
-                    t[r] = now() - s;
+                    t[r] = splash_now() - s;
                 }
-                double med, lo, hi;
-                spread(t, reps, &med, &lo, &hi);
-                printf("| propose | %d | %d | %d | %.3f | [%.3f, %.3f] | %.3f |\n", n, k, temp, med, lo, hi, med / k);
+                print_row("propose", n, k, temp, t, reps);
             }
     }
     /* cycles: every lane moves 8 positions a cycle (lanes past k are not used again) */
@@ -186,18 +174,16 @@ int splash_bench_draft(const char *model_dir, const char *device, int threads, i
     for (int li = 0; li < 3; li += 2) { /* 1 and 4 lanes */
         const int k = lanes[li], n = 16 < nb ? 16 : nb;
         for (int r = 0; r < reps; r++) {
-            double s = now();
+            double s = splash_now();
             for (int i = 0; i < k; i++) pos[i] = b.ctx;
             b.ctx += 8;
             if (append_once(&b, k, 8, taps, pos, errs) || propose_once(&b, k, n, &greedy, errs)) {
                 fprintf(stderr, "draft bench: cycle: %s\n", errs[0].msg);
                 goto done;
             }
-            t[r] = now() - s;
+            t[r] = splash_now() - s;
         }
-        double med, lo, hi;
-        spread(t, reps, &med, &lo, &hi);
-        printf("| append 8 rows + propose | %d | %d | 0 | %.3f | [%.3f, %.3f] | %.3f |\n", n, k, med, lo, hi, med / k);
+        print_row("append 8 rows + propose", n, k, 0, t, reps);
     }
     rc = 0;
 done:

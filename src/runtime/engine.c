@@ -735,14 +735,19 @@ static splash_draft_taps lane_taps(const splash_engine *e, const lane *l, int n_
     return (splash_draft_taps){l->slot, n_past0 + r0, base + at, r1 - r0};
 }
 
+/* One lane's taps into the draft, from wherever they are (device or host). */
+static int draft_append_taps(const splash_engine *e, const splash_draft_taps *t, splash_error *err) {
+    const splash_draft_ops *o = e->draft->ops;
+    return e->device_taps ? o->append_device(e->draft->impl, t->lane, t->pos, t->taps, t->n, err)
+                          : o->append(e->draft->impl, t->lane, t->pos, t->taps, t->n, err);
+}
+
 /* Taps rows [r0, r1) of the lane's rows this step into the draft (lane_taps).  1 when the lane ended. */
 static int draft_append(splash_engine *e, lane *l, int n_past0, int first, int r0, int r1) {
     if (!e->draft || !e->draft->n_taps || r1 <= r0) return 0;
     splash_draft_taps t = lane_taps(e, l, n_past0, first, r0, r1);
     splash_error err = {0};
-    const splash_draft_ops *o = e->draft->ops;
-    int rc = e->device_taps ? o->append_device(e->draft->impl, t.lane, t.pos, t.taps, t.n, &err)
-                            : o->append(e->draft->impl, t.lane, t.pos, t.taps, t.n, &err);
+    int rc = draft_append_taps(e, &t, &err);
     if (rc) {
         lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
         return 1;
@@ -833,11 +838,7 @@ static void cycle_append(splash_engine *e, int part) {
     if (o->append_lanes && n > 1 && e->draft_lanes) {
         o->append_lanes(e->draft->impl, e->dtaps, n, e->device_taps, e->dkind, e->derr);
     } else {
-        for (int i = 0; i < n; i++) {
-            const splash_draft_taps *t = &e->dtaps[i];
-            e->dkind[i] = e->device_taps ? o->append_device(e->draft->impl, t->lane, t->pos, t->taps, t->n, &e->derr[i])
-                                         : o->append(e->draft->impl, t->lane, t->pos, t->taps, t->n, &e->derr[i]);
-        }
+        for (int i = 0; i < n; i++) e->dkind[i] = draft_append_taps(e, &e->dtaps[i], &e->derr[i]);
     }
     for (int i = 0; i < n; i++)
         if (e->dkind[i]) lane_end(e, e->dwho[i], SPLASH_FINISH_ERROR, e->derr[i].msg);
