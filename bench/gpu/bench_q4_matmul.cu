@@ -655,8 +655,8 @@ static int bench_grouped(int sweep, FILE *csv, double locality) {
         c.idx = idx, c.plan = plan, c.plan_ints = plan_ints;
         float pre[2], preg[2];
         splash_q4_config pc[2]; /* the preset's decode and verify configs (splash_q4_matmul_grouped's classes) */
-        splash_q4_config_pick(c.rows, c.cols, 1, &pc[0]);
-        splash_q4_config_pick(c.rows, c.cols, SPLASH_Q4_MAX_M, &pc[1]);
+        splash_q4_config_pick_grouped(c.rows, c.cols, 1, &pc[0]);
+        splash_q4_config_pick_grouped(c.rows, c.cols, 8 * SPLASH_Q4_MAX_M, &pc[1]);
         for (int v = 0; v < 2; v++) {
             splash_q4_xprep_rows_init(&xp[v], xmem[v], c.cols, cap);
             c.n_rows = v ? G_VROWS : 1;

@@ -32,7 +32,10 @@
  *   powers (not one per row) let the preparation run on many blocks with no
  *   row-wide maximum first.
  * - M <= 2 / 4: an n-tile per pair of x rows, each holding both rows' three
- *   digits; M <= 8 / 16: an n-tile per digit and 8 x rows.
+ *   digits; M <= 8 / 16: an n-tile per digit and 8 x rows.  A 32-row class
+ *   (4 x tiles) measured no faster than two 16-row launches (NOTES.md,
+ *   session 19): past 8 rows the per-(row, x row, group) arithmetic, not the
+ *   weight bytes, sets the time.
  * - A warp owns R row tiles (16 rows each) and a slice of the groups, U groups
  *   per step.  Weights stream straight into registers, L1 bypassed: all R*U
  *   16-byte loads of a step are issued before any is used (stages = 0), or
@@ -330,6 +333,18 @@ __device__ __forceinline__ void load_step(const Params &p, const View &v, uint4 
     }
 }
 
+/* Whether a warp computes its row tile r: MODE 0 skips tiles past the
+ * matrix's end; MODE 1 computes them (load_step gave them zero codes and
+ * scales, and their results are never stored), so the R tiles' mma chains
+ * are not each behind a branch and interleave.  Measured (H200, session 19,
+ * bench_q4_matmul, each mode's configs swept): MODE 1 without the branch,
+ * 27B M = 16 q|k|v 33.6 -> 30.4 us, qkv|z|b|a 34.3 -> 30.9, lm_head 394 ->
+ * 347, M = 8 gate|up 51.0 -> 46.9; MODE 0 without it lost at M = 1 (o_proj
+ * 11.8 -> 18.7, gate|up 32.7 -> 38.7: its registers and load order
+ * changed). */
+template <int MODE>
+__device__ __forceinline__ bool tile_live(int tile, int tiles) { return MODE != 0 || tile < tiles; }
+
 template <int MODE, int NT, int R, int UU>
 __device__ __forceinline__ void compute_step(const Params &p, const View &v,
                                              float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
@@ -342,7 +357,7 @@ __device__ __forceinline__ void compute_step(const Params &p, const View &v,
         for (int u = 0; u < UU; u++)
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x[u], l, cw[r][u], sbw[r][u]);
+                if (tile_live<MODE>(tile0 + r, p.tiles)) group_tile<MODE, NT>(acc[r], x[u], l, cw[r][u], sbw[r][u]);
     } else {
 #pragma unroll
         for (int u = 0; u < UU; u++) {
@@ -350,7 +365,7 @@ __device__ __forceinline__ void compute_step(const Params &p, const View &v,
             load_group_x<MODE, NT>(x, p, v, l, G + u);
 #pragma unroll
             for (int r = 0; r < R; r++)
-                if (tile0 + r < p.tiles) group_tile<MODE, NT>(acc[r], x, l, cw[r][u], sbw[r][u]);
+                if (tile_live<MODE>(tile0 + r, p.tiles)) group_tile<MODE, NT>(acc[r], x, l, cw[r][u], sbw[r][u]);
         }
     }
 }
@@ -737,26 +752,32 @@ bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 
  * 73.6; events, bench_q4_matmul).  Session 16 swept every shape the two
  * models launch (but the experts') after the one-value-a-group change:
  * the 27B's gate|up 35.2 -> 32.7 us at M = 1 and 86.7 -> 71.9 at M = 16,
- * down 22.9 -> 20.8 and 49.9 -> 42.6 (NOTES.md). */
+ * down 22.9 -> 20.8 and 49.9 -> 42.6 (NOTES.md).  Session 19 swept the M = 8
+ * and 16 classes again (the shape's ksplit / wk) once MODE 1 computed every
+ * tile (tile_live): 27B M = 16 q|k|v 34.8 -> 30.3, gate|up 103 -> 70 (the old
+ * config under the new code), lm_head 407 -> 347 (NOTES.md). */
 struct Preset {
     int rows, cols;
     int ksplit, wk; /* per shape: the arithmetic order (results must not depend on M) */
     splash_q4_config c[4]; /* M <= 2, 4, 8, 16 (ksplit and wk filled in below) */
+    /* grouped launches of verify blocks (slots / 8 in (4, 8], (8, 16]), where
+     * they differ from the plain product's classes 2, 3 (r 0: the same) */
+    splash_q4_config grouped[2];
 };
 const Preset kH200[] = {
-    {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}},  /* attn.q_proj */
-    {1024, 5120, 2, 8, {{1, 4, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}}},   /* attn.k/v_proj */
-    {5120, 6144, 1, 4, {{1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}}},  /* attn.o_proj, gdn.out_proj */
-    {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* gdn.in_proj_qkv */
-    {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},   /* gdn.in_proj_z */
-    {17408, 5120, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}},  /* ffn.gate/up */
-    {5120, 17408, 2, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn.down */
-    {248320, 5120, 1, 1, {{1, 4, 0, 2, 0, 0}, {1, 4, 0, 2, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 1, 2, 0, 0}}}, /* lm_head */
-    {248320, 2048, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {4, 2, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}}}, /* 35B-A3B lm_head */
+    {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* attn.q_proj */
+    {1024, 5120, 2, 8, {{1, 4, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}, {1, 8, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}}, {}},   /* attn.k/v_proj */
+    {5120, 6144, 1, 4, {{1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 8, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}}, {}},  /* attn.o_proj, gdn.out_proj */
+    {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}, {}},  /* gdn.in_proj_qkv */
+    {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {4, 4, 0, 2, 0, 0}}, {}},   /* gdn.in_proj_z */
+    {17408, 5120, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}, {}},  /* ffn.gate/up */
+    {5120, 17408, 2, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* ffn.down */
+    {248320, 5120, 1, 1, {{1, 4, 0, 2, 0, 0}, {1, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {4, 4, 0, 8, 0, 0}}, {}}, /* lm_head */
+    {248320, 2048, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {4, 4, 0, 8, 0, 0}}, {}}, /* 35B-A3B lm_head */
     /* the stacks the CUDA model launches (cuda_weights.cu) */
-    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {4, 2, 1, 4, 0, 0}}},  /* attn q|k|v */
-    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}, {4, 2, 1, 4, 0, 0}}},  /* gdn qkv|z|b|a */
-    {34816, 5120, 1, 4, {{4, 2, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* ffn gate|up */
+    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}, {}},  /* attn q|k|v */
+    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}, {}},  /* gdn qkv|z|b|a */
+    {34816, 5120, 1, 4, {{4, 2, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* ffn gate|up */
     /* the 35B-A3B's experts (and its shared expert's down), mostly launched grouped (9
      * slots x gate, up at decode).  Session 6 left the generic rule's ksplit 8 (a block
      * had one group of 64 columns between two cluster barriers) for ksplit 2 (the grouped
@@ -764,16 +785,23 @@ const Preset kH200[] = {
      * swept the grouped launches themselves (bench_q4_matmul --grouped --sweep, events,
      * one row's 9 slots / 8 rows' 72 planned): ksplit 1 and wk 2 / 1, the decode classes'
      * configs apart from the verify classes' (grouped launches pick the class by slots /
-     * 8): gate|up 13.0 -> 9.7 us / 46.5 -> 25.7, down 9.2 -> 7.7 / 26.2 -> 17.0 */
-    {512, 2048, 1, 2, {{1, 8, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},    /* experts gate, up */
-    {2048, 512, 1, 1, {{1, 4, 1, 4, 0, 0}, {1, 4, 1, 4, 0, 0}, {4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}},    /* experts down */
+     * 8): gate|up 13.0 -> 9.7 us / 46.5 -> 25.7, down 9.2 -> 7.7 / 26.2 -> 17.0.
+     * Session 19: plain products of these shapes (the shared expert of more
+     * than 16 rows: 4 lanes x 8) got their own classes 2, 3 once MODE 1 computed
+     * every tile (bench_q4_matmul --sweep --m 8 / 16: gate / up 23.0 / 29.7 ->
+     * 10.8 / 13.3 us, down 13.2 / 16.0 -> 7.4 / 8.6); the grouped verify
+     * launches keep theirs (grouped[]) */
+    {512, 2048, 1, 2, {{1, 8, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {2, 4, 1, 4, 0, 0}, {1, 4, 1, 4, 0, 0}},
+     {{4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}}, /* experts gate, up */
+    {2048, 512, 1, 1, {{1, 4, 1, 4, 0, 0}, {1, 4, 1, 4, 0, 0}, {2, 4, 1, 2, 0, 0}, {1, 4, 1, 2, 0, 0}},
+     {{4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}}, /* experts down */
     /* the 35B-A3B's dense stacks (session 15; M = 1 in events, swept vs the generic rule): GDN
      * qkv|z|b|a 9.86 vs 9.92 us, out_proj = attention o_proj 7.84 vs 11.65 (the rule's ksplit 8 left
      * each block 8 groups between cluster barriers), attention q|k|v 8.93 vs 9.47 */
-    {12352, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}}, /* 35B-A3B qkv|z|b|a */
-    {2048, 4096, 1, 8, {{1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}}},  /* 35B-A3B out/o_proj */
-    {9216, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 1, 4, 0, 0}}},  /* 35B-A3B attn q|k|v */
-    {0, 0, 0, 0, {}},                                                                   /* terminator */
+    {12352, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}}, /* 35B-A3B qkv|z|b|a */
+    {2048, 4096, 1, 8, {{1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {2, 8, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}}, {}},  /* 35B-A3B out/o_proj */
+    {9216, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* 35B-A3B attn q|k|v */
+    {0, 0, 0, 0, {}, {}},                                                                   /* terminator */
 };
 
 struct PresetTable {
@@ -1047,13 +1075,14 @@ extern "C" int splash_q4_config_check(const splash_q4_config *cfg, int rows, int
     return SPLASH_OK;
 }
 
-extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config *cfg) {
+/* The preset (or the generic rule) for M rows, of a grouped launch or not. */
+static int config_pick(int rows, int cols, int M, int grouped, splash_q4_config *cfg) {
     if (!cfg || !shape_ok(rows, cols) || M < 1 || M > SPLASH_Q4_MAX_M) return SPLASH_E_INVALID;
     const int mc = mclass(M);
     const DeviceKey dk = device_key();
     for (const Preset *p = presets_for(dk); p && p->rows; p++) {
         if (p->rows == rows && p->cols == cols) {
-            *cfg = p->c[mc];
+            *cfg = grouped && mc >= 2 && p->grouped[mc - 2].r ? p->grouped[mc - 2] : p->c[mc];
             cfg->ksplit = p->ksplit, cfg->wk = p->wk;
             return SPLASH_OK;
         }
@@ -1074,6 +1103,19 @@ extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config
     while (k < kMaxKsplit && 2 * k * cfg->wk <= groups && blocks * k < 2LL * dk.sms) k *= 2;
     cfg->ksplit = k;
     return SPLASH_OK;
+}
+
+extern "C" int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config *cfg) {
+    return config_pick(rows, cols, M, 0, cfg);
+}
+
+extern "C" int splash_q4_config_pick_grouped(int rows, int cols, int slots, splash_q4_config *cfg) {
+    /* The M class by slots / 8 (about the token rows of a 35B-A3B launch: a
+     * row's top-8 and its shared expert): a decode row's 9 slots take the
+     * class-0 config, a verify block's 72 the class-3 one.  The shape's
+     * ksplit and wk are one for every class, so a slot's bits do not change. */
+    const int m = slots < 1 ? 1 : (slots + 7) / 8;
+    return config_pick(rows, cols, m < SPLASH_Q4_MAX_M ? m : SPLASH_Q4_MAX_M, 1, cfg);
 }
 
 static int matmul(const splash_q4_matrix *w, const splash_q4_xprep *xp, float *y, const splash_q4_config *cfg, int add,
@@ -1146,13 +1188,8 @@ extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const spl
                                         const splash_q4_xprep *xp, float *y, float *y2, size_t ldy,
                                         struct CUstream_st *stream) {
     if (!first) return SPLASH_E_INVALID;
-    /* The M class by slots / 8 (about the token rows of a 35B-A3B launch: a
-     * row's top-8 and its shared expert): a decode row's 9 slots take the
-     * class-0 config, a verify block's 72 the class-3 one.  The shape's
-     * ksplit and wk are one for every class, so a slot's bits do not change. */
-    const int m = slots < 1 ? 1 : (slots + 7) / 8;
     splash_q4_config cfg;
-    int rc = splash_q4_config_pick(first->rows, first->cols, m < SPLASH_Q4_MAX_M ? m : SPLASH_Q4_MAX_M, &cfg);
+    int rc = splash_q4_config_pick_grouped(first->rows, first->cols, slots, &cfg);
     if (rc) return rc;
     return splash_q4_matmul_grouped_cfg(first, first2, n_experts, stride, idx, plan, slots, xdiv, xp, y, y2, ldy, &cfg,
                                         stream);

@@ -132,6 +132,9 @@ typedef struct splash_q4_config {
  * count and memory size, measured: the H200's today), else a generic rule
  * sized by the SM count.  Always succeeds for valid shapes. */
 int splash_q4_config_pick(int rows, int cols, int M, splash_q4_config *cfg);
+/* The config splash_q4_matmul_grouped takes for `slots` slots (its class by
+ * slots / 8; a shape's grouped verify configs may differ from its plain ones). */
+int splash_q4_config_pick_grouped(int rows, int cols, int slots, splash_q4_config *cfg);
 /* 0 if cfg is compiled in and valid for this shape, else SPLASH_E_UNSUPPORTED. */
 int splash_q4_config_check(const splash_q4_config *cfg, int rows, int cols);
 /* The compiled (r, u, stages) triples, in order (for sweeps and tests):
