@@ -22,7 +22,9 @@
  *            each, output checked against the preset's), selects one ksplit
  *            per shape and the fastest config per M class, prints that as
  *            kPresets lines and reports the table for it; --csv writes all
- *            timings there.
+ *            timings there.  With --m M (one class): per shape the fastest
+ *            config at the shape's preset ksplit / wk (so the class's bits
+ *            stay those of the others) beside the preset's.
  *   --gemm   the prefill GEMM (q4_gemm.h) instead: per shape and R rows of x,
  *            the prep and the product (median of 20 launches, weights rotated
  *            as above), TFLOP/s against the ~990 dense fp16 peak, and the
@@ -873,6 +875,24 @@ int main(int argc, char **argv) {
         splash_q4_config sel[4];
         int ks = 0, wk = 0;
         const int have_sel = sweep && select_presets(cand, &ks, &wk, sel);
+        if (sweep && m_only) { /* one class swept: its best config at the shape's own ksplit / wk (its bits) */
+            int mi = 0;
+            while (mi < NMS && kMs[mi] != m_only) mi++;
+            splash_q4_config pre;
+            splash_q4_config_pick(sh->rows, sh->cols, m_only, &pre);
+            int best = -1;
+            for (int i = 0; mi < NMS && i < NCAND; i++)
+                if (cand[i].us[mi] > 0 && cand[i].c.ksplit == pre.ksplit && cand[i].c.wk == pre.wk &&
+                    (best < 0 || cand[i].us[mi] < cand[best].us[mi]))
+                    best = i;
+            if (best >= 0)
+                snprintf(preset_lines[si], sizeof preset_lines[si],
+                         "    %s (M = %d, ksplit %d, wk %d): {%d, %d, %d, %d, 0, 0} %.2f us; the preset {%d, %d, %d, %d} "
+                         "%.2f us",
+                         sh->name, m_only, pre.ksplit, pre.wk, cand[best].c.r, cand[best].c.u, cand[best].c.stages,
+                         cand[best].c.warps, cand[best].us[mi], pre.r, pre.u, pre.stages, pre.warps,
+                         rows[si][mi].preset_us);
+        }
         if (have_sel)
             snprintf(preset_lines[si], sizeof preset_lines[si],
                      "    {%d, %d, %d, %d, {{%d, %d, %d, %d, 0, 0}, {%d, %d, %d, %d, 0, 0}, {%d, %d, %d, %d, 0, 0}, "
