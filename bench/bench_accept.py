@@ -23,7 +23,7 @@ Greedy rows are deterministic; T=1 rows use a fixed seed per prompt, so reruns d
 from the same distributions (the outputs differ between block sizes only in the draft's proposals,
 which lossless verification makes invisible in distribution, not draw by draw).
 
-  python3 bench/bench_accept.py [--splash build/splash] [--model PKG] [--blocks 1,8]
+  python3 bench/bench_accept.py [--splash build/splash] [--model PKG] [--blocks 1,8,auto]
                                 [--temperatures 0,1] [--max-tokens 256] [--prompts FILE] [--threads N]
                                 [--device auto|cuda|cpu] [--lanes N]
 """
@@ -96,7 +96,8 @@ def main():
     temps = [float(t) for t in args.temperatures.split(",")]
     rows = []
     greedy = {}  # block -> the greedy replies: lossless decoding makes them the same text at every block size
-    for block in [int(b) for b in args.blocks.split(",")]:
+    # a block size, or "auto" (serve --block-size auto: the draft's block or 1, chosen step by step)
+    for block in [b if b == "auto" else int(b) for b in args.blocks.split(",")]:
         proc, port = start_server(args, block)
         try:
             chat(port, [{"role": "user", "content": "warm up"}], 0, 0, 8)
@@ -146,8 +147,8 @@ def main():
         print(f"| {b} | {t:g} | {s['tokens']} | {s['cycles']} | {s['drafted']} | {s['accepted']} | {acc:.3f} | {tps:.1f} | {sp} "
               f"| {wall:.1f} | {ph} | {pst} |")
     if len(greedy) > 1:
-        ref_block = min(greedy)
-        for b in sorted(greedy):
+        ref_block = 1 if 1 in greedy else next(iter(greedy))
+        for b in greedy:
             if b != ref_block:
                 same = sum(x == y for x, y in zip(greedy[b], greedy[ref_block]))
                 print(f"greedy replies at block {b} equal to block {ref_block}'s: {same} of {len(greedy[b])}")

@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "package/package.h"
+#include "runtime/block_policy.h"
 #include "runtime/draft.h"
 #include "runtime/kv_pool.h"
 #include "runtime/memory_plan.h"
@@ -203,6 +204,12 @@ struct splash_engine {
     splash_error *derr;   /* each with its own error */
     splash_draft_taps *dtaps; /* [max_lanes] a cycle phase's appends to the draft */
     int block, max_block; /* default rows per decoding lane, and the most a gen may ask */
+    int auto_block;       /* the block chosen step by step (block_policy.h) ... */
+    int step_spec;        /* ... this step's choice for the lanes that follow it: e->block (1) or 1 (0) */
+    int step_auto_lanes;  /* this step's decoding lanes that follow it, */
+    int step_auto_tokens; /* and the tokens they emitted */
+    splash_block_policy bpol;
+    uint64_t auto_steps[2];
     splash_dist q;        /* draft distribution scratch (spec.h) */
     size_t model_snap;    /* bytes of the model's part of a snapshot (the draft's follows) */
     const char *device;   /* "cpu" or "cuda" (splash_device_resolve) */
@@ -226,6 +233,7 @@ struct splash_engine {
 };
 
 static void publish(splash_engine *e);
+static int lane_auto(const splash_engine *e, const splash_gen *g);
 
 static void engine_wake(struct splash_engine *e) {
     pthread_mutex_lock(&e->mu);
@@ -405,6 +413,7 @@ static int gen_record(splash_gen *g, int32_t tok, uint32_t text_end, const splas
 static int lane_token(splash_engine *e, lane *l, int32_t tok, const splash_logprobs *lp) {
     splash_gen *g = l->g;
     l->n_out++;
+    if (l->decoding && lane_auto(e, g)) e->step_auto_tokens++;
     pthread_mutex_lock(&g->mu);
     g->n_tokens = l->n_out;
     if (l->n_out == 1) {
@@ -611,8 +620,15 @@ static void plan(splash_engine *e) {
  * block instead of being lost.  Block size 1 (no draft) is the same code with
  * no proposals: one VERIFY row, commit 1, the token drawn as splash_sample. */
 
+/* Whether the lane's block follows the step's auto choice: a request with
+ * its own block, or sampled with a seed of its own (its output depends on
+ * the block, and must not on timing), keeps its block. */
+static int lane_auto(const splash_engine *e, const splash_gen *g) {
+    return e->auto_block && g->block_size <= 0 && !(g->sp.temperature > 0 && g->sp.seed_given);
+}
+
 static int lane_block(const splash_engine *e, const splash_gen *g) {
-    int b = g->block_size > 0 ? g->block_size : e->block;
+    int b = g->block_size > 0 ? g->block_size : lane_auto(e, g) && !e->step_spec ? 1 : e->block;
     return b < 1 ? 1 : b > e->max_block ? e->max_block : b;
 }
 
@@ -891,6 +907,10 @@ static void step(splash_engine *e) {
     int any_prefill = 0, any_decode = 0;
     int taps = e->draft && e->draft->n_taps;
     spec_times tm = {0};
+    e->step_auto_lanes = e->step_auto_tokens = 0;
+    for (int i = 0; e->auto_block && i < e->max_lanes; i++)
+        e->step_auto_lanes += e->lanes[i].g && e->lanes[i].decoding && lane_auto(e, e->lanes[i].g);
+    e->step_spec = e->step_auto_lanes ? splash_block_choose(&e->bpol, e->step_auto_lanes) : 1;
     plan(e);
     cycle_propose(e); /* the drafts first: their proposals go in the batch */
     tm.draft = splash_now() - t0;
@@ -1010,6 +1030,10 @@ static void step(splash_engine *e) {
     pthread_mutex_lock(&e->mu);
     if (any_prefill) e->prefill_seconds += dt;
     else e->decode_seconds += dt;
+    if (any_decode && !any_prefill && e->step_auto_lanes) {
+        splash_block_observe(&e->bpol, e->step_auto_lanes, e->step_spec, dt, e->step_auto_tokens);
+        e->auto_steps[e->step_spec]++;
+    }
     if (any_decode && !any_prefill) { /* the cycle's split, from decode-only steps */
         e->spec_t.draft += tm.draft;
         e->spec_t.verify += tm.verify;
@@ -1034,6 +1058,10 @@ static void publish(splash_engine *e) {
     c->cached_tokens = e->cached_tokens;
     c->pages_evicted = e->pc.pages_evicted;
     c->prefill_tokens = e->prefill_tokens;
+    c->auto_steps[0] = e->auto_steps[0], c->auto_steps[1] = e->auto_steps[1];
+    for (int k = 0; k < 2; k++) /* at 1 and 4 lanes, block 1 and the block */
+        for (int w = 0; w < 2; w++) c->auto_rate[k][w] = splash_block_rate_of(&e->bpol, k ? 4 : 1, w);
+    c->auto_best[0] = splash_block_best(&e->bpol, 1), c->auto_best[1] = splash_block_best(&e->bpol, 4);
     c->snapshots_held = e->sc.n_held;
     c->snapshot_bytes = splash_state_cache_bytes(&e->sc);
     c->snapshots_taken = e->sc.taken;
@@ -1138,6 +1166,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         const json_value *serving = json_get(splash_package_manifest(e->pkg), "serving");
         const json_value *bs = serving ? json_get(serving, "block_size") : NULL;
         if (bs && bs->type == JSON_NUMBER && bs->num >= 1 && bs->num <= SPLASH_DRAFT_MAX_BLOCK) want_block = (int)bs->num;
+        if (opt->auto_block && want_block == 1) want_block = 0; /* auto: the package's 1 is one of the two ways */
     }
     if (opt->test_draft) {
         e->draft = opt->test_draft;
@@ -1158,6 +1187,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->max_block = e->draft ? e->draft->max_block : 1;
     e->block = want_block > 0 ? want_block : e->draft ? e->draft->block_size : 1;
     if (e->block > e->max_block) e->block = e->max_block;
+    e->step_spec = 1;
+    e->auto_block = opt->auto_block && e->draft && e->block > 1;
     e->on_logits = opt->test_on_logits;
     const char *fr = getenv("SPLASH_FULL_ROWS"); /* an A/B switch, as SPLASH_CUDA_GRAPHS */
     e->full_rows = opt->full_rows || (fr && atoi(fr) != 0);
@@ -1448,6 +1479,10 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     snprintf(s->device_name, sizeof s->device_name, "%s", e->device_name);
     s->draft = e->draft ? e->draft->name : "none";
     s->block_size = e->block;
+    s->block_auto = e->auto_block;
+    s->auto_steps[0] = c->auto_steps[0], s->auto_steps[1] = c->auto_steps[1];
+    memcpy(s->auto_rate, c->auto_rate, sizeof s->auto_rate);
+    s->auto_best[0] = c->auto_best[0], s->auto_best[1] = c->auto_best[1];
     s->page_tokens = e->needs->page_tokens;
     s->slots_total = e->max_lanes;
     s->slots_free = e->max_lanes - e->n_active;

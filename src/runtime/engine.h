@@ -149,6 +149,9 @@ typedef struct splash_engine_options {
     int no_prefix_cache;     /* 1: every request runs cold (tests, comparisons) */
     int kv_pool_pages;       /* tests: at most this many KV pages (0 = what the plan gives) */
     int block_size;          /* decode block, anchor + proposals: 1..16 (1 = no draft); 0 = the draft's own */
+    int auto_block;          /* 1: each step runs the lanes that follow the engine's block (block_size, or the
+                                draft's own) at it or at 1, whichever the decode-only steps measured faster at
+                                that many lanes (runtime/block_policy.h); greedy and unseeded requests only */
     int draft_window;        /* context positions the draft reads (0 = 2048); the prompt computes taps only for these */
     int full_rows;           /* 1: every decision from whole rows of logits, never TOP rows (runtime/model.h: the
                                 model then copies the vocabulary a row); also SPLASH_FULL_ROWS=1 */
@@ -201,6 +204,10 @@ typedef struct splash_engine_stats {
     /* the decode cycle */
     const char *draft;  /* "dflash", a test draft's name, or "none" (a static string) */
     int block_size;
+    int block_auto;     /* the block is chosen step by step (splash_engine_options.auto_block) */
+    uint64_t auto_steps[2]; /* steps that chose block 1 / the block */
+    double auto_rate[2][2]; /* tokens a second measured at 1 and 4 lanes: [lanes 1, 4][block 1, the block] */
+    int auto_best[2];       /* the faster way measured at 1 and 4 lanes: 1 the block, 0 block 1, -1 not yet */
     uint64_t spec_cycles, spec_drafted, spec_accepted;
     uint64_t spec_steps; /* decode-only steps, whose time the split below covers */
     double spec_draft_seconds, spec_verify_seconds, spec_accept_seconds, spec_commit_seconds;

@@ -85,6 +85,8 @@ typedef struct splash_sampling_params {
     double frequency_penalty;  /* [-2, 2]; 0 = off; output tokens only */
     double repetition_penalty; /* > 0; 1 = off; prompt + output tokens */
     uint64_t seed;             /* the server draws one when the request has none */
+    int seed_given;            /* the request named its seed: its output must be reproducible (an "auto"
+                                  block keeps the engine's block for it, block_policy.h) */
     int logprobs;              /* 1 = report the chosen token's logprob */
     int top_logprobs;          /* [0, SPLASH_MAX_TOP_LOGPROBS] alternatives */
 } splash_sampling_params;

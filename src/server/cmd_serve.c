@@ -53,7 +53,9 @@ static void usage(FILE *f) {
             "                   (default auto = int8; fp32 is the exact reference)\n"
             "  --prefix-cache   on|off: reuse cached prompt pages and recurrent-state snapshots (default on)\n"
             "  --block-size     1..16: decode block, anchor + draft proposals (default: the package's\n"
-            "                   serving.block_size, else its draft's; 1 = no draft; without a draft always 1)\n"
+            "                   serving.block_size, else its draft's; 1 = no draft; without a draft always 1);\n"
+            "                   auto: each step runs the draft's block or 1, whichever measures faster at\n"
+            "                   that many requests (greedy and unseeded requests; seeded ones keep the block)\n"
             "  --default-reasoning-effort  none|minimal|low|medium|high|xhigh|max for requests that\n"
             "                   do not set one (none = thinking off; the others think as usual)\n"
             "  --test-hooks     accept the tests' \"test_script\" request field (tests only)\n");
@@ -148,6 +150,7 @@ int splash_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--checkpoint-interval") && atoi(v) > 0) eo.checkpoint_interval = atoi(v); /* hidden: tests */
         else if (!strcmp(a, "--kv-pool-pages") && atoi(v) > 1) eo.kv_pool_pages = atoi(v);             /* hidden: tests */
         else if (!strcmp(a, "--block-size") && atoi(v) >= 1 && atoi(v) <= 16) eo.block_size = atoi(v);
+        else if (!strcmp(a, "--block-size") && !strcmp(v, "auto")) eo.auto_block = 1, eo.block_size = 0;
         else if (!strcmp(a, "--prefix-cache") && (!strcmp(v, "on") || !strcmp(v, "off")))
             eo.no_prefix_cache = !strcmp(v, "off");
         else {
@@ -210,7 +213,8 @@ int splash_cmd_serve(int argc, char **argv) {
     splash_engine_stats est; /* the device, and the decode cycle (a line only when a draft proposes) */
     splash_engine_get_stats(srv.engine, &est);
     splash_say("Device · %s · %s", est.device, est.device_name);
-    if (strcmp(est.draft, "none")) splash_say("Draft · %s · block %d", est.draft, est.block_size);
+    if (strcmp(est.draft, "none"))
+        splash_say("Draft · %s · block %d%s", est.draft, est.block_size, est.block_auto ? " or 1, chosen step by step" : "");
     else if (json_get(splash_engine_manifest(srv.engine), "draft"))
         splash_say("Draft · in the package, not used: block 1 (%s)",
                    eo.block_size == 1 ? "--block-size 1" : "the package's default; --block-size N uses it");

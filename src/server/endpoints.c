@@ -108,12 +108,17 @@ void srv_status(const srv_request *q, srv_reply *r) {
     sb_printf(&r->body, /* the decode cycle */
               ",\"speculation\":{\"draft\":\"%s\",\"block_size\":%d,\"cycles\":%llu,\"drafted\":%llu,\"accepted\":%llu"
               ",\"tokens_per_cycle\":%.3f,\"steps\":%llu"
-              ",\"seconds\":{\"draft\":%.6f,\"verify\":%.6f,\"accept\":%.6f,\"commit\":%.6f}}}",
+              ",\"seconds\":{\"draft\":%.6f,\"verify\":%.6f,\"accept\":%.6f,\"commit\":%.6f}"
+              ",\"auto\":%s,\"auto_steps\":{\"block_1\":%llu,\"block\":%llu}"
+              ",\"auto_tokens_per_second\":{\"lanes_1\":{\"block_1\":%.1f,\"block\":%.1f},"
+              "\"lanes_4\":{\"block_1\":%.1f,\"block\":%.1f}}}}",
               st.draft, st.block_size, (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
               (unsigned long long)st.spec_accepted,
               st.spec_cycles ? (double)(st.spec_accepted + st.spec_cycles) / (double)st.spec_cycles : 0.0,
               (unsigned long long)st.spec_steps,
-              st.spec_draft_seconds, st.spec_verify_seconds, st.spec_accept_seconds, st.spec_commit_seconds);
+              st.spec_draft_seconds, st.spec_verify_seconds, st.spec_accept_seconds, st.spec_commit_seconds,
+              st.block_auto ? "true" : "false", (unsigned long long)st.auto_steps[0], (unsigned long long)st.auto_steps[1],
+              st.auto_rate[0][0], st.auto_rate[0][1], st.auto_rate[1][0], st.auto_rate[1][1]);
     r->status = 200;
     r->content_type = "application/json";
 }

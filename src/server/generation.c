@@ -77,6 +77,7 @@ int srv_sampling_params(const json_value *req, splash_gen *g, srv_reply *r) {
     if (sv && sv->type != JSON_NULL) {
         if (!is_num(sv) || !sv->is_int) return srv_error(r, 400, "seed", "invalid_type", "seed must be an integer"), -1;
         p->seed = sv->str[0] == '-' ? (uint64_t)(int64_t)strtoll(sv->str, NULL, 10) : strtoull(sv->str, NULL, 10);
+        p->seed_given = 1;
     } else {
         p->seed = srv_random64();
     }

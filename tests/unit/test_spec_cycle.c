@@ -59,6 +59,7 @@
 #include "models/dflash/dflash.h"
 #include "models/dflash/dflash2_draft.h"
 #include "package/package.h"
+#include "runtime/block_policy.h"
 #include "runtime/draft.h"
 #include "runtime/engine.h"
 #include "runtime/model.h"
@@ -161,6 +162,7 @@ typedef struct job {
     const int32_t *prompt;
     int n_prompt, max_tokens, block;
     uint64_t seed;
+    int seed_given; /* the request named its seed (sp.seed_given) */
     double temperature;
     int top_k;
     const char *stop;
@@ -246,6 +248,7 @@ static void run(splash_engine *e, job *jobs, int n) {
         g->sp.temperature = j->temperature;
         g->sp.top_k = j->top_k;
         g->sp.seed = j->seed;
+        g->sp.seed_given = j->seed_given;
         if (j->stop) g->stop[g->n_stop++] = strdup(j->stop);
         if (j->script) {
             g->script = malloc(sizeof(int32_t) * (size_t)j->n_script);
@@ -413,6 +416,67 @@ static void test_greedy_oracle_moe(void **state) {
     reference(pkg);
     oracle_sweep(pkg, (int[]){3, 16}, 2, 1, 0);
     oracle_sweep(pkg, (int[]){8}, 1, 0, 1);
+}
+
+/* --block-size auto (runtime/block_policy.h) on 24 greedy requests, 4 lanes:
+ * both ways run and every reply is the reference's (the draft is kept
+ * current through the block-1 steps, and back); with the random draft
+ * (nothing accepted, 8 rows a step) block 1 is measured faster and runs
+ * most steps; a sampled request with a seed of its own keeps the engine's
+ * block: the tokens of an engine without auto.  (With the oracle accepting
+ * every proposal the 2-core CPU measures the two ways within ~20% of each
+ * other, 8 rows costing ~8 of one: printed, not asserted.) */
+static void auto_block(const char *pkg, int oracle_draft) {
+    splash_draft *d = oracle_draft ? oracle(0) : splash_draft_random_new(V, 8);
+    splash_engine_options o = {.model_dir = pkg, .threads = 2, .max_context = 512, .max_lanes = 4, .max_queue = 256,
+                               .prefill_chunk = 256, .kv_format = SPLASH_KV_F32, .cpu_activations = SPLASH_CPU_ACT_F32,
+                               .no_prefix_cache = 1, .block_size = 8, .auto_block = 1, .test_draft = d,
+                               .test_on_logits = on_logits};
+    splash_engine *e;
+    splash_error err = {0};
+    if (splash_engine_start(&o, &e, &err)) fail_msg("engine: %s", err.msg);
+    enum { N = 24 };
+    job jobs[N + 1];
+    for (int i = 0; i < N; i++) /* seed 7: the oracle agrees on all 7 proposals of a block of 8 */
+        jobs[i] = (job){.prompt = prompts[i % NPROMPT], .n_prompt = plen[i % NPROMPT], .max_tokens = NOUT, .seed = 7};
+    jobs[N] = (job){.prompt = prompts[1], .n_prompt = plen[1], .max_tokens = NOUT, .seed = 99, .seed_given = 1,
+                    .temperature = 1.0};
+    run(e, jobs, oracle_draft ? N : N + 1);
+    for (int i = 0; i < N; i++) same_output(&refs[i % NPROMPT], &jobs[i], oracle_draft ? "auto, oracle" : "auto, random");
+    splash_engine_stats st;
+    splash_engine_get_stats(e, &st);
+    printf("# auto block, %s draft: steps block 1 %llu, block 8 %llu; 4 lanes %.0f / %.0f tokens/s, best %d\n",
+           oracle_draft ? "oracle" : "random", (unsigned long long)st.auto_steps[0], (unsigned long long)st.auto_steps[1],
+           st.auto_rate[1][0], st.auto_rate[1][1], st.auto_best[1]);
+    assert_int_equal(st.block_auto, 1);
+    assert_int_equal(st.block_size, 8);
+    assert_true(st.auto_steps[0] >= SPLASH_BLOCK_MIN_SAMPLES && st.auto_steps[1] >= SPLASH_BLOCK_MIN_SAMPLES);
+    if (!oracle_draft) {
+        assert_int_equal(st.auto_best[1], 0);
+        assert_true(st.auto_steps[0] > 4 * st.auto_steps[1]);
+    }
+    splash_engine_free(e);
+    if (!oracle_draft) { /* the seeded sampled request: as on an engine at block 8 without auto */
+        splash_draft *d2 = splash_draft_random_new(V, 8);
+        e = engine(pkg, 8, d2, 0, 0);
+        job fixed[1] = {jobs[N]};
+        run(e, fixed, 1);
+        splash_engine_free(e);
+        splash_draft_free(d2);
+        assert_true(fixed[0].t.drafted > 0 && jobs[N].t.drafted == fixed[0].t.drafted);
+        assert_int_equal(jobs[N].n_tokens, fixed[0].n_tokens);
+        assert_memory_equal(jobs[N].out, fixed[0].out, sizeof(int32_t) * (size_t)fixed[0].n_out);
+    }
+    splash_draft_free(d);
+}
+
+static void test_auto_block(void **state) {
+    (void)state;
+    const char *pkg = package("dense-tiny", 0);
+    if (!pkg) skip();
+    reference(pkg);
+    auto_block(pkg, 1);
+    auto_block(pkg, 0);
 }
 
 static void test_greedy_random_draft(void **state) {
@@ -1379,6 +1443,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_oracle_dense),
         cmocka_unit_test(test_greedy_oracle_moe),
         cmocka_unit_test(test_greedy_random_draft),
+        cmocka_unit_test(test_auto_block),
         cmocka_unit_test(test_greedy_dflash),
         cmocka_unit_test(test_package_default_block),
         cmocka_unit_test(test_package_draft_unsupported),
