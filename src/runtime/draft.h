@@ -43,6 +43,8 @@
 #include "runtime/sampling.h"
 #include "runtime/spec.h"
 
+struct splash_model; /* runtime/model.h */
+
 typedef struct splash_package splash_package;
 
 #define SPLASH_DRAFT_MAX_BLOCK 16 /* most rows of a block: anchor + 15 proposals */
@@ -100,6 +102,12 @@ typedef struct splash_draft_ops {
      * before the next) and no longer waits for them on the host.  NULL: the
      * draft waits for its reads before append returns. */
     void (*bind_device_taps)(void *impl, void *stream);
+    /* Once the target model is loaded: a draft opened with share_target
+     * takes the weights it shares with the target from the model's device
+     * copies (splash_model_device_weight), or uploads its own where the model
+     * keeps none; it proposes only after this.  0 or a status.  NULL: the
+     * draft shares nothing. */
+    int (*bind_model)(void *impl, struct splash_model *model, splash_error *err);
 } splash_draft_ops;
 
 typedef struct splash_draft {
@@ -123,6 +131,8 @@ typedef struct splash_draft_options {
     int window;      /* context positions (0 = 2048) */
     int max_block;   /* most rows of a block (0 = the draft's own block size) */
     const char *device; /* "cuda": the draft on the GPU (models/dflash/cuda_dflash.h); NULL or "cpu": the CPU */
+    int share_target;   /* 1: bind_model follows the target's load (the engine): weights the target holds on
+                           the device (the CUDA drafts' lm_head) are not uploaded twice */
 } splash_draft_options;
 
 /* The package's draft (manifest "draft"), by its architecture.

@@ -1173,7 +1173,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     } else if (want_block != 1) { /* the draft runs where the target does (models/dflash/cuda_dflash.h on cuda) */
         splash_draft_options dopt = {.threads = opt->threads, .act = opt->cpu_activations, .lanes = e->max_lanes,
                                      .window = opt->draft_window, .max_block = SPLASH_DRAFT_MAX_BLOCK,
-                                     .device = e->device};
+                                     .device = e->device, .share_target = 1};
         rc = splash_draft_open(e->pkg, &dopt, &e->draft, err);
         if (rc == SPLASH_E_UNSUPPORTED && !opt->block_size) { /* not asked for: decode without it */
             LOG_WARN("the package's draft is not used (%s): block 1", err->msg);
@@ -1200,6 +1200,10 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
                                .n_taps = e->draft ? e->draft->n_taps : 0,
                                .tap_layers = e->draft ? e->draft->tap_layers : NULL};
     if ((rc = splash_model_load(e->pkg, &mo, &e->model, err))) goto fail;
+    /* the draft takes the weights it shares with the target from the loaded model (draft.h) */
+    if (e->draft && e->own_draft && e->draft->ops->bind_model &&
+        (rc = e->draft->ops->bind_model(e->draft->impl, e->model, err)))
+        goto fail;
     e->needs = splash_model_get_needs(e->model);
     e->vocab = e->needs->vocab;
     if (e->max_block > e->needs->page_tokens) e->max_block = e->block = e->needs->page_tokens; /* see cycle_finish */

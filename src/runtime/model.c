@@ -159,6 +159,10 @@ void *splash_model_device_stream(splash_model *m) {
     return m->ops->device_stream ? m->ops->device_stream(m->impl) : NULL;
 }
 
+const void *splash_model_device_weight(splash_model *m, const void *data) {
+    return m->ops->device_weight && data ? m->ops->device_weight(m->impl, data) : NULL;
+}
+
 const float *splash_model_device_taps(splash_model *m) {
     return m->ops->device_taps ? m->ops->device_taps(m->impl) : NULL;
 }

@@ -187,6 +187,14 @@ const float *splash_model_device_taps(splash_model *m);
  * host wait: the model's next forward queues behind them. */
 void *splash_model_device_stream(splash_model *m);
 
+/* The model's device copy of the package tensor whose bytes start at `data`
+ * (splash_tensor.data), in its backend's form (the CUDA model: a `const
+ * qc_matrix *`, models/qwen35/cuda_model.h), or NULL when it keeps none.  A
+ * draft on the same device reads the weights it shares with the target
+ * there instead of uploading its own (runtime/draft.h, bind_model: the
+ * DFlash drafts' lm_head, ~0.7 GB on the 27B). */
+const void *splash_model_device_weight(splash_model *m, const void *data);
+
 /* Waits until the model's queued device work has run (a commit returns
  * before its work on the GPU is done; the next forward waits for it anyway):
  * for timing a commit on its own.  0, or a status when that work failed. */

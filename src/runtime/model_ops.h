@@ -25,6 +25,7 @@ typedef struct splash_model_ops {
     const float *(*device_taps)(void *impl); /* NULL: none (splash_model_device_taps) */
     void *(*device_stream)(void *impl);      /* NULL: none (splash_model_device_stream) */
     int (*finish)(void *impl);               /* NULL: nothing queued, ever (splash_model_finish) */
+    const void *(*device_weight)(void *impl, const void *data); /* NULL: none (splash_model_device_weight) */
 } splash_model_ops;
 
 #endif

@@ -11,9 +11,12 @@
  *                 around the SwiGLU MLP;
  *   the head      final norm, lm_head over rows 1..B-1, then per version
  *                 (cuda_dflash.h).
- * The draft's weights are its own upload; the target's embedding stays on
- * the host (two rows a block) and its lm_head is uploaded once more here
- * (the target model does not share its device weights; ~0.6 GB on the 27B).
+ * The draft's weights are its own upload but for the lm_head it shares
+ * with the target: opened by the engine (share_target), it reads the CUDA
+ * model's device copy (bind_model, splash_model_device_weight: ~0.7 GB of
+ * the 27B's not uploaded twice); opened alone (tests, bench --draft) it
+ * uploads its own.  The target's embedding stays on the host (two rows a
+ * block).
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -28,6 +31,7 @@ extern "C" {
 #include "models/dflash/dflash_ctx.h"
 #include "models/dflash/dflash_lanes.h"
 #include "runtime/draft.h"
+#include "runtime/model.h"
 }
 #include "backend/cuda/act.h"
 #include "backend/cuda/argmax.h"
@@ -96,6 +100,8 @@ struct CDraft {
     void *wdev;
     size_t wbytes;
     int max_q4_cols;
+    int share_head;                  /* lm_head not in wdev: bind_model gives the target's, or its own in head_dev */
+    void *head_dev;                  /* its own lm_head when the target keeps none */
     qc_matrix fc, lm_head, hidden_proj, pred, succ;
     const float *hidden_norm, *norm, *inv_freq;
     DLayer layers[SPLASH_DFLASH_MAX_LAYERS];
@@ -158,7 +164,7 @@ int upload_walk(qc_upload *w, void *ctx) {
     const splash_dflash_dims *dm = &c->d;
     const size_t H = (size_t)dm->hidden, hd = (size_t)dm->head_dim;
     TRY(qc_upload_matrix(w, c->fc, &d->fc));
-    TRY(qc_upload_matrix(w, c->lm_head, &d->lm_head));
+    if (!d->share_head) TRY(qc_upload_matrix(w, c->lm_head, &d->lm_head));
     TRY(qc_upload_vec(w, c->hidden_norm, H, "draft.hidden_norm", &d->hidden_norm));
     TRY(qc_upload_vec(w, c->norm, H, "draft.norm", &d->norm));
     float inv[SPLASH_CUDA_MAX_HEAD_DIM / 2];
@@ -428,6 +434,7 @@ int blocks_run(CDraft *d, const Blk *blk, int n) {
 
 /* logits [rows][V] of the proposals' hidden states hid (v2: transformed). */
 int head_logits(CDraft *d, int rows) {
+    if (!d->lm_head.rows) return SPLASH_E_INVALID; /* shared, and bind_model has not run */
     TRY(prod(d, d->hid, (size_t)d->H, rows, &d->lm_head, d->logits));
     if (d->v2)
         TRY(splash_cuda_dflash_logits_transform(d->logits, (size_t)d->V, rows, d->V, d->mult, d->softcap, d->stream));
@@ -822,6 +829,7 @@ void cd_free(void *impl) {
     if (d->stream) cudaStreamSynchronize(d->stream);
     qc_graphs_clear(&d->graphs);
     if (d->wdev) cudaFree(d->wdev);
+    if (d->head_dev) cudaFree(d->head_dev);
     if (d->scratch) cudaFree(d->scratch);
     if (d->rings) cudaFree(d->rings);
     if (d->desc_d) cudaFree(d->desc_d);
@@ -844,9 +852,29 @@ void cd_free(void *impl) {
 /* The target's stream for the device taps' copies (draft.h, bind_device_taps). */
 void cd_bind_device_taps(void *impl, void *stream) { ((CDraft *)impl)->taps_stream = (cudaStream_t)stream; }
 
+int head_walk(qc_upload *w, void *ctx) {
+    CDraft *d = (CDraft *)ctx;
+    return qc_upload_matrix(w, d->c->lm_head, &d->lm_head);
+}
+
+/* The lm_head shared with the target (draft.h, bind_model): the CUDA model's
+ * device copy of the same package bytes, else an upload of its own. */
+int cd_bind_model(void *impl, splash_model *model, splash_error *err) {
+    CDraft *d = (CDraft *)impl;
+    if (!d->share_head || d->lm_head.rows) return 0;
+    const qc_matrix *m = (const qc_matrix *)splash_model_device_weight(model, d->c->lm_head->data);
+    if (m && m->rows == d->V && m->cols == d->H) {
+        d->lm_head = *m;
+        return 0;
+    }
+    size_t bytes = 0;
+    int cols = 0;
+    return qc_upload_run(head_walk, d, &d->head_dev, &bytes, &cols, err);
+}
+
 const splash_draft_ops cd_ops = {cd_propose, cd_append,         splash_dflash_lanes_reset, cd_snapshot,
                                  cd_restore, cd_free,           cd_append_device,          cd_propose_lanes,
-                                 cd_append_lanes, cd_bind_device_taps};
+                                 cd_append_lanes, cd_bind_device_taps, cd_bind_model};
 
 /* ---- open ----------------------------------------------------------------------------------- */
 
@@ -1002,7 +1030,9 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
         (e = cudaEventCreateWithFlags(&d->taps_in, cudaEventDisableTiming)) != cudaSuccess) {
         return splash_fail(err, SPLASH_E_IO, "draft on the GPU: an event: %s", cudaGetErrorString(e));
     }
+    d->share_head = opt->share_target;
     if ((rc = qc_upload_run(upload_walk, d, &d->wdev, &d->wbytes, &d->max_q4_cols, err))) return rc;
+    if (d->share_head && d->H > d->max_q4_cols) d->max_q4_cols = d->H; /* the shared lm_head's input */
     if ((rc = alloc_scratch(d, err))) return rc;
     return alloc_rings(d, lanes, err);
 }
@@ -1023,7 +1053,7 @@ extern "C" int splash_dflash_cuda_open(splash_package *pkg, const splash_draft_o
     int rc = open_draft(d, pkg, opt, &window, err);
     if (!rc) rc = splash_dflash_lanes_describe(&d->ln, &cd_ops, d, window, dr, err);
     /* the memory plan's budget was read before the draft opened: count all it holds on the device
-     * beside its lane states (its weights with the lm_head's copy, its scratch) */
+     * beside its lane states (its weights, with its own lm_head unless shared; its scratch) */
     if (!rc) dr->weight_bytes = d->wbytes + d->scratch_bytes;
     if (rc) {
         cd_free(d);

@@ -583,7 +583,13 @@ static int c_finish(void *impl) {
     return 0;
 }
 
+/* The device lm_head for a draft that shares it (model.h, splash_model_device_weight). */
+static const void *c_device_weight(void *impl, const void *data) {
+    const qc_model *m = (const qc_model *)impl;
+    return data == m->w.lm_head_data ? (const void *)&m->w.lm_head : NULL;
+}
+
 extern "C" const splash_model_ops qwen35_cuda_ops = {
     c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_snapshot, c_restore,
-    c_device_taps, c_device_stream, c_finish,
+    c_device_taps, c_device_stream, c_finish, c_device_weight,
 };

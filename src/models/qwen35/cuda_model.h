@@ -120,6 +120,7 @@ typedef struct qc_weights {
     void *dev;                     /* the one device allocation */
     size_t bytes;
     qc_matrix embed, lm_head;      /* lm_head == embed when tied */
+    const void *lm_head_data;      /* the package bytes lm_head came from (splash_model_device_weight) */
     const float *final_norm;       /* [H] */
     const float *inv_freq;         /* [rotary_dim / 2] (splash_cuda_rope_inv_freq) */
     qc_layer *layers;              /* host [n_layers] */

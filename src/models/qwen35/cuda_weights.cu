@@ -246,6 +246,7 @@ int walk(qc_upload *w, const qwen35_dims *d, const qwen35_weights *hw, const flo
         out->lm_head = out->embed;
     else
         TRY(qc_upload_matrix(w, hw->lm_head, &out->lm_head));
+    out->lm_head_data = hw->lm_head->data;
     TRY(qc_upload_vec(w, hw->final_norm, H, "final_norm", &out->final_norm));
     if (d->rotary_dim) TRY(qc_upload_vec(w, inv_freq, (size_t)d->rotary_dim / 2, "inv_freq", &out->inv_freq));
     const size_t E = (size_t)d->experts;
