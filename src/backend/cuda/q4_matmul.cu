@@ -370,9 +370,102 @@ __device__ __forceinline__ void compute_step(const Params &p, const View &v,
     }
 }
 
-/* Shared memory of a block: the partial sums [rows of the block][16] when
- * ksplit > 1. */
-__host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size_t)warps * r * 16 * 16 * 4; }
+/* MODE 1 reaches its weights and x through cursors: pointers set at the
+ * warp's first group and moved as the loads go, so that every load is an
+ * immediate offset from one of them.  The index form above (MODE 0's)
+ * recomputed each load's 64-bit address: ~100 of the M = 16 loop's 562
+ * instructions a step (SASS, session 20), where the product issues one
+ * instruction every ~2 cycles.  Loads and computes each run over the groups
+ * in order (one cursor each: the double buffer loads a step ahead). */
+template <int R>
+struct WCursor {
+    const uint8_t *c[R], *s[R]; /* tile r's codes and scales at the next group to load, this lane's bytes */
+};
+template <int NT>
+struct XCursor {
+    const int8_t *b[3 * NT]; /* x tile nt, digit d: the lane's B column at the next step's first group */
+    const float *gi, *gm;    /* 2^-k and sum(x) of its C column 2t's x row (2t + 1 follows) at the next group */
+};
+
+/* Tiles past the matrix's end read its last tile (MODE 1 computes them and
+ * never stores their results, tile_live). */
+template <int R, int NT>
+__device__ __forceinline__ void make_cursors(const Params &p, const View &v, const LaneX<NT> &l, WCursor<R> &wc,
+                                             XCursor<NT> &xc, int tile0, int G0, int lane) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const size_t idx = (size_t)min(tile0 + r, p.tiles - 1) * (size_t)p.groups + (size_t)G0;
+        wc.c[r] = v.codes + idx * kTileBytes + lane * 16;
+        wc.s[r] = v.sb + idx * kSbBytes + (lane >> 2) * 8;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int d = 0; d < 3; d++) xc.b[3 * nt + d] = v.x8 + l.b[0] + (size_t)(24 * nt + d) * p.cols + (size_t)G0 * 64;
+    xc.gi = v.ginv + (size_t)G0 * p.gstride + l.ga[0];
+    xc.gm = v.gsum + (size_t)G0 * p.gstride + l.ga[0];
+}
+
+template <int R, int UU>
+__device__ __forceinline__ void load_step_cursor(WCursor<R> &wc, uint4 (&cw)[R][UU], uint2 (&sbw)[R][UU]) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int u = 0; u < UU; u++) {
+            cw[r][u] = ld_stream16(wc.c[r] + u * kTileBytes);
+            sbw[r][u] = ld_stream8(wc.s[r] + u * kSbBytes);
+        }
+        wc.c[r] += UU * kTileBytes;
+        wc.s[r] += UU * kSbBytes;
+    }
+}
+
+/* MODE 1's compute_step: x of each group from the cursor (load_group_x's
+ * values: the C columns' x rows are 2t and 2t + 1, 8 nt further a tile) */
+template <int NT, int R, int UU>
+__device__ __forceinline__ void compute_step_cursor(const Params &p, float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
+                                                    const uint2 (&sbw)[R][UU], const LaneX<NT> &l, XCursor<NT> &xc) {
+#pragma unroll
+    for (int u = 0; u < UU; u++) {
+        XFrag<1, NT> x;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+            for (int d = 0; d < 3; d++)
+                x.b[3 * nt + d] = __ldg(reinterpret_cast<const uint4 *>(xc.b[3 * nt + d] + u * 64));
+            x.w[nt][0] = __ldg(xc.gi + 8 * nt), x.w[nt][1] = __ldg(xc.gi + 8 * nt + 1);
+            x.gs[nt][0] = __ldg(xc.gm + 8 * nt), x.gs[nt][1] = __ldg(xc.gm + 8 * nt + 1);
+        }
+        xc.gi += p.gstride, xc.gm += p.gstride;
+#pragma unroll
+        for (int r = 0; r < R; r++) group_tile<1, NT>(acc[r], x, l, cw[r][u], sbw[r][u]);
+    }
+#pragma unroll
+    for (int k = 0; k < 3 * NT; k++) xc.b[k] += UU * 64;
+}
+
+/* A step's loads and its arithmetic, by index (MODE 0) or by cursor (MODE 1). */
+template <int MODE, int NT, int R, int UU>
+__device__ __forceinline__ void load_any(const Params &p, const View &v, WCursor<R> &wc, uint4 (&cw)[R][UU],
+                                         uint2 (&sbw)[R][UU], int tile0, int G, int lane) {
+    if constexpr (MODE == 1) load_step_cursor<R, UU>(wc, cw, sbw);
+    else load_step<R, UU>(p, v, cw, sbw, tile0, G, lane);
+}
+template <int MODE, int NT, int R, int UU>
+__device__ __forceinline__ void compute_any(const Params &p, const View &v, float (&acc)[R][NT][4],
+                                            const uint4 (&cw)[R][UU], const uint2 (&sbw)[R][UU], const LaneX<NT> &l,
+                                            XCursor<NT> &xc, int tile0, int G) {
+    if constexpr (MODE == 1) compute_step_cursor<NT, R, UU>(p, acc, cw, sbw, l, xc);
+    else compute_step<MODE, NT, R, UU>(p, v, acc, cw, sbw, l, tile0, G);
+}
+
+/* Shared memory of a block: the partial sums [wk][rows of the block][kPartStride]
+ * when ksplit > 1 or wk > 1.  A row's 16 x rows are padded to 17 floats so
+ * that the sums' reads (consecutive threads, consecutive rows, one x row)
+ * fall in different banks: with 16 every read was a 16-way bank conflict
+ * (ncu, session 20: 94% of the shared loads' wavefronts excess). */
+constexpr int kPartStride = 17;
+__host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size_t)warps * r * 16 * kPartStride * 4; }
 
 /* A block's view: Params' own pointers, or for a grouped block (Params'
  * grouped fields) its slot's matrix, x row and output, or its planned
@@ -431,6 +524,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
      * programmatically launched and x read with coherent loads (NOTES.md,
      * session 8).  It still lets its successor be scheduled at once
      * (device_util.cuh). */
+    static_assert(MODE == 0 || !GROUPED, "grouped launches are MODE 0 (launch_for): MODE 1's cursors assume x rows 0..M-1");
     pdl_launch_dependents();
     View v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
@@ -452,35 +546,38 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[r][q][c] = 0.f;
 
+    WCursor<R> wc;
+    XCursor<NT> xc;
+    if constexpr (MODE == 1) make_cursors<R, NT>(p, v, l, wc, xc, tile0, G0, lane);
     const int nsteps = (G1 - G0) / U;
     if constexpr (S == 0) {
         /* load a step, use it */
         for (int step = 0; step < nsteps; step++) {
             uint4 cw[R][U];
             uint2 sbw[R][U];
-            load_step<R, U>(p, v, cw, sbw, tile0, G0 + step * U, lane);
-            compute_step<MODE, NT, R, U>(p, v, acc, cw, sbw, l, tile0, G0 + step * U);
+            load_any<MODE, NT, R, U>(p, v, wc, cw, sbw, tile0, G0 + step * U, lane);
+            compute_any<MODE, NT, R, U>(p, v, acc, cw, sbw, l, xc, tile0, G0 + step * U);
         }
     } else {
         /* two register buffers: the next step's loads are in flight while
          * this one is computed */
         uint4 ca[R][U], cb[R][U];
         uint2 sa[R][U], sb[R][U];
-        if (nsteps > 0) load_step<R, U>(p, v, ca, sa, tile0, G0, lane);
+        if (nsteps > 0) load_any<MODE, NT, R, U>(p, v, wc, ca, sa, tile0, G0, lane);
         for (int step = 0; step < nsteps; step += 2) {
-            if (step + 1 < nsteps) load_step<R, U>(p, v, cb, sb, tile0, G0 + (step + 1) * U, lane);
-            compute_step<MODE, NT, R, U>(p, v, acc, ca, sa, l, tile0, G0 + step * U);
+            if (step + 1 < nsteps) load_any<MODE, NT, R, U>(p, v, wc, cb, sb, tile0, G0 + (step + 1) * U, lane);
+            compute_any<MODE, NT, R, U>(p, v, acc, ca, sa, l, xc, tile0, G0 + step * U);
             if (step + 1 < nsteps) {
-                if (step + 2 < nsteps) load_step<R, U>(p, v, ca, sa, tile0, G0 + (step + 2) * U, lane);
-                compute_step<MODE, NT, R, U>(p, v, acc, cb, sb, l, tile0, G0 + (step + 1) * U);
+                if (step + 2 < nsteps) load_any<MODE, NT, R, U>(p, v, wc, ca, sa, tile0, G0 + (step + 2) * U, lane);
+                compute_any<MODE, NT, R, U>(p, v, acc, cb, sb, l, xc, tile0, G0 + (step + 1) * U);
             }
         }
     }
     for (int G = G0 + nsteps * U; G < G1; G++) { /* the groups left over */
         uint4 cw[R][1];
         uint2 sbw[R][1];
-        load_step<R, 1>(p, v, cw, sbw, tile0, G, lane);
-        compute_step<MODE, NT, R, 1>(p, v, acc, cw, sbw, l, tile0, G);
+        load_any<MODE, NT, R, 1>(p, v, wc, cw, sbw, tile0, G, lane);
+        compute_any<MODE, NT, R, 1>(p, v, acc, cw, sbw, l, xc, tile0, G);
     }
 
     /* Where this lane's results go: (row within the block, x row m). */
@@ -505,24 +602,24 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         })
         return;
     }
-    /* partial sums [wk][rb][16]: the warps' group slices added in slice order
+    /* partial sums [wk][rb][kPartStride]: the warps' group slices added in slice order
      * into slice 0, then (ksplit > 1) the cluster's ranks in rank order */
     float *part = reinterpret_cast<float *>(smem);
     Q4_EACH_RESULT({
-        if (m < v.M) part[(wkk * rb + lrow) * 16 + m] = a_;
+        if (m < v.M) part[(wkk * rb + lrow) * kPartStride + m] = a_;
     })
 #undef Q4_EACH_RESULT
     if (p.wk > 1) {
         __syncthreads();
         for (int i = threadIdx.x; i < rb * v.M; i += blockDim.x) {
             const int m = i / rb, lrow = i % rb;
-            float s = part[lrow * 16 + m];
-            for (int q = 1; q < p.wk; q++) s += part[(q * rb + lrow) * 16 + m];
+            float s = part[lrow * kPartStride + m];
+            for (int q = 1; q < p.wk; q++) s += part[(q * rb + lrow) * kPartStride + m];
             if (p.ksplit == 1) {
                 const int row = blockIdx.y * rb + lrow;
                 if (row < p.rows) store_y(p, out_row(p, v, m) + row, s);
             } else {
-                part[lrow * 16 + m] = s; /* only this thread reads or writes this slot */
+                part[lrow * kPartStride + m] = s; /* only this thread reads or writes this slot */
             }
         }
         if (p.ksplit == 1) return;
@@ -534,7 +631,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     for (int i = threadIdx.x; i < per * v.M; i += blockDim.x) {
         const int m = i / per, lrow = r0 + i % per;
         float s = 0.f;
-        for (int q = 0; q < p.ksplit; q++) s += cluster.map_shared_rank(part, q)[lrow * 16 + m];
+        for (int q = 0; q < p.ksplit; q++) s += cluster.map_shared_rank(part, q)[lrow * kPartStride + m];
         const int row = blockIdx.y * rb + lrow;
         if (row < p.rows) store_y(p, out_row(p, v, m) + row, s);
     }
@@ -755,7 +852,10 @@ bool shape_ok(int rows, int cols) { return rows > 0 && cols > 0 && cols % 64 == 
  * down 22.9 -> 20.8 and 49.9 -> 42.6 (NOTES.md).  Session 19 swept the M = 8
  * and 16 classes again (the shape's ksplit / wk) once MODE 1 computed every
  * tile (tile_live): 27B M = 16 q|k|v 34.8 -> 30.3, gate|up 103 -> 70 (the old
- * config under the new code), lm_head 407 -> 347 (NOTES.md). */
+ * config under the new code), lm_head 407 -> 347 (NOTES.md).  Session 20
+ * swept them once more after MODE 1's cursors (session 19's presets ->
+ * best): M = 16 gate|up 70.3 -> 59.6, lm_head 348 -> 324; M = 8 gate|up 47.3
+ * -> 39.5, o_proj 15.8 -> 15.0 (the old config under cursors: 39.9). */
 struct Preset {
     int rows, cols;
     int ksplit, wk; /* per shape: the arithmetic order (results must not depend on M) */
@@ -766,17 +866,17 @@ struct Preset {
 };
 const Preset kH200[] = {
     {12288, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* attn.q_proj */
-    {1024, 5120, 2, 8, {{1, 4, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}, {1, 8, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}}, {}},   /* attn.k/v_proj */
-    {5120, 6144, 1, 4, {{1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 8, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}}, {}},  /* attn.o_proj, gdn.out_proj */
-    {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}, {}},  /* gdn.in_proj_qkv */
-    {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {2, 2, 0, 2, 0, 0}, {4, 4, 0, 2, 0, 0}}, {}},   /* gdn.in_proj_z */
+    {1024, 5120, 2, 8, {{1, 4, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}}, {}},   /* attn.k/v_proj */
+    {5120, 6144, 1, 4, {{1, 8, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {1, 2, 1, 4, 0, 0}}, {}},  /* attn.o_proj, gdn.out_proj */
+    {10240, 5120, 4, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}, {}},  /* gdn.in_proj_qkv */
+    {6144, 5120, 8, 1, {{1, 2, 1, 4, 0, 0}, {1, 2, 1, 4, 0, 0}, {4, 2, 1, 2, 0, 0}, {4, 2, 1, 2, 0, 0}}, {}},   /* gdn.in_proj_z */
     {17408, 5120, 2, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}, {}},  /* ffn.gate/up */
     {5120, 17408, 2, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* ffn.down */
-    {248320, 5120, 1, 1, {{1, 4, 0, 2, 0, 0}, {1, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {4, 4, 0, 8, 0, 0}}, {}}, /* lm_head */
-    {248320, 2048, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {4, 4, 0, 8, 0, 0}}, {}}, /* 35B-A3B lm_head */
+    {248320, 5120, 1, 1, {{1, 4, 0, 2, 0, 0}, {1, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}, {}}, /* lm_head */
+    {248320, 2048, 1, 1, {{2, 4, 0, 2, 0, 0}, {2, 4, 0, 2, 0, 0}, {2, 2, 1, 2, 0, 0}, {2, 2, 0, 2, 0, 0}}, {}}, /* 35B-A3B lm_head */
     /* the stacks the CUDA model launches (cuda_weights.cu) */
-    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}, {}},  /* attn q|k|v */
-    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {4, 4, 0, 4, 0, 0}}, {}},  /* gdn qkv|z|b|a */
+    {14336, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 2, 1, 4, 0, 0}, {4, 2, 1, 4, 0, 0}}, {}},  /* attn q|k|v */
+    {16480, 5120, 1, 4, {{2, 4, 0, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {4, 2, 1, 4, 0, 0}, {4, 2, 1, 4, 0, 0}}, {}},  /* gdn qkv|z|b|a */
     {34816, 5120, 1, 4, {{4, 2, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* ffn gate|up */
     /* the 35B-A3B's experts (and its shared expert's down), mostly launched grouped (9
      * slots x gate, up at decode).  Session 6 left the generic rule's ksplit 8 (a block
@@ -793,14 +893,14 @@ const Preset kH200[] = {
      * launches keep theirs (grouped[]) */
     {512, 2048, 1, 2, {{1, 8, 0, 4, 0, 0}, {1, 8, 0, 4, 0, 0}, {2, 4, 1, 4, 0, 0}, {1, 4, 1, 4, 0, 0}},
      {{4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}}, /* experts gate, up */
-    {2048, 512, 1, 1, {{1, 4, 1, 4, 0, 0}, {1, 4, 1, 4, 0, 0}, {2, 4, 1, 2, 0, 0}, {1, 4, 1, 2, 0, 0}},
+    {2048, 512, 1, 1, {{1, 4, 1, 4, 0, 0}, {1, 4, 1, 4, 0, 0}, {1, 4, 0, 4, 0, 0}, {1, 4, 1, 2, 0, 0}},
      {{4, 2, 0, 4, 0, 0}, {4, 2, 0, 4, 0, 0}}}, /* experts down */
     /* the 35B-A3B's dense stacks (session 15; M = 1 in events, swept vs the generic rule): GDN
      * qkv|z|b|a 9.86 vs 9.92 us, out_proj = attention o_proj 7.84 vs 11.65 (the rule's ksplit 8 left
      * each block 8 groups between cluster barriers), attention q|k|v 8.93 vs 9.47 */
-    {12352, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}}, /* 35B-A3B qkv|z|b|a */
-    {2048, 4096, 1, 8, {{1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {2, 8, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}}, {}},  /* 35B-A3B out/o_proj */
-    {9216, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* 35B-A3B attn q|k|v */
+    {12352, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}}, /* 35B-A3B qkv|z|b|a */
+    {2048, 4096, 1, 8, {{1, 8, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {1, 4, 0, 8, 0, 0}, {1, 4, 1, 8, 0, 0}}, {}},  /* 35B-A3B out/o_proj */
+    {9216, 2048, 1, 4, {{1, 4, 0, 4, 0, 0}, {2, 4, 0, 4, 0, 0}, {2, 2, 1, 4, 0, 0}, {2, 2, 0, 4, 0, 0}}, {}},  /* 35B-A3B attn q|k|v */
     {0, 0, 0, 0, {}, {}},                                                                   /* terminator */
 };
 
