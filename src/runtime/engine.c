@@ -1166,7 +1166,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         const json_value *serving = json_get(splash_package_manifest(e->pkg), "serving");
         const json_value *bs = serving ? json_get(serving, "block_size") : NULL;
         if (bs && bs->type == JSON_NUMBER && bs->num >= 1 && bs->num <= SPLASH_DRAFT_MAX_BLOCK) want_block = (int)bs->num;
-        if (opt->auto_block && want_block == 1) want_block = 0; /* auto: the package's 1 is one of the two ways */
+        /* asked for auto: the package's 1 is one of the two ways (by default it pins block 1) */
+        if (opt->auto_block == SPLASH_AUTO_BLOCK_ON && want_block == 1) want_block = 0;
     }
     if (opt->test_draft) {
         e->draft = opt->test_draft;

@@ -131,6 +131,15 @@ int splash_gen_records(splash_gen *g, int from, int max, splash_gen_token *toks,
 
 #define SPLASH_GPU_PREFILL_CHUNK 2048
 
+/* splash_engine_options.auto_block */
+typedef enum splash_auto_block {
+    SPLASH_AUTO_BLOCK_OFF = 0,     /* the block as resolved, every step */
+    SPLASH_AUTO_BLOCK_ON = 1,      /* chosen step by step (serve --block-size auto): a package's
+                                      serving.block_size 1 then means the draft's own block or 1 */
+    SPLASH_AUTO_BLOCK_DEFAULT = 2, /* chosen step by step unless the package pins serving.block_size
+                                      1 (its draft then stays unloaded): serve's default */
+} splash_auto_block;
+
 typedef struct splash_engine_options {
     const char *model_dir;
     const char *device; /* "cpu" (NULL too), "cuda" or "auto" (splash_device_resolve) */
@@ -149,9 +158,10 @@ typedef struct splash_engine_options {
     int no_prefix_cache;     /* 1: every request runs cold (tests, comparisons) */
     int kv_pool_pages;       /* tests: at most this many KV pages (0 = what the plan gives) */
     int block_size;          /* decode block, anchor + proposals: 1..16 (1 = no draft); 0 = the draft's own */
-    int auto_block;          /* 1: each step runs the lanes that follow the engine's block (block_size, or the
-                                draft's own) at it or at 1, whichever the decode-only steps measured faster at
-                                that many lanes (runtime/block_policy.h); greedy and unseeded requests only */
+    int auto_block;          /* splash_auto_block: each step runs the lanes that follow the engine's block
+                                (block_size, or the package's, or the draft's own) at it or at 1, whichever the
+                                decode-only steps measured faster at that many lanes (runtime/block_policy.h);
+                                greedy and unseeded requests only */
     int draft_window;        /* context positions the draft reads (0 = 2048); the prompt computes taps only for these */
     int full_rows;           /* 1: every decision from whole rows of logits, never TOP rows (runtime/model.h: the
                                 model then copies the vocabulary a row); also SPLASH_FULL_ROWS=1 */

@@ -52,10 +52,11 @@ static void usage(FILE *f) {
             "  --cpu-activations auto|fp32|int8|int16: activations of q4/q8 products on the CPU\n"
             "                   (default auto = int8; fp32 is the exact reference)\n"
             "  --prefix-cache   on|off: reuse cached prompt pages and recurrent-state snapshots (default on)\n"
-            "  --block-size     1..16: decode block, anchor + draft proposals (default: the package's\n"
-            "                   serving.block_size, else its draft's; 1 = no draft; without a draft always 1);\n"
-            "                   auto: each step runs the draft's block or 1, whichever measures faster at\n"
-            "                   that many requests (greedy and unseeded requests; seeded ones keep the block)\n"
+            "  --block-size     1..16: decode block, anchor + draft proposals, every step (1 = no draft;\n"
+            "                   without a draft always 1); auto: each step runs the block (the package's\n"
+            "                   serving.block_size, else its draft's) or 1, whichever measures faster at\n"
+            "                   that many requests (greedy and unseeded requests; seeded ones keep the block).\n"
+            "                   Default: auto, or 1 when the package's serving.block_size is 1\n"
             "  --default-reasoning-effort  none|minimal|low|medium|high|xhigh|max for requests that\n"
             "                   do not set one (none = thinking off; the others think as usual)\n"
             "  --test-hooks     accept the tests' \"test_script\" request field (tests only)\n");
@@ -93,7 +94,7 @@ int splash_cmd_serve(int argc, char **argv) {
     srv.opt.max_request_size = 128u << 20;
     const char *model = NULL;
     int offline = 0;
-    splash_engine_options eo = {.device = "auto"};
+    splash_engine_options eo = {.device = "auto", .auto_block = SPLASH_AUTO_BLOCK_DEFAULT};
     eo.kv_format = SPLASH_KV_INT8;
     const char *env = getenv("SPLASH_PORT");
     if (env && *env) srv.opt.port = atoi(env);
@@ -149,8 +150,9 @@ int splash_cmd_serve(int argc, char **argv) {
             eo.kv_format = !strcmp(v, "int8") ? SPLASH_KV_INT8 : !strcmp(v, "bf16") ? SPLASH_KV_BF16 : SPLASH_KV_F32;
         else if (!strcmp(a, "--checkpoint-interval") && atoi(v) > 0) eo.checkpoint_interval = atoi(v); /* hidden: tests */
         else if (!strcmp(a, "--kv-pool-pages") && atoi(v) > 1) eo.kv_pool_pages = atoi(v);             /* hidden: tests */
-        else if (!strcmp(a, "--block-size") && atoi(v) >= 1 && atoi(v) <= 16) eo.block_size = atoi(v);
-        else if (!strcmp(a, "--block-size") && !strcmp(v, "auto")) eo.auto_block = 1, eo.block_size = 0;
+        else if (!strcmp(a, "--block-size") && atoi(v) >= 1 && atoi(v) <= 16)
+            eo.block_size = atoi(v), eo.auto_block = SPLASH_AUTO_BLOCK_OFF;
+        else if (!strcmp(a, "--block-size") && !strcmp(v, "auto")) eo.auto_block = SPLASH_AUTO_BLOCK_ON, eo.block_size = 0;
         else if (!strcmp(a, "--prefix-cache") && (!strcmp(v, "on") || !strcmp(v, "off")))
             eo.no_prefix_cache = !strcmp(v, "off");
         else {
@@ -217,7 +219,7 @@ int splash_cmd_serve(int argc, char **argv) {
         splash_say("Draft · %s · block %d%s", est.draft, est.block_size, est.block_auto ? " or 1, chosen step by step" : "");
     else if (json_get(splash_engine_manifest(srv.engine), "draft"))
         splash_say("Draft · in the package, not used: block 1 (%s)",
-                   eo.block_size == 1 ? "--block-size 1" : "the package's default; --block-size N uses it");
+                   eo.block_size == 1 ? "--block-size 1" : "the package's default; --block-size N or auto uses it");
     char *tmpl = NULL, diff[256];
     size_t tlen = 0;
     char tdir[PATH_MAX];

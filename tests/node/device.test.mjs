@@ -5,12 +5,14 @@
 //    anything is served;
 //  - a name that is not a device is a usage error;
 //  - the default model's draft stays unloaded (its manifest's
-//    serving.block_size is 1) until --block-size asks for it.
+//    serving.block_size is 1: serve's default, auto, keeps that) until
+//    --block-size asks for it.
 // The GPU machine runs the positive CUDA path (tools/gpu_model_check.sh).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { bin, root, startServer, testModel } from "./serve_util.mjs";
 
@@ -56,7 +58,7 @@ test("serve prints the device; the default model's draft waits for --block-size"
     let srv = await startServer(["--device", "cpu", "--threads", "1", "--no-webui"]);
     try {
         assert.match(srv.log(), /Device · cpu · CPU/);
-        assert.match(srv.log(), /Draft · in the package, not used: block 1 \(the package's default; --block-size N uses it\)/);
+        assert.match(srv.log(), /Draft · in the package, not used: block 1 \(the package's default; --block-size N or auto uses it\)/);
         const st = await (await fetch(srv.base + "/status")).json();
         assert.deepEqual([st.speculation.draft, st.speculation.block_size], ["none", 1]);
     } finally {
@@ -86,5 +88,39 @@ test("serve prints the device; the default model's draft waits for --block-size"
         assert.ok(drafted && Number(drafted[1]) >= sec.draft, metrics);
     } finally {
         await srv.stop();
+    }
+});
+
+// serve's default for a package that does not pin block 1 (here the default
+// model's files under a manifest without serving.block_size): its draft runs,
+// at its block or at 1, chosen step by step; --block-size N fixes the block.
+test("serve chooses the block step by step unless the package pins 1", { skip: !demoHasDraft }, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "splash-auto-"));
+    try {
+        for (const f of fs.readdirSync(demo)) if (f !== "manifest.json") fs.symlinkSync(path.join(demo, f), path.join(dir, f));
+        const m = JSON.parse(fs.readFileSync(path.join(demo, "manifest.json"), "utf8"));
+        delete m.serving.block_size;
+        fs.writeFileSync(path.join(dir, "manifest.json"), JSON.stringify(m, null, 2));
+        for (const [extra, auto] of [[[], true], [["--block-size", "8"], false]]) {
+            const srv = await startServer(["--model", dir, "--device", "cpu", "--threads", "1", "--no-webui", ...extra]);
+            try {
+                assert.match(srv.log(), auto ? /Draft · dflash · block 8 or 1, chosen step by step/ : /Draft · dflash · block 8\n/);
+                const st = (await (await fetch(srv.base + "/status")).json()).speculation;
+                assert.deepEqual([st.draft, st.block_size, st.auto], ["dflash", 8, auto]);
+                const r = await fetch(srv.base + "/v1/chat/completions", {
+                    method: "POST", headers: { "content-type": "application/json" },
+                    body: JSON.stringify({ messages: [{ role: "user", content: "Say hi." }], max_tokens: 16, temperature: 0 }),
+                });
+                assert.equal(r.status, 200, await r.text());
+                const after = (await (await fetch(srv.base + "/status")).json()).speculation;
+                // auto counts its decode-only steps by the way they ran; a fixed block counts none
+                const ran = after.auto_steps.block_1 + after.auto_steps.block;
+                assert.ok(auto ? ran > 0 : ran === 0, JSON.stringify(after));
+            } finally {
+                await srv.stop();
+            }
+        }
+    } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
     }
 });

@@ -596,18 +596,26 @@ static void direct_proposals(splash_package *pk, const job *jb, int ji, int wind
 /* pack --default-block-size: the manifest's serving.block_size is the engine's
  * block when its option does not set one; 1 leaves the package's draft
  * unloaded; an explicit block size still uses the draft.  Packed in one go and
- * attached with --into, the manifests say the same. */
-static int engine_block(const char *pkg, int block, const char **draft) {
+ * attached with --into, the manifests say the same.  With auto (serve's
+ * default, SPLASH_AUTO_BLOCK_DEFAULT) that block or 1 is chosen step by step,
+ * but a package's 1 still pins block 1; --block-size auto
+ * (SPLASH_AUTO_BLOCK_ON) makes that 1 the draft's block or 1. */
+static int engine_block_auto(const char *pkg, int block, int auto_block, const char **draft, int *is_auto) {
     splash_engine_options o = {.model_dir = pkg, .threads = 1, .max_context = 256, .max_lanes = 1,
-                               .kv_format = SPLASH_KV_F32, .block_size = block};
+                               .kv_format = SPLASH_KV_F32, .block_size = block, .auto_block = auto_block};
     splash_engine *e;
     splash_error err = {0};
     if (splash_engine_start(&o, &e, &err)) fail_msg("engine: %s", err.msg);
     splash_engine_stats st;
     splash_engine_get_stats(e, &st);
     *draft = st.draft; /* a static string */
+    if (is_auto) *is_auto = st.block_auto;
     splash_engine_free(e);
     return st.block_size;
+}
+
+static int engine_block(const char *pkg, int block, const char **draft) {
+    return engine_block_auto(pkg, block, SPLASH_AUTO_BLOCK_OFF, draft, NULL);
 }
 
 static void test_package_default_block(void **state) {
@@ -631,6 +639,17 @@ static void test_package_default_block(void **state) {
     assert_string_equal(draft, "dflash");
     assert_int_equal(engine_block(package("dense-tiny", 1), 0, &draft), 8); /* without the field: the draft's */
     assert_string_equal(draft, "dflash");
+    int is_auto = -1;
+    assert_int_equal(engine_block_auto(one, 0, SPLASH_AUTO_BLOCK_DEFAULT, &draft, &is_auto), 1); /* pinned */
+    assert_string_equal(draft, "none");
+    assert_int_equal(is_auto, 0);
+    assert_int_equal(engine_block_auto(one, 0, SPLASH_AUTO_BLOCK_ON, &draft, &is_auto), 8); /* asked: the draft's */
+    assert_string_equal(draft, "dflash");
+    assert_int_equal(is_auto, 1);
+    assert_int_equal(engine_block_auto(package("dense-tiny", 1), 0, SPLASH_AUTO_BLOCK_DEFAULT, &draft, &is_auto), 8);
+    assert_int_equal(is_auto, 1);
+    assert_int_equal(engine_block_auto(package("dense-tiny", 1), 0, SPLASH_AUTO_BLOCK_OFF, &draft, &is_auto), 8);
+    assert_int_equal(is_auto, 0);
     /* attached to a bare package with --into: serving.block_size 3 */
     splash_pack_options b = {.from = ck0, .out = into, .weights = SPLASH_BF16, .threads = 2, .force = 1};
     if (splash_pack(&b, &ps, &err)) fail_msg("pack: %s", err.msg);
@@ -639,6 +658,8 @@ static void test_package_default_block(void **state) {
     if (splash_pack_draft_into(&a, &ps, &err)) fail_msg("pack --into: %s", err.msg);
     assert_int_equal(engine_block(into, 0, &draft), 3);
     assert_string_equal(draft, "dflash");
+    assert_int_equal(engine_block_auto(into, 0, SPLASH_AUTO_BLOCK_DEFAULT, &draft, &is_auto), 3); /* 3 or 1 */
+    assert_int_equal(is_auto, 1);
     splash_package *pk;
     assert_int_equal(splash_package_open(into, &pk, &err), 0);
     const json_value *sv = json_get(splash_package_manifest(pk), "serving");
