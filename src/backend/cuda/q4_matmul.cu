@@ -376,10 +376,17 @@ __device__ __forceinline__ void compute_step(const Params &p, const View &v,
  * recomputed each load's 64-bit address: ~100 of the M = 16 loop's 562
  * instructions a step (SASS, session 20), where the product issues one
  * instruction every ~2 cycles.  Loads and computes each run over the groups
- * in order (one cursor each: the double buffer loads a step ahead). */
-template <int R>
+ * in order (one cursor each: the double buffer loads a step ahead).
+ * The weights' cursor has two forms, each where it measured faster (H200,
+ * session 20, bench_q4_matmul at the presets): 16 x rows (NT 2) a pointer per
+ * row tile (gate|up M = 16 59.6 us, 74-78 with the other form); 8 x rows (NT
+ * 1) one pointer and a 32-bit offset per tile, fewer registers (gate|up M = 8
+ * 38.3 us against 40.1, down 23.4 / 24.6, lm_head 195 / 205). */
+template <int R, int NT>
 struct WCursor {
-    const uint8_t *c[R], *s[R]; /* tile r's codes and scales at the next group to load, this lane's bytes */
+    static constexpr int P = NT == 1 ? 1 : R; /* pointers */
+    const uint8_t *c[P], *s[P]; /* tile r's (NT 1: tile 0's) codes and scales at the next group to load, this lane's bytes */
+    int off[NT == 1 ? R : 1];   /* NT 1: bytes from tile 0's codes to tile r's (scales: an eighth of it) */
 };
 template <int NT>
 struct XCursor {
@@ -390,13 +397,22 @@ struct XCursor {
 /* Tiles past the matrix's end read its last tile (MODE 1 computes them and
  * never stores their results, tile_live). */
 template <int R, int NT>
-__device__ __forceinline__ void make_cursors(const Params &p, const View &v, const LaneX<NT> &l, WCursor<R> &wc,
+__device__ __forceinline__ void make_cursors(const Params &p, const View &v, const LaneX<NT> &l, WCursor<R, NT> &wc,
                                              XCursor<NT> &xc, int tile0, int G0, int lane) {
+    if constexpr (NT == 1) {
+        const int t0 = min(tile0, p.tiles - 1);
+        const size_t idx = (size_t)t0 * (size_t)p.groups + (size_t)G0;
+        wc.c[0] = v.codes + idx * kTileBytes + lane * 16;
+        wc.s[0] = v.sb + idx * kSbBytes + (lane >> 2) * 8;
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        const size_t idx = (size_t)min(tile0 + r, p.tiles - 1) * (size_t)p.groups + (size_t)G0;
-        wc.c[r] = v.codes + idx * kTileBytes + lane * 16;
-        wc.s[r] = v.sb + idx * kSbBytes + (lane >> 2) * 8;
+        for (int r = 0; r < R; r++) wc.off[r] = (min(tile0 + r, p.tiles - 1) - t0) * p.groups * kTileBytes;
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const size_t idx = (size_t)min(tile0 + r, p.tiles - 1) * (size_t)p.groups + (size_t)G0;
+            wc.c[r] = v.codes + idx * kTileBytes + lane * 16;
+            wc.s[r] = v.sb + idx * kSbBytes + (lane >> 2) * 8;
+        }
     }
 #pragma unroll
     for (int nt = 0; nt < NT; nt++)
@@ -406,17 +422,29 @@ __device__ __forceinline__ void make_cursors(const Params &p, const View &v, con
     xc.gm = v.gsum + (size_t)G0 * p.gstride + l.ga[0];
 }
 
-template <int R, int UU>
-__device__ __forceinline__ void load_step_cursor(WCursor<R> &wc, uint4 (&cw)[R][UU], uint2 (&sbw)[R][UU]) {
+template <int R, int NT, int UU>
+__device__ __forceinline__ void load_step_cursor(WCursor<R, NT> &wc, uint4 (&cw)[R][UU], uint2 (&sbw)[R][UU]) {
+    if constexpr (NT == 1) {
 #pragma unroll
-    for (int r = 0; r < R; r++) {
+        for (int r = 0; r < R; r++)
 #pragma unroll
-        for (int u = 0; u < UU; u++) {
-            cw[r][u] = ld_stream16(wc.c[r] + u * kTileBytes);
-            sbw[r][u] = ld_stream8(wc.s[r] + u * kSbBytes);
+            for (int u = 0; u < UU; u++) {
+                cw[r][u] = ld_stream16(wc.c[0] + wc.off[r] + u * kTileBytes);
+                sbw[r][u] = ld_stream8(wc.s[0] + wc.off[r] / (kTileBytes / kSbBytes) + u * kSbBytes);
+            }
+        wc.c[0] += UU * kTileBytes;
+        wc.s[0] += UU * kSbBytes;
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+#pragma unroll
+            for (int u = 0; u < UU; u++) {
+                cw[r][u] = ld_stream16(wc.c[r] + u * kTileBytes);
+                sbw[r][u] = ld_stream8(wc.s[r] + u * kSbBytes);
+            }
+            wc.c[r] += UU * kTileBytes;
+            wc.s[r] += UU * kSbBytes;
         }
-        wc.c[r] += UU * kTileBytes;
-        wc.s[r] += UU * kSbBytes;
     }
 }
 
@@ -446,9 +474,9 @@ __device__ __forceinline__ void compute_step_cursor(const Params &p, float (&acc
 
 /* A step's loads and its arithmetic, by index (MODE 0) or by cursor (MODE 1). */
 template <int MODE, int NT, int R, int UU>
-__device__ __forceinline__ void load_any(const Params &p, const View &v, WCursor<R> &wc, uint4 (&cw)[R][UU],
+__device__ __forceinline__ void load_any(const Params &p, const View &v, WCursor<R, NT> &wc, uint4 (&cw)[R][UU],
                                          uint2 (&sbw)[R][UU], int tile0, int G, int lane) {
-    if constexpr (MODE == 1) load_step_cursor<R, UU>(wc, cw, sbw);
+    if constexpr (MODE == 1) load_step_cursor<R, NT, UU>(wc, cw, sbw);
     else load_step<R, UU>(p, v, cw, sbw, tile0, G, lane);
 }
 template <int MODE, int NT, int R, int UU>
@@ -546,7 +574,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[r][q][c] = 0.f;
 
-    WCursor<R> wc;
+    WCursor<R, NT> wc;
     XCursor<NT> xc;
     if constexpr (MODE == 1) make_cursors<R, NT>(p, v, l, wc, xc, tile0, G0, lane);
     const int nsteps = (G1 - G0) / U;
