@@ -334,7 +334,7 @@ static void case_append_lanes(Fx *f) {
  * for byte.  Then a restore right after an append: the lane is what was
  * restored (a draft that defers its appends must land them before it, not
  * on it: tried in session 20, see NOTES.md). */
-static void case_append_staged(Fx *f) {
+static void case_append_rowwise(Fx *f) {
     enum { N = 40 };
     const size_t nb = f->gpu->snapshot_bytes;
     uint8_t *before = (uint8_t *)malloc(nb * LANES), *one = (uint8_t *)malloc(nb * 2), *rows = (uint8_t *)malloc(nb * 2);
@@ -463,7 +463,7 @@ int main(int argc, char **argv) {
         case_lanes(&f, 0.0);
         case_lanes(&f, 1.0);
         case_append_lanes(&f);
-        case_append_staged(&f);
+        case_append_rowwise(&f);
         case_snapshot(&f);
         case_behind(&f);
         splash_draft_free(f.cpu);
