@@ -586,10 +586,11 @@ static int gdn(const splash_cuda_gdn_args *a, int chunked) {
         float *g = (float *)malloc(sizeof(float) * n), *beta = (float *)malloc(sizeof(float) * n);
         float *o = (float *)malloc(sizeof(float) * (size_t)n * dv);
         float *scratch = (float *)malloc(sizeof(float) * cpu_gdn_chunk_scratch(dk, dv));
+        float *none = l->s_out ? NULL : (float *)malloc(sizeof(float) * hs); /* s_out NULL: the state is not kept */
         for (int h = 0; h < a->hv; h++) {
             const int kh = h / (a->hv / a->hk);
-            float *S = l->s_out + (size_t)h * hs;
-            if (l->s_out != l->s_in) memcpy(S, l->s_in + (size_t)h * hs, hs * sizeof(float));
+            float *S = none ? none : l->s_out + (size_t)h * hs;
+            if (S != l->s_in + (size_t)h * hs) memcpy(S, l->s_in + (size_t)h * hs, hs * sizeof(float));
             for (int t = 0; t < n; t++) {
                 const size_t row = (size_t)l->first_row + t;
                 const float *m = a->mixed + row * a->ldm;
@@ -616,7 +617,7 @@ static int gdn(const splash_cuda_gdn_args *a, int chunked) {
                                       a->y + row * a->ldy + oc);
             }
         }
-        free(q), free(k), free(g), free(beta), free(o), free(scratch);
+        free(q), free(k), free(g), free(beta), free(o), free(scratch), free(none);
     }
     return 0;
 }

@@ -659,7 +659,8 @@ static void test_attention(const Shape *s, int format, const LaneSpec *ls, int n
 /* ==== 4. Gated DeltaNet ================================================================= */
 
 typedef struct {
-    int n_rows, update; /* update: conv state advances / state written in place (else verify) */
+    int n_rows, update; /* update: 1 conv state advances / state written in place; 0 verify, the state to a
+                           scratch copy; 2 verify, the state not kept (s_out NULL) */
 } GdnLaneSpec;
 
 static const int kConvK = 4;
@@ -696,7 +697,8 @@ static void test_gdn_conv(const Shape *s, const GdnLaneSpec *ls, int nl) {
     char sh[64];
     int o = snprintf(sh, sizeof sh, "%s C=%d rows", s->name, C);
     for (int i = 0; i < nl && o < (int)sizeof sh; i++)
-        o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d%s", i ? "," : " ", ls[i].n_rows, ls[i].update ? "" : "v");
+        o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d%s", i ? "," : " ", ls[i].n_rows,
+                      ls[i].update == 1 ? "" : ls[i].update ? "v-" : "v");
     double us = time_us([&](int) { return splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, NULL); });
     report("gdn_conv (+state)", sh, err, 2e-6, us, 2.0 * N * 4 + 2.0 * NS * 4 + (double)K * C * 4);
 
@@ -826,11 +828,11 @@ static void test_gdn_recurrent(const Shape *s, const GdnLaneSpec *ls, int nl) {
     int row = 0;
     for (int i = 0; i < nl; i++) {
         float *slot = rslots + i * hs_all;
-        if (ls[i].update) cpu_gdn_lane(s, &g, row, ls[i].n_rows, slot, slot, ro, ry);
+        if (ls[i].update == 1) cpu_gdn_lane(s, &g, row, ls[i].n_rows, slot, slot, ro, ry);
         else cpu_gdn_lane(s, &g, row, ls[i].n_rows, slot, rscratch + i * hs_all, ro, ry);
         memset(&gl[i], 0, sizeof gl[i]);
         gl[i].s_in = dslots + i * hs_all;
-        gl[i].s_out = ls[i].update ? dslots + i * hs_all : dscratch + i * hs_all;
+        gl[i].s_out = ls[i].update == 1 ? dslots + i * hs_all : ls[i].update ? NULL : dscratch + i * hs_all;
         gl[i].first_row = row, gl[i].n_rows = ls[i].n_rows;
         row += ls[i].n_rows;
     }
@@ -847,16 +849,17 @@ static void test_gdn_recurrent(const Shape *s, const GdnLaneSpec *ls, int nl) {
     double err = rc ? INFINITY : max2(rel_err(go, ro, NV), rel_err(gy, ry, NV));
     double serr = 0;
     for (int i = 0; i < nl; i++) {
-        if (ls[i].update) serr = max2(serr, rel_err(gslots + i * hs_all, rslots + i * hs_all, hs_all));
+        if (ls[i].update == 1) serr = max2(serr, rel_err(gslots + i * hs_all, rslots + i * hs_all, hs_all));
         else {
-            serr = max2(serr, rel_err(gscratch + i * hs_all, rscratch + i * hs_all, hs_all));
+            if (!ls[i].update) serr = max2(serr, rel_err(gscratch + i * hs_all, rscratch + i * hs_all, hs_all));
             if (memcmp(gslots + i * hs_all, slots + i * hs_all, hs_all * 4)) serr = INFINITY; /* verify: slot untouched */
         }
     }
     char sh[64];
     int o = snprintf(sh, sizeof sh, "%s %d/%d x %d/%d rows", s->name, s->hk, s->hv, s->dk, s->dv);
     for (int i = 0; i < nl && o < (int)sizeof sh; i++)
-        o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d%s", i ? "," : " ", ls[i].n_rows, ls[i].update ? "" : "v");
+        o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d%s", i ? "," : " ", ls[i].n_rows,
+                      ls[i].update == 1 ? "" : ls[i].update ? "v-" : "v");
     report("gdn_recurrent o, y", sh, err, 1e-5, -1, 0);
     report("gdn_recurrent state", sh, serr, 1e-5, -1, 0);
 
@@ -1831,14 +1834,14 @@ static void test_errors(void) {
 /* Every GDN op at every shape. */
 static void test_gdn(void) {
     const GdnLaneSpec lanes[4] = {{1, 1}, {16, 0}, {2, 1}, {100, 1}};
-    const GdnLaneSpec rec[3] = {{1, 1}, {16, 0}, {40, 1}};
+    const GdnLaneSpec rec[4] = {{1, 1}, {16, 0}, {40, 1}, {8, 2}};
     const int chunk_rows[3] = {200, 64, 5}, chunk_rows_big[2] = {130, 1};
     for (int i = 0; i < n_shapes(); i++) {
         const Shape *sh = shape_at(i);
         const int big = sh->hidden > 1024;
         test_gdn_conv(sh, lanes, 4);
         test_gdn_gates(sh, 16);
-        test_gdn_recurrent(sh, rec, 3);
+        test_gdn_recurrent(sh, rec, 4);
         test_gdn_chunked(sh, big ? chunk_rows_big : chunk_rows, big ? 2 : 3, big ? 1024 : 256);
     }
 }

@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
         __syncthreads(); /* the chunk's buffers are rewritten by the next */
     }
 
-    if (col) {
+    if (col && ln.s_out) { /* NULL: a verify lane's state is not kept (gdn.h) */
         float *So = ln.s_out + (size_t)h * hs;
 #pragma unroll
         for (int j = 0; j < NJ; j++) So[(size_t)(sl + kSlices * j) * dv + c] = S[j];

@@ -25,9 +25,11 @@
  *
  * Lanes (device array of splash_cuda_gdn_lane): s_in is read before the
  * first row and the state after the last row is written to s_out, which may
- * be s_in (prefill, decode, commit's replay) or a scratch copy (verify: the
- * slot stays as it was until commit).  update_conv says whether the conv
- * state advances (prefill, decode, commit) or not (verify).
+ * be s_in (prefill, decode, commit's replay), a scratch copy, or NULL (the
+ * recurrence only: the state after the rows is not written; a verify lane,
+ * whose slot stays as it was until commit replays the accepted rows, needs
+ * only its rows' outputs).  update_conv says whether the conv state advances
+ * (prefill, decode, commit) or not (verify).
  *
  * Commit of a verify block (what the model will do): advance the conv state
  * with the accepted rows' pre-conv inputs (splash_cuda_gdn_conv with y =
@@ -57,7 +59,7 @@ struct CUstream_st;
 typedef struct splash_cuda_gdn_lane {
     float *conv_state;  /* [K-1][conv_dim] */
     const float *s_in;  /* [Hv][dk][dv] */
-    float *s_out;       /* [Hv][dk][dv], may equal s_in */
+    float *s_out;       /* [Hv][dk][dv], may equal s_in; NULL: not kept (recurrence only) */
     int first_row, n_rows;
     int update_conv;    /* 1: conv state advanced by the rows */
     int reserved;

@@ -262,27 +262,23 @@ static size_t build_desc(qc_fwd *f) {
     f->n_rec = f->n_chunked = 0;
     if (d->n_gdn) {
         splash_cuda_gdn_lane *gl = (splash_cuda_gdn_lane *)(h + p->glanes);
-        const size_t hs = (size_t)d->hv * d->dk * d->dv;
         for (int gi = 0; gi < d->n_gdn; gi++) {
             splash_cuda_gdn_lane *o = gl + (size_t)gi * m->max_lanes;
             int k = 0;
             for (int pass = 0; pass < 2; pass++) {
-                int vl = 0; /* ordinal among the verify lanes: its scratch state */
                 for (int i = 0; i < b->n_lanes; i++) {
                     const splash_lane *l = &b->lanes[i];
                     const int verify = l->mode == SPLASH_LANE_VERIFY;
-                    if (chunked_lane(l) == (pass == 0)) {
-                        vl += verify;
-                        continue;
-                    }
+                    if (chunked_lane(l) == (pass == 0)) continue;
                     splash_cuda_gdn_lane *g = &o[k++];
                     memset(g, 0, sizeof *g);
                     g->conv_state = qc_conv_state(m, l->slot, gi);
                     g->s_in = qc_delta_state(m, l->slot, gi);
-                    g->s_out = verify ? m->vstate + (size_t)vl * hs : qc_delta_state(m, l->slot, gi);
+                    /* a verify lane's state after its rows is not kept: the slot stays
+                     * as it was and commit replays the accepted rows */
+                    g->s_out = verify ? NULL : qc_delta_state(m, l->slot, gi);
                     g->first_row = l->first_row, g->n_rows = l->n_rows;
                     g->update_conv = !verify;
-                    vl += verify;
                 }
                 if (gi == 0) {
                     if (pass == 0)

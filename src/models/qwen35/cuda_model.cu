@@ -103,7 +103,6 @@ static void plan_scratch(qc_model *m, bump *b) {
         if (m->verify_cap > m->max_rows) m->verify_cap = m->max_rows;
         m->vsave_row = C + 2 * Hv;
         m->vsave = CARVE_F(b, (size_t)d->n_gdn * (size_t)m->verify_cap * m->vsave_row);
-        m->vstate = CARVE_F(b, (size_t)m->max_lanes * Hv * (size_t)d->dk * (size_t)d->dv);
         m->commit_dev = (splash_cuda_gdn_lane *)carve(b, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane));
         m->commit_conv = CARVE_F(b, (size_t)QC_COMMIT_BRANCHES * QWEN35_MAX_VERIFY_ROWS * C);
     }

@@ -278,7 +278,6 @@ typedef struct qc_model {
     float *vsave;                  /* [n_gdn][verify_cap][C + 2 Hv]: pre-conv qkv | a | b */
     int verify_cap;
     size_t vsave_row;              /* C + 2 Hv */
-    float *vstate;                 /* [max_lanes][Hv][dk][dv] a verify lane's state after its rows */
     float *gdn_ws;                 /* the chunked GDN kernel's workspace (gdn.h), gdn_ws_floats */
     size_t gdn_ws_floats;
     void *xprep_mem;
