@@ -108,6 +108,23 @@ typedef struct splash_draft_ops {
      * keeps none; it proposes only after this.  0 or a status.  NULL: the
      * draft shares nothing. */
     int (*bind_model)(void *impl, struct splash_model *model, splash_error *err);
+    /* Greedy proposals left on the device (the decode cycle without a host
+     * wait between the draft and the verify): proposes r[0..n) as
+     * propose_lanes would for requests whose proposals are their rows'
+     * argmax, but returns without waiting: request i's r[i].n proposals are
+     * int32s at *base + first[i] in device memory (valid until the next
+     * propose), written on the draft's stream and, once bound
+     * (bind_device_taps), ordered before what the target's stream runs next,
+     * so its forward reads them as DEVICE_TOKEN rows (model.h).  0, or a
+     * status when the requests cannot go this way (not all greedy, more than
+     * one forward's worth, ...): nothing is queued then and the engine calls
+     * propose_lanes.  After the forward, fetch_proposals gives the host the
+     * same tokens[i] and kinds[i] propose_lanes would have (waiting for them
+     * if they are not in yet).  NULL: no such path. */
+    int (*propose_device)(void *impl, const splash_draft_req *r, int n, const int32_t **base, int *first,
+                          splash_error *err);
+    int (*fetch_proposals)(void *impl, const splash_draft_req *r, int n, int32_t *const *tokens, int *kinds,
+                           splash_error *errs);
 } splash_draft_ops;
 
 typedef struct splash_draft {

@@ -139,6 +139,7 @@ typedef struct lane {
     int n_feed;
     int32_t props[SPLASH_DRAFT_MAX_BLOCK]; /* this step's proposals */
     int n_props, dkind;   /* ... how many, SPLASH_DRAFT_LOGITS / _TOKENS / _SPARSE */
+    int dev_first;        /* this step, proposals on the device: the first one's index in e->dev_props, else -1 */
     float *dlogits;       /* [max_block - 1][vocab] the draft's logits of this step (with a draft) */
     splash_spec_q dq[SPLASH_DRAFT_MAX_BLOCK]; /* the proposals' q from a SPARSE draft */
     int taps_from;        /* first prompt position whose taps the draft gets (the last window positions) */
@@ -203,6 +204,11 @@ struct splash_engine {
     int *dkind;           /* and the draft's answers, */
     splash_error *derr;   /* each with its own error */
     splash_draft_taps *dtaps; /* [max_lanes] a cycle phase's appends to the draft */
+    int device_props;     /* greedy proposals may stay on the device for the verify (draft.h, propose_device) */
+    int step_dev;         /* this step: requests (e->dreq[0..step_dev)) whose proposals are on the device */
+    const int32_t *dev_props; /* ... where they are (batch.device_tokens) */
+    int *dfirst;          /* [max_lanes] */
+    uint64_t spec_device_cycles;
     int block, max_block; /* default rows per decoding lane, and the most a gen may ask */
     int auto_block;       /* the block chosen step by step (block_policy.h) ... */
     int step_spec;        /* ... this step's choice for the lanes that follow it: e->block (1) or 1 (0) */
@@ -724,6 +730,7 @@ static int cycle_proposed(splash_engine *e, lane *l, const splash_draft_req *r, 
  * one call for all of them when the draft drafts lanes together. */
 static void cycle_propose(splash_engine *e) {
     int n = 0;
+    for (int i = 0; i < e->max_lanes; i++) e->lanes[i].dev_first = -1;
     for (int i = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
         if (l->g && e->slanes[i].rows && l->decoding && cycle_want(e, l, &e->dreq[n])) {
@@ -735,12 +742,36 @@ static void cycle_propose(splash_engine *e) {
     if (!n) return;
     const splash_draft_ops *o = e->draft->ops;
     memset(e->derr, 0, sizeof *e->derr * (size_t)n);
+    int greedy = e->device_props;
+    for (int i = 0; i < n && greedy; i++) greedy = e->dreq[i].sp->temperature <= 0;
+    if (greedy && !o->propose_device(e->draft->impl, e->dreq, n, &e->dev_props, e->dfirst, &e->derr[0])) {
+        /* the verify reads them on the device; cycle_fetch checks them after it */
+        for (int i = 0; i < n; i++) e->dwho[i]->dev_first = e->dfirst[i];
+        e->step_dev = n;
+        return;
+    }
+    memset(e->derr, 0, sizeof *e->derr * (size_t)n);
     if (o->propose_lanes && n > 1 && e->draft_lanes)
         o->propose_lanes(e->draft->impl, e->dreq, n, e->dlog, e->dtok, e->dkind, e->derr);
     else
         for (int i = 0; i < n; i++)
             e->dkind[i] = o->propose(e->draft->impl, &e->dreq[i], e->dlog[i], e->dtok[i], &e->derr[i]);
     for (int i = 0; i < n; i++) cycle_proposed(e, e->dwho[i], &e->dreq[i], e->dkind[i], &e->derr[i]);
+}
+
+/* After the forward that verified proposals left on the device: the host's
+ * copy of them, checked as cycle_proposed checks any (a lane whose
+ * proposals fail ends; its verified rows are dropped with the next forward). */
+static void cycle_fetch(splash_engine *e) {
+    const int n = e->step_dev;
+    if (!n) return;
+    e->step_dev = 0;
+    memset(e->derr, 0, sizeof *e->derr * (size_t)n);
+    for (int i = 0; i < n; i++) e->dtok[i] = e->dwho[i]->props, e->dwho[i]->dev_first = -1;
+    e->draft->ops->fetch_proposals(e->draft->impl, e->dreq, n, e->dtok, e->dkind, e->derr);
+    for (int i = 0; i < n; i++)
+        if (e->dwho[i]->g) cycle_proposed(e, e->dwho[i], &e->dreq[i], e->dkind[i], &e->derr[i]);
+    e->spec_device_cycles += (uint64_t)n;
 }
 
 /* The draft's taps of rows [r0, r1) of the lane's rows this step (row r at
@@ -945,7 +976,10 @@ static void step(splash_engine *e) {
             for (int r = 0; r < n; r++) {
                 int p = l->n_past + r;
                 uint32_t fl = r >= nf - 1 ? decide | (taps ? SPLASH_ROW_TAPS : 0) : 0;
-                e->rows[n_rows++] = (splash_row){r < nf ? l->feed[r] : l->props[r - nf], {p, p, p}, fl, NULL};
+                int32_t t = r < nf ? l->feed[r] : l->props[r - nf];
+                if (r >= nf && l->dev_first >= 0) /* a proposal still on the device */
+                    t = l->dev_first + r - nf, fl |= SPLASH_ROW_DEVICE_TOKEN;
+                e->rows[n_rows++] = (splash_row){t, {p, p, p}, fl, NULL};
             }
             l->logit_row = *n_out;
             *n_out += l->n_props + 1;
@@ -979,17 +1013,21 @@ static void step(splash_engine *e) {
         return;
     }
     splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, taps ? e->taps : NULL,
-                      e->top_k, e->top_ids, e->top_logits, taps && e->device_taps};
+                      e->top_k, e->top_ids, e->top_logits, taps && e->device_taps, e->dev_props};
     splash_error err = {0};
     e->rows_decided += (uint64_t)(n_logits + n_tops);
     e->rows_decided_top += (uint64_t)n_tops;
     double tf = splash_now();
     int rc = splash_model_forward(e->model, &b, &err);
     tm.verify = splash_now() - tf;
+    double td = splash_now();
+    cycle_fetch(e);
+    tm.draft += splash_now() - td;
     for (int i = 0, k = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
         if (!l->in_batch) continue;
         const splash_lane *bl = &e->blanes[k++];
+        if (!l->g) continue; /* ended by cycle_fetch */
         if (rc) {
             lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
             continue;
@@ -1068,6 +1106,7 @@ static void publish(splash_engine *e) {
     c->snapshots_evicted = e->sc.evicted;
     c->snapshots_restored = e->sc.restored;
     c->spec_cycles = e->spec_cycles;
+    c->spec_device_cycles = e->spec_device_cycles;
     c->spec_drafted = e->spec_drafted;
     c->spec_accepted = e->spec_accepted;
     c->spec_steps = e->spec_steps;
@@ -1267,6 +1306,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->dkind = calloc((size_t)e->max_lanes, sizeof *e->dkind);
     e->derr = calloc((size_t)e->max_lanes, sizeof *e->derr);
     e->dtaps = calloc((size_t)e->max_lanes, sizeof *e->dtaps);
+    e->dfirst = calloc((size_t)e->max_lanes, sizeof *e->dfirst);
     e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes * e->max_block));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
     e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes * (size_t)e->max_block);
@@ -1289,8 +1329,14 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     }
     const char *dl = getenv("SPLASH_DRAFT_LANES"); /* 0: lane by lane (an A/B switch) */
     e->draft_lanes = !(dl && !strcmp(dl, "0"));
+    /* Greedy proposals straight from the draft's device memory into the verify: a draft
+     * whose reads are ordered on the model's stream (bound above) and a model on a device */
+    const char *dp = getenv("SPLASH_DEVICE_PROPOSALS"); /* 0: through the host (an A/B switch) */
+    e->device_props = e->device_taps && e->draft->ops->bind_device_taps && e->draft->ops->propose_device &&
+                      e->draft->ops->fetch_proposals && !(dp && !strcmp(dp, "0"));
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
-        !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->derr || !e->dtaps) {
+        !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->derr || !e->dtaps ||
+        !e->dfirst) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
@@ -1398,6 +1444,7 @@ void splash_engine_free(splash_engine *e) {
     free(e->dkind);
     free(e->derr);
     free(e->dtaps);
+    free(e->dfirst);
     free(e->rows);
     free(e->blanes);
     free(e->logits);
@@ -1471,6 +1518,7 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->snapshots_evicted = c->snapshots_evicted;
     s->snapshots_restored = c->snapshots_restored;
     s->spec_cycles = c->spec_cycles;
+    s->spec_device_cycles = c->spec_device_cycles;
     s->spec_drafted = c->spec_drafted;
     s->spec_accepted = c->spec_accepted;
     s->spec_steps = c->spec_steps;

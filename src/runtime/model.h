@@ -79,6 +79,7 @@ enum {
     SPLASH_ROW_LOGITS = 1u << 0, /* write this row's logits */
     SPLASH_ROW_TAPS = 1u << 1,   /* write this row's tap hidden states */
     SPLASH_ROW_TOP = 1u << 2,    /* write this row's top batch.top_k logits (below) */
+    SPLASH_ROW_DEVICE_TOKEN = 1u << 3, /* the token is batch.device_tokens[token] (below) */
 };
 
 /* Most entries a TOP row can ask for (the GPU's top-k bound). */
@@ -129,6 +130,13 @@ typedef struct splash_batch {
     /* 1: TAPS rows stay in the model's device buffer (splash_model_device_taps)
      * and taps may be NULL; only a model that has one takes it. */
     int taps_on_device;
+    /* DEVICE_TOKEN rows: their token is device_tokens[row.token], an int32
+     * array in the model's device memory written by work already ordered on
+     * the model's stream (splash_model_device_stream: a draft's proposals left
+     * on the GPU, so the verify needs no trip through the host).  Only a model
+     * with a device stream takes them; a value outside the vocabulary embeds
+     * as nothing (the row's outputs are then meaningless, never a fault). */
+    const int32_t *device_tokens;
 } splash_batch;
 
 /* The device a run uses.  want: "cpu" (or NULL), "cuda", or "auto" (cuda when

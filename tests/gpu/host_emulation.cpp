@@ -406,14 +406,14 @@ extern "C" int splash_cuda_embed_rows_q4(const splash_q4_matrix *w, const int32_
                                          struct CUstream_st *) {
     splash_tensor t = view(SPLASH_Q4, w->rows, w->cols, w->codes);
     for (int i = 0; i < n; i++)
-        if (ids[i] >= 0) splash_tensor_row_f32(&t, ids[i], out + (size_t)i * ldo);
+        if (ids[i] >= 0 && ids[i] < w->rows) splash_tensor_row_f32(&t, ids[i], out + (size_t)i * ldo);
     return 0;
 }
 extern "C" int splash_cuda_embed_rows_dense(const splash_cuda_dense_matrix *w, const int32_t *ids, int n, float *out,
                                             size_t ldo, struct CUstream_st *) {
     splash_tensor t = view(w->dtype, w->rows, w->cols, w->data);
     for (int i = 0; i < n; i++)
-        if (ids[i] >= 0) splash_tensor_row_f32(&t, ids[i], out + (size_t)i * ldo);
+        if (ids[i] >= 0 && ids[i] < w->rows) splash_tensor_row_f32(&t, ids[i], out + (size_t)i * ldo);
     return 0;
 }
 extern "C" int splash_cuda_gather_rows(const float *src, size_t lds, const int32_t *idx, int n, float *dst, size_t ldd,

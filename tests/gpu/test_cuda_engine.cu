@@ -315,6 +315,12 @@ static void test_package(const char *dir, const char *name, int has_draft) {
                  (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
                  (unsigned long long)st.spec_accepted);
         check(ok && st.spec_drafted > 0 && strcmp(st.draft, "none"), name, "block 8 = block 1 (tokens, rows)", msg);
+        /* greedy requests: their proposals went from the draft to the verify on the device
+         * (draft.h, propose_device), so the checks above hold for that path */
+        snprintf(msg, sizeof msg, "%llu of %llu lane cycles", (unsigned long long)st.spec_device_cycles,
+                 (unsigned long long)st.spec_cycles);
+        check(st.spec_device_cycles > 0 && st.spec_device_cycles <= st.spec_cycles, name,
+              "proposals to the verify on the device", msg);
 
         /* eight requests on the four lanes (four wait, then take over finished lanes:
          * the CUDA model's slots and the draft's lanes reused, cached prefixes restored) */

@@ -403,6 +403,33 @@ static void case_lanes(Fixture *f, float *lc, float *lg) {
     float *alone = (float *)malloc(sizeof(float) * 7 * f->V);
     run1(f, &f->gpu, 0, 140, 7, SPLASH_LANE_VERIFY, alone);
     report_exact(f->tag, "GPU: verify lane alone = in batch", !memcmp(alone, lg, sizeof(float) * 7 * f->V));
+    /* again with rows 1..6 reading their tokens from device memory (a draft's proposals:
+     * DEVICE_TOKEN rows, model.h), the array's other entries garbage: the same bits; the CPU
+     * model refuses such rows */
+    {
+        splash_lane ln = {0, 140, 0, 7, f->pages, f->ppl, SPLASH_LANE_VERIFY};
+        splash_row rows[7];
+        int32_t host[16];
+        for (int i = 0; i < 16; i++) host[i] = -5 + 7 * i; /* garbage: negative or another token */
+        for (int k = 0; k < 7; k++) {
+            const int t = 140 + k;
+            rows[k] = (splash_row){f->tokens[t % f->T], {t, t, t}, SPLASH_ROW_LOGITS, NULL};
+            if (k) host[4 + k] = rows[k].token, rows[k].token = 4 + k, rows[k].flags |= SPLASH_ROW_DEVICE_TOKEN;
+        }
+        int32_t *dtok = NULL;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&dtok, sizeof host));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dtok, host, sizeof host, cudaMemcpyHostToDevice));
+        splash_batch b;
+        memset(&b, 0, sizeof b);
+        b.n_lanes = 1, b.n_rows = 7, b.lanes = &ln, b.rows = rows, b.logits = alone, b.device_tokens = dtok;
+        splash_error err = {0, {0}};
+        memset(alone, 0, sizeof(float) * 7 * f->V);
+        const int rc = splash_model_forward(f->gpu.m, &b, &err);
+        report_exact(f->tag, "GPU: verify rows' tokens on the device", !rc && !memcmp(alone, lg, sizeof(float) * 7 * f->V));
+        const int cpu_rc = splash_model_forward(f->cpu.m, &b, &err);
+        report_exact(f->tag, "CPU: tokens on the device refused", cpu_rc == SPLASH_E_INVALID);
+        cudaFree(dtok);
+    }
     free(alone);
     /* 21 verify rows: more than one 16-row product launch (MoE: the expert step 16 rows at a time) */
     const LaneSpec c[3] = {{0, 140, 7, SPLASH_LANE_VERIFY}, {1, 22, 7, SPLASH_LANE_VERIFY}, {2, 43, 7, SPLASH_LANE_VERIFY}};

@@ -47,7 +47,7 @@ __host__ __device__ __forceinline__ TiledAt tiled_at(int groups, int r, int c) {
 __global__ void embed_q4_kernel(const splash_q4_matrix w, const int32_t *ids, float *out, size_t ldo) {
     pdl_begin();
     const int i = blockIdx.y, id = ids[i];
-    if (id < 0) return;
+    if (id < 0 || id >= w.rows) return; /* no row (an override, or a device token out of range) */
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < w.cols; c += gridDim.x * blockDim.x) {
         const TiledAt a = tiled_at(w.groups, id, c);
         const uint32_t word = *reinterpret_cast<const uint32_t *>(w.codes + a.word);
@@ -61,7 +61,7 @@ __global__ void embed_q4_kernel(const splash_q4_matrix w, const int32_t *ids, fl
 __global__ void embed_dense_kernel(const splash_cuda_dense_matrix w, const int32_t *ids, float *out, size_t ldo) {
     pdl_begin();
     const int i = blockIdx.y, id = ids[i];
-    if (id < 0) return;
+    if (id < 0 || id >= w.rows) return; /* no row (an override, or a device token out of range) */
     float *o = out + (size_t)i * ldo;
     const size_t base = (size_t)id * w.cols;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < w.cols; c += gridDim.x * blockDim.x) {

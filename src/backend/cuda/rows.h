@@ -30,6 +30,8 @@ extern "C" {
 
 struct CUstream_st;
 
+/* out[i] = the embedding row ids[i] (read on the device); an id outside [0,
+ * w->rows) leaves out[i] as it was (an override, or a bad device token). */
 int splash_cuda_embed_rows_q4(const splash_q4_matrix *w, const int32_t *ids, int n, float *out, size_t ldo,
                               struct CUstream_st *stream);
 int splash_cuda_embed_rows_dense(const splash_cuda_dense_matrix *w, const int32_t *ids, int n, float *out,

@@ -130,6 +130,8 @@ struct CDraft {
     cudaEvent_t desc_up;             /* recorded after each upload of desc_h: rewrite it only once that ran */
     cudaStream_t taps_stream;        /* where the target writes the device taps (bind_device_taps), or NULL */
     cudaEvent_t in_free, taps_in;    /* the draft is done with `in` / the taps' copy into it ran (on taps_stream) */
+    cudaEvent_t props_out;           /* propose_device's proposals are written (tok) and copied (h_tok) */
+    int dev_m;                       /* propose_device's blocks (blk[0..dev_m)) awaiting fetch_proposals, or 0 */
     int32_t *h_tok, *h_ncand, *h_cand;
     float *h_edges;
     float *mask_row;                 /* host [H] */
@@ -490,7 +492,7 @@ int group_body(void *p) {
     return 0;
 }
 
-int group_forward(CDraft *d, Blk *blk, int n, int head) {
+int group_forward(CDraft *d, Blk *blk, int n, int head, bool wait = true) {
     const int hrows = blk[n - 1].hrow0 + blk[n - 1].B - 1;
     int key[QC_GRAPH_KEY_MAX], nk = 0;
     key[nk++] = n, key[nk++] = head;
@@ -505,7 +507,7 @@ int group_forward(CDraft *d, Blk *blk, int n, int head) {
     int rc = qc_graph_run(&d->graphs, gr, group_body, &g);
     d->xp_src = nullptr; /* a replay ran the body's products without its bookkeeping */
     SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream)); /* blocks_fill waits for it */
-    if (!rc && head) SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
+    if (!rc && head && wait) SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
     return rc;
 }
 
@@ -647,6 +649,58 @@ int cd_propose_lanes(void *impl, const splash_draft_req *r, int n, float *const 
         b.row0 = rows, b.hrow0 = hrows;
         d->blk[m] = b, d->who[m++] = i;
         rows += b.B, hrows += b.B - 1;
+    }
+    return 0;
+}
+
+/* Greedy v1 proposals left on the device (draft.h, propose_device): the
+ * requests' blocks as one forward (as propose_lanes groups them, so the same
+ * proposals), its argmax in tok, the target's stream ordered after it; their
+ * copy to h_tok rides along and fetch_proposals reads it. */
+int cd_propose_device(void *impl, const splash_draft_req *r, int n, const int32_t **base, int *first,
+                      splash_error *err) {
+    CDraft *d = (CDraft *)impl;
+    d->dev_m = 0;
+    if (d->v2 || !d->taps_stream || n < 1 || n > d->ln.lanes) return SPLASH_E_UNSUPPORTED;
+    int rows = 0, hrows = 0;
+    for (int i = 0; i < n; i++) {
+        if (r[i].sp->temperature > 0) return SPLASH_E_UNSUPPORTED;
+        for (int j = 0; j < i; j++)
+            if (r[j].lane == r[i].lane) return SPLASH_E_UNSUPPORTED;
+        Blk b = {};
+        int rc = prepare_block(d, &r[i], &b, err);
+        if (rc) return rc;
+        if (rows + b.B > d->R) return SPLASH_E_UNSUPPORTED; /* more than one forward */
+        b.row0 = rows, b.hrow0 = hrows;
+        d->blk[i] = b;
+        rows += b.B, hrows += b.B - 1;
+    }
+    int rc = group_forward(d, d->blk, n, kHeadArgmax, false);
+    if (rc) return fail_gpu(d, err, rc, "the block");
+    SPLASH_CUDA_TRY(cudaEventRecord(d->props_out, d->stream));
+    SPLASH_CUDA_TRY(cudaStreamWaitEvent(d->taps_stream, d->props_out, 0));
+    *base = d->tok;
+    for (int i = 0; i < n; i++) first[i] = d->blk[i].hrow0;
+    d->dev_m = n;
+    return 0;
+}
+
+/* propose_device's proposals on the host, as propose_lanes gives them. */
+int cd_fetch_proposals(void *impl, const splash_draft_req *r, int n, int32_t *const *tokens, int *kinds,
+                       splash_error *errs) {
+    CDraft *d = (CDraft *)impl;
+    const bool pending = n == d->dev_m;
+    d->dev_m = 0;
+    const cudaError_t e = pending ? cudaEventSynchronize(d->props_out) : cudaSuccess;
+    for (int j = 0; j < n; j++) {
+        int kind = SPLASH_DRAFT_TOKENS;
+        if (!pending || e != cudaSuccess)
+            kind = splash_fail(&errs[j], SPLASH_E_INVALID, "dflash draft: %s",
+                               pending ? cudaGetErrorString(e) : "no proposals on the device to fetch");
+        for (int i = 0; i < r[j].n && kind > 0; i++)
+            if ((tokens[j][i] = d->h_tok[d->blk[j].hrow0 + i]) < 0)
+                kind = splash_fail(&errs[j], SPLASH_E_INVALID, "dflash draft: row %d has no finite logit", i);
+        kinds[j] = kind;
     }
     return 0;
 }
@@ -838,6 +892,7 @@ void cd_free(void *impl) {
     if (d->desc_up) cudaEventDestroy(d->desc_up);
     if (d->in_free) cudaEventDestroy(d->in_free);
     if (d->taps_in) cudaEventDestroy(d->taps_in);
+    if (d->props_out) cudaEventDestroy(d->props_out);
     free(d->kv);
     free(d->blk);
     free(d->ablk);
@@ -874,7 +929,8 @@ int cd_bind_model(void *impl, splash_model *model, splash_error *err) {
 
 const splash_draft_ops cd_ops = {cd_propose, cd_append,         splash_dflash_lanes_reset, cd_snapshot,
                                  cd_restore, cd_free,           cd_append_device,          cd_propose_lanes,
-                                 cd_append_lanes, cd_bind_device_taps, cd_bind_model};
+                                 cd_append_lanes, cd_bind_device_taps, cd_bind_model,
+                                 cd_propose_device, cd_fetch_proposals};
 
 /* ---- open ----------------------------------------------------------------------------------- */
 
@@ -1027,7 +1083,8 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
     d->use_graphs = qc_graphs_enabled();
     if ((e = cudaEventCreateWithFlags(&d->desc_up, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&d->in_free, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaEventCreateWithFlags(&d->taps_in, cudaEventDisableTiming)) != cudaSuccess) {
+        (e = cudaEventCreateWithFlags(&d->taps_in, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&d->props_out, cudaEventDisableTiming)) != cudaSuccess) {
         return splash_fail(err, SPLASH_E_IO, "draft on the GPU: an event: %s", cudaGetErrorString(e));
     }
     d->share_head = opt->share_target;

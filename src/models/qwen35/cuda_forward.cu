@@ -149,9 +149,10 @@ int qc_products(qc_fwd *f, const float *x, size_t ldx, const qc_prod *p, int n) 
 /* ---- validation (forward.c's rules, shared) ------------------------------------------------ */
 
 static int validate(qc_model *m, const splash_batch *b, splash_error *err) {
-    /* d, n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps, max_context, device_taps (m->taps) */
+    /* d, n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps, max_context, device_taps (m->taps),
+     * device_tokens */
     qwen35_batch_limits lim = {&m->d, m->n_slots, m->max_rows, m->max_lanes, m->n_pages, m->verify_cap, m->n_taps,
-                               (int64_t)m->ctx_cap, 1};
+                               (int64_t)m->ctx_cap, 1, 1};
     int rc = qwen35_check_batch(&lim, b, err);
     for (int r = 0; !rc && r < b->n_rows; r++)
         if ((b->rows[r].flags & SPLASH_ROW_TOP) && b->top_k > m->needs.max_top)
@@ -183,7 +184,7 @@ static size_t build_desc(qc_fwd *f) {
     for (int r = 0; r < f->R; r++) {
         const splash_row *row = &b->rows[r];
         pos[r] = row->pos[0];
-        tok[r] = row->embed ? -1 : row->token;
+        tok[r] = row->embed || (row->flags & SPLASH_ROW_DEVICE_TOKEN) ? -1 : row->token; /* run(): device tokens */
         vmap[r] = -1;
         if (row->flags & (SPLASH_ROW_LOGITS | SPLASH_ROW_TOP)) head[f->n_head++] = r;
         if (row->flags & SPLASH_ROW_TOP) f->n_top++;
@@ -468,6 +469,18 @@ static int run(qc_fwd *f) {
     const cudaStream_t s = (cudaStream_t)m->stream;
     const size_t up = build_desc(f);
     SPLASH_CUDA_TRY(cudaMemcpyAsync(m->desc_dev, m->desc_host, up, cudaMemcpyHostToDevice, s));
+    /* DEVICE_TOKEN rows: their tokens copied into the descriptor on the device, a run
+     * of consecutive rows (a lane's proposals) a copy */
+    const splash_batch *b = f->b;
+    for (int r0 = 0, r1; r0 < f->R; r0 = r1) {
+        r1 = r0 + 1;
+        if (!(b->rows[r0].flags & SPLASH_ROW_DEVICE_TOKEN)) continue;
+        while (r1 < f->R && (b->rows[r1].flags & SPLASH_ROW_DEVICE_TOKEN) &&
+               b->rows[r1].token == b->rows[r0].token + (r1 - r0))
+            r1++;
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(qc_desc_i32(m, m->plan.tok) + r0, b->device_tokens + b->rows[r0].token,
+                                        (size_t)(r1 - r0) * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
+    }
     int key[QC_GRAPH_KEY_MAX];
     const int nk = graph_key(f, key);
     int rc = nk ? qc_graph_run(&m->graphs, qc_graph_find(&m->graphs, key, nk), body, f) : body(f);

@@ -79,10 +79,15 @@ int qwen35_check_batch(const qwen35_batch_limits *m, const splash_batch *b, spla
         return splash_fail(err, SPLASH_E_RANGE, "forward: %d verify rows, at most %d", verify_rows, m->verify_cap);
     for (int r = 0; r < b->n_rows; r++) {
         const splash_row *row = &b->rows[r];
-        if (!row->embed && (row->token < 0 || row->token >= d->vocab))
+        const int dev = (row->flags & SPLASH_ROW_DEVICE_TOKEN) != 0;
+        if (dev && (!m->device_tokens || !b->device_tokens || row->embed || row->token < 0))
+            return splash_fail(err, SPLASH_E_INVALID, "forward: row %d's token on the device: %s", r,
+                               !m->device_tokens ? "this model runs on the CPU" : !b->device_tokens ? "the batch has no array"
+                                                                                   : "not with an embedding or a negative index");
+        if (!dev && !row->embed && (row->token < 0 || row->token >= d->vocab))
             return splash_fail(err, SPLASH_E_RANGE, "forward: row %d token %d outside the vocabulary [0, %d)", r,
                                row->token, d->vocab);
-        if (row->flags & ~(uint32_t)(SPLASH_ROW_LOGITS | SPLASH_ROW_TAPS | SPLASH_ROW_TOP))
+        if (row->flags & ~(uint32_t)(SPLASH_ROW_LOGITS | SPLASH_ROW_TAPS | SPLASH_ROW_TOP | SPLASH_ROW_DEVICE_TOKEN))
             return splash_fail(err, SPLASH_E_INVALID, "forward: row %d has unknown flags 0x%x", r, row->flags);
         if ((row->flags & SPLASH_ROW_LOGITS) && !b->logits)
             return splash_fail(err, SPLASH_E_INVALID, "forward: row %d asks for logits but the batch has no buffer", r);
