@@ -1013,7 +1013,7 @@ static void step(splash_engine *e) {
         return;
     }
     splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, taps ? e->taps : NULL,
-                      e->top_k, e->top_ids, e->top_logits, taps && e->device_taps, e->dev_props};
+                      e->top_k, e->top_ids, e->top_logits, taps && e->device_taps, e->step_dev ? e->dev_props : NULL};
     splash_error err = {0};
     e->rows_decided += (uint64_t)(n_logits + n_tops);
     e->rows_decided_top += (uint64_t)n_tops;
