@@ -4,7 +4,7 @@
 #   tools/gpu_model_check.sh --prepare      (here: the CUDA build of splash and bench_cpu, packed
 #                                            into .carry/splash-bin.txz)
 #   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256[,32768]] [--decode 32]
-#                                [--graphs 0,1] [--gemm 0,1] [--synthetic] [--prefill]
+#                                [--graphs 0,1] [--gemm 0,1] [--synthetic] [--prefill] [--rounds N]
 #                                (CARRY_TXZ="a.txz b.txz": several builds)
 #       (the GPU machine, carrying .carry)
 # --synthetic: `bench_cpu --make-synthetic` instead: every tensor of the package over one random
@@ -12,6 +12,10 @@
 # make and its time is measured, not fitted; a single depth prints no fit.
 # --prefill: the prefill is what is timed (2 decode steps, one verify repetition: their columns
 # are then rough).
+# --rounds N: with several builds, each runs N times, interleaved (round 1 in CARRY_TXZ's order,
+# round 2 reversed, ...), and the table gives each build's median over its rounds: one pass in a
+# fixed order misled by ~1.5% (session 21: the same two builds 8.810 vs 8.657 ms, then 8.810 vs
+# 8.818); the per-round times are printed too.
 # For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
 # of the exact dimensions, first L layers of the 3:1 pattern (the full 27B is 54 GB of bf16, more
 # than the machine's disk holds beside its package), packs it q4, then `bench_cpu --device cuda`
@@ -26,7 +30,7 @@
 # packages (KV pages int8, as served).  Logs and the fitted table in $OUT.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
-SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32 VREPS=9 GRAPHS="1" GEMMS="1" MAKE=--make-random
+SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32 VREPS=9 GRAPHS="1" GEMMS="1" MAKE=--make-random ROUNDS=1
 DEVICE=${DEVICE:-cuda}       # DEVICE=cpu with MAKE_ARGS="--vocab 2048": a check of this script without a GPU
 MAKE_ARGS=${MAKE_ARGS:-}
 while [ $# -gt 0 ]; do
@@ -39,7 +43,8 @@ while [ $# -gt 0 ]; do
     --gemm) GEMMS=$2; shift 2 ;;
     --synthetic) MAKE=--make-synthetic; shift ;;
     --prefill) DECODE=2 VREPS=1; shift ;;
-    *) sed -n '2,24p' "$0"; exit 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
+    *) sed -n '2,28p' "$0"; exit 2 ;;
     esac
 done
 case "$SHAPE" in 27b) FULL=64 ;; 35b-a3b) FULL=40 ;; *) echo "--shape 27b or 35b-a3b"; exit 2 ;; esac
@@ -81,12 +86,16 @@ for L in ${DEPTHS//,/ }; do
     for N in ${PROMPT//,/ }; do
     for G in ${GRAPHS//,/ }; do
     for E in ${GEMMS//,/ }; do
-    for TAG in $TAGS; do
-        LOG=$OUT/bench-$SHAPE-$L-p$N-g$G-e$E-$TAG.log
+    for R in $(seq 1 "$ROUNDS"); do
+    ORDER=$TAGS
+    [ $((R % 2)) = 0 ] && ORDER=$(printf '%s\n' $TAGS | tac | tr '\n' ' ')
+    for TAG in $ORDER; do
+        LOG=$OUT/bench-$SHAPE-$L-p$N-g$G-e$E-$TAG-r$R.log
         SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E run_bench --model "$P" --device "$DEVICE" --act int8 --kv-format int8 --no-bandwidth \
             --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps "$VREPS" > "$LOG" 2>&1 || { tail -5 "$LOG"; exit 1; }
-        echo "$TAG: depth $L, prompt $N, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
+        echo "$TAG (round $R): depth $L, prompt $N, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
         grep -E "^(cuda|int8|read per|decode|prefill)" "$LOG"
+    done
     done
     done
     done
@@ -97,19 +106,27 @@ for N in ${PROMPT//,/ }; do
 for G in ${GRAPHS//,/ }; do
 for E in ${GEMMS//,/ }; do
 for TAG in $TAGS; do
-python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" "$E" "$N" "$TAG" <<'PY'
-import re, sys
+python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" "$E" "$N" "$TAG" "$ROUNDS" <<'PY'
+import re, statistics, sys
 out, shape, full, depths, g, e, n, tag = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()], sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
+rounds = int(sys.argv[9])
 rows = {}
 for L in depths:
-    t = open(f"{out}/bench-{shape}-{L}-p{n}-g{g}-e{e}-{tag}.log").read()
-    g_ = lambda pat: float(re.search(pat, t).group(1))
-    rows[L] = dict(prefill=1.0 / g_(r"prefill \d+ tokens: ([0-9.]+) tokens/s"), step=g_(r"decode: median ([0-9.]+) ms"),
-                   v8=g_(r"verify 8 rows: ([0-9.]+) ms"), v16=g_(r"16 rows: ([0-9.]+) ms"),
-                   v4x8=g_(r"4 lanes x 8 rows: ([0-9.]+) ms"), mb=g_(r"= ([0-9.]+) MB; peak"))
+    per = []  # each round's figures; the table takes their medians
+    for r in range(1, rounds + 1):
+        t = open(f"{out}/bench-{shape}-{L}-p{n}-g{g}-e{e}-{tag}-r{r}.log").read()
+        g_ = lambda pat: float(re.search(pat, t).group(1))
+        per.append(dict(prefill=1.0 / g_(r"prefill \d+ tokens: ([0-9.]+) tokens/s"), step=g_(r"decode: median ([0-9.]+) ms"),
+                        v8=g_(r"verify 8 rows: ([0-9.]+) ms"), v16=g_(r"16 rows: ([0-9.]+) ms"),
+                        v4x8=g_(r"4 lanes x 8 rows: ([0-9.]+) ms"), mb=g_(r"= ([0-9.]+) MB; peak")))
+    rows[L] = {k: statistics.median(p[k] for p in per) for k in per[0]}
+    if rounds > 1:
+        print(f"{tag}, {L} layers, rounds: decode " + " / ".join(f"{p['step']:.3f}" for p in per) +
+              " ms; verify 8 " + " / ".join(f"{p['v8']:.3f}" for p in per) +
+              "; 16 " + " / ".join(f"{p['v16']:.3f}" for p in per) + "; 4 x 8 " + " / ".join(f"{p['v4x8']:.2f}" for p in per))
 a, b = depths[0], depths[-1]
 fit = [] if a == b else [(f"{full} (fit)", {k: rows[a][k] + (rows[b][k] - rows[a][k]) * (full - a) / (b - a) for k in rows[a]})]
-print(f"| {tag}: {shape}, prompt {n}, graphs {g}, gemm {e} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | 4 lanes x 8 / 1 | prefill tokens/s |")
+print(f"| {tag}: {shape}, prompt {n}, graphs {g}, gemm {e}{f', median of {rounds} rounds' if rounds > 1 else ''} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | 4 lanes x 8 / 1 | prefill tokens/s |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for L, r in sorted(rows.items()) + fit:
     frac = r["mb"] * 1e6 / (r["step"] * 1e-3) / 4.3e12
