@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 namespace splash_cuda {
 
@@ -167,6 +168,20 @@ inline bool pdl_enabled() {
         return !(v && v[0] == '0');
     }();
     return on;
+}
+
+/* Whether the kernel called `name` is launched with the attribute:
+ * pdl_enabled() and name not in SPLASH_CUDA_PDL_OFF (a comma-separated list,
+ * read once), an A/B switch for one kernel's early launch without a
+ * rebuild (docs/cuda.md, "Verify, session 21"). */
+inline bool pdl_for(const char *name) {
+    static const char *off = getenv("SPLASH_CUDA_PDL_OFF");
+    if (!pdl_enabled()) return false;
+    if (!off || !*off) return true;
+    const size_t n = strlen(name);
+    for (const char *p = off; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == off || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return false;
+    return true;
 }
 
 /* A launch configuration (host side) with the programmatic-dependent-launch

@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
 template <int DK>
 int launch_rec(const RecArgs &ra, cudaStream_t s) {
     KernelLaunch c(dim3((unsigned)(ra.p.hv * ra.ns), (unsigned)ra.p.n_lanes, 1), dim3(kRecCols * kSlices, 1, 1), 0, s,
-                   (unsigned)ra.ns);
+                   (unsigned)ra.ns, pdl_for("gdn_recurrent"));
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK>, ra));
     return SPLASH_OK;
 }
@@ -291,9 +291,9 @@ extern "C" int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_
     const int chunks = y ? (max_lane_rows + kConvChunk - 1) / kConvChunk : 1;
     if (chunks > 65535) return SPLASH_E_INVALID;
     ConvArgs a = {wT, lanes, x, y, ldx, ldy, C, K};
-    SPLASH_CUDA_TRY(launch_kernel(
-        gdn_conv_kernel, dim3((unsigned)((C + kConvThreads - 1) / kConvThreads), (unsigned)n_lanes, (unsigned)chunks),
-        kConvThreads, 0, (cudaStream_t)stream, a));
+    KernelLaunch c(dim3((unsigned)((C + kConvThreads - 1) / kConvThreads), (unsigned)n_lanes, (unsigned)chunks),
+                   dim3(kConvThreads, 1, 1), 0, (cudaStream_t)stream, 1, pdl_for("gdn_conv"));
+    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel, a));
     return SPLASH_OK;
 }
 
