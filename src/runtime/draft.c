@@ -70,6 +70,8 @@ typedef struct oracle {
     oracle_ref *refs;
     int n_refs;
     int lanes_calls, lanes_max; /* propose_lanes (the lanes variant): calls, and the most requests in one */
+    int32_t dev[SPLASH_DRAFT_MAX_LANES_TEST][SPLASH_DRAFT_MAX_BLOCK + 3]; /* the device variant's "device" tokens */
+    int dev_n;                  /* ... requests proposed that way and not yet fetched */
 } oracle;
 
 static int oracle_propose(void *impl, const splash_draft_req *r, float *logits, int32_t *tokens, splash_error *err) {
@@ -120,6 +122,44 @@ static const splash_draft_ops oracle_lanes_ops = {.propose = oracle_propose,
                                                   .free = oracle_free,
                                                   .propose_lanes = oracle_propose_lanes};
 
+/* The device variant (a CPU model's device memory is the host's): propose_device
+ * answers each request as propose does into dev, its rows 3 entries apart with
+ * garbage between (a reader off by one sees it); fetch_proposals copies them out. */
+static int oracle_propose_device(void *impl, const splash_draft_req *r, int n, const int32_t **base, int *first,
+                                 splash_error *err) {
+    oracle *o = impl;
+    o->dev_n = 0;
+    if (n > SPLASH_DRAFT_MAX_LANES_TEST) return SPLASH_E_UNSUPPORTED;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < SPLASH_DRAFT_MAX_BLOCK + 3; k++) o->dev[i][k] = -1 - k;
+        if (oracle_propose(impl, &r[i], NULL, o->dev[i] + 3, err) != SPLASH_DRAFT_TOKENS) return SPLASH_E_INVALID;
+        first[i] = i * (SPLASH_DRAFT_MAX_BLOCK + 3) + 3;
+    }
+    *base = &o->dev[0][0];
+    o->dev_n = n;
+    return SPLASH_OK;
+}
+
+static int oracle_fetch(void *impl, const splash_draft_req *r, int n, int32_t *const *tokens, int *kinds,
+                        splash_error *errs) {
+    oracle *o = impl;
+    for (int i = 0; i < n; i++) {
+        kinds[i] = n == o->dev_n ? SPLASH_DRAFT_TOKENS
+                                 : splash_fail(&errs[i], SPLASH_E_INVALID, "oracle: no proposals to fetch");
+        if (kinds[i] > 0) memcpy(tokens[i], o->dev[i] + 3, sizeof(int32_t) * (size_t)r[i].n);
+    }
+    o->dev_n = 0;
+    return SPLASH_OK;
+}
+
+static const splash_draft_ops oracle_device_ops = {.propose = oracle_propose,
+                                                   .append = none_append,
+                                                   .reset = none_reset,
+                                                   .free = oracle_free,
+                                                   .propose_lanes = oracle_propose_lanes,
+                                                   .propose_device = oracle_propose_device,
+                                                   .fetch_proposals = oracle_fetch};
+
 static splash_draft *test_draft(const char *name, const splash_draft_ops *ops, void *impl, int block_size) {
     splash_draft *d = calloc(1, sizeof *d);
     if (!d) return NULL;
@@ -144,6 +184,12 @@ splash_draft *splash_draft_oracle_new(int vocab, int block_size) {
 splash_draft *splash_draft_oracle_lanes_new(int vocab, int block_size) {
     splash_draft *d = splash_draft_oracle_new(vocab, block_size);
     if (d) d->ops = &oracle_lanes_ops;
+    return d;
+}
+
+splash_draft *splash_draft_oracle_device_new(int vocab, int block_size) {
+    splash_draft *d = splash_draft_oracle_new(vocab, block_size);
+    if (d) d->ops = &oracle_device_ops;
     return d;
 }
 

@@ -174,6 +174,12 @@ int splash_draft_oracle_add(splash_draft *d, const int32_t *ref, int n, int agre
  * engine's one-call-for-all-lanes path under test. */
 splash_draft *splash_draft_oracle_lanes_new(int vocab, int block_size);
 void splash_draft_oracle_lanes_counts(const splash_draft *d, int *calls, int *max_requests);
+/* The same oracle with propose_device / fetch_proposals, its "device" memory
+ * the host's (so for a CPU model only): the engine's path for proposals left
+ * on the device, under test with proposals that are accepted.  At most
+ * SPLASH_DRAFT_MAX_LANES_TEST requests a call. */
+#define SPLASH_DRAFT_MAX_LANES_TEST 16
+splash_draft *splash_draft_oracle_device_new(int vocab, int block_size);
 
 /* Random: logits [n][vocab] drawn from the keyed stream (request seed,
  * position), so a lane's proposals never depend on its neighbours. */

@@ -1329,13 +1329,13 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     }
     const char *dl = getenv("SPLASH_DRAFT_LANES"); /* 0: lane by lane (an A/B switch) */
     e->draft_lanes = !(dl && !strcmp(dl, "0"));
-    /* Greedy proposals straight from the draft's device memory into the verify: a draft
-     * whose reads are ordered on the model's stream (bound above) and a model on a device.
+    /* Greedy proposals straight from the draft's device memory into the verify (the CUDA
+     * draft declines unless its writes are ordered on the model's stream: bound above).
      * Off unless SPLASH_DEVICE_PROPOSALS=1 until it has run on a GPU (session 21 tested it
-     * in emulation only: docs/cuda.md). */
+     * in emulation and on the CPU only: docs/cuda.md). */
     const char *dp = getenv("SPLASH_DEVICE_PROPOSALS");
-    e->device_props = e->device_taps && e->draft->ops->bind_device_taps && e->draft->ops->propose_device &&
-                      e->draft->ops->fetch_proposals && dp && !strcmp(dp, "1");
+    e->device_props = e->draft && e->draft->ops->propose_device && e->draft->ops->fetch_proposals && dp &&
+                      !strcmp(dp, "1");
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
         !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->derr || !e->dtaps ||
         !e->dfirst) {

@@ -131,11 +131,12 @@ typedef struct splash_batch {
      * and taps may be NULL; only a model that has one takes it. */
     int taps_on_device;
     /* DEVICE_TOKEN rows: their token is device_tokens[row.token], an int32
-     * array in the model's device memory written by work already ordered on
+     * array in the model's device memory (host memory for a CPU model;
+     * splash_model_alloc_memory's kind) written by work already ordered on
      * the model's stream (splash_model_device_stream: a draft's proposals left
-     * on the GPU, so the verify needs no trip through the host).  Only a model
-     * with a device stream takes them; a value outside the vocabulary embeds
-     * as nothing (the row's outputs are then meaningless, never a fault). */
+     * on the GPU, so the verify needs no trip through the host).  A value
+     * outside the vocabulary embeds as nothing (the row's outputs are then
+     * meaningless, never a fault). */
     const int32_t *device_tokens;
 } splash_batch;
 

@@ -330,9 +330,11 @@ static void reference(const char *pkg) {
 }
 
 /* The oracle: every reference registered with agree = the request's seed
- * (lanes: the variant with propose_lanes). */
+ * (lanes 1: the variant with propose_lanes; 2: with propose_device). */
 static splash_draft *oracle(int lanes) {
-    splash_draft *d = lanes ? splash_draft_oracle_lanes_new(V, 8) : splash_draft_oracle_new(V, 8);
+    splash_draft *d = lanes == 2 ? splash_draft_oracle_device_new(V, 8)
+                      : lanes    ? splash_draft_oracle_lanes_new(V, 8)
+                                 : splash_draft_oracle_new(V, 8);
     assert_non_null(d);
     for (int p = 0; p < NPROMPT; p++) {
         int32_t seq[64 + MAXOUT];
@@ -346,11 +348,15 @@ static splash_draft *oracle(int lanes) {
 }
 
 /* Oracle runs for the block sizes bs[0..nb), every k in 0..B-1, all submitted
- * together (4 lanes share every forward); lanes: the oracle proposes through
- * propose_lanes, one call for all decoding lanes of a step. */
+ * together (4 lanes share every forward); lanes 1: the oracle proposes through
+ * propose_lanes, one call for all decoding lanes of a step; 2: through
+ * propose_device, the verify reading the proposals as DEVICE_TOKEN rows (a
+ * CPU model's device memory is the host's). */
 static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache, int lanes) {
     splash_draft *d = oracle(lanes);
+    if (lanes == 2) setenv("SPLASH_DEVICE_PROPOSALS", "1", 1); /* opt-in, read at the engine's start */
     splash_engine *e = engine(pkg, 8, d, 0, cache);
+    unsetenv("SPLASH_DEVICE_PROPOSALS");
     int n = 0;
     for (int i = 0; i < nb; i++) n += bs[i];
     job *jobs = calloc((size_t)n, sizeof *jobs);
@@ -386,7 +392,13 @@ static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache, int 
     printf("# oracle, %d block sizes, cache %d: %d requests, %llu cycles, %llu drafted, %llu accepted\n", nb, cache, n,
            (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_drafted,
            (unsigned long long)st.spec_accepted);
-    if (lanes) { /* the engine drafted its lanes together: several requests a call */
+    if (lanes == 2) { /* every cycle that proposed went through the device path (all greedy) */
+        printf("# propose_device: %llu lane cycles\n", (unsigned long long)st.spec_device_cycles);
+        assert_true(st.spec_device_cycles > 0 && st.spec_device_cycles <= st.spec_cycles);
+    } else {
+        assert_int_equal(st.spec_device_cycles, 0);
+    }
+    if (lanes == 1) { /* the engine drafted its lanes together: several requests a call */
         int calls, most;
         splash_draft_oracle_lanes_counts(d, &calls, &most);
         printf("# propose_lanes: %d calls, at most %d requests in one\n", calls, most);
@@ -407,6 +419,7 @@ static void test_greedy_oracle_dense(void **state) {
     oracle_sweep(pkg, all, 15, 1, 0);
     oracle_sweep(pkg, (int[]){5, 16}, 2, 0, 0);
     oracle_sweep(pkg, (int[]){8, 16}, 2, 1, 1);
+    oracle_sweep(pkg, (int[]){8, 16}, 2, 1, 2);
 }
 
 static void test_greedy_oracle_moe(void **state) {
@@ -416,6 +429,7 @@ static void test_greedy_oracle_moe(void **state) {
     reference(pkg);
     oracle_sweep(pkg, (int[]){3, 16}, 2, 1, 0);
     oracle_sweep(pkg, (int[]){8}, 1, 0, 1);
+    oracle_sweep(pkg, (int[]){5}, 1, 0, 2);
 }
 
 /* --block-size auto (runtime/block_policy.h) on 24 greedy requests, 4 lanes:

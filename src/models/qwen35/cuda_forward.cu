@@ -149,10 +149,9 @@ int qc_products(qc_fwd *f, const float *x, size_t ldx, const qc_prod *p, int n) 
 /* ---- validation (forward.c's rules, shared) ------------------------------------------------ */
 
 static int validate(qc_model *m, const splash_batch *b, splash_error *err) {
-    /* d, n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps, max_context, device_taps (m->taps),
-     * device_tokens */
+    /* d, n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps, max_context, device_taps (m->taps) */
     qwen35_batch_limits lim = {&m->d, m->n_slots, m->max_rows, m->max_lanes, m->n_pages, m->verify_cap, m->n_taps,
-                               (int64_t)m->ctx_cap, 1, 1};
+                               (int64_t)m->ctx_cap, 1};
     int rc = qwen35_check_batch(&lim, b, err);
     for (int r = 0; !rc && r < b->n_rows; r++)
         if ((b->rows[r].flags & SPLASH_ROW_TOP) && b->top_k > m->needs.max_top)

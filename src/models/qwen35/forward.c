@@ -80,10 +80,9 @@ int qwen35_check_batch(const qwen35_batch_limits *m, const splash_batch *b, spla
     for (int r = 0; r < b->n_rows; r++) {
         const splash_row *row = &b->rows[r];
         const int dev = (row->flags & SPLASH_ROW_DEVICE_TOKEN) != 0;
-        if (dev && (!m->device_tokens || !b->device_tokens || row->embed || row->token < 0))
+        if (dev && (!b->device_tokens || row->embed || row->token < 0))
             return splash_fail(err, SPLASH_E_INVALID, "forward: row %d's token on the device: %s", r,
-                               !m->device_tokens ? "this model runs on the CPU" : !b->device_tokens ? "the batch has no array"
-                                                                                   : "not with an embedding or a negative index");
+                               !b->device_tokens ? "the batch has no array" : "not with an embedding or a negative index");
         if (!dev && !row->embed && (row->token < 0 || row->token >= d->vocab))
             return splash_fail(err, SPLASH_E_RANGE, "forward: row %d token %d outside the vocabulary [0, %d)", r,
                                row->token, d->vocab);
@@ -117,10 +116,14 @@ static void embed_task(void *ctx, size_t r, int worker) {
     qwen35_fwd *f = ctx;
     const splash_row *row = &f->b->rows[r];
     float *x = f->m->x + r * (size_t)f->m->d.hidden;
+    int32_t t = row->token;
+    if (row->flags & SPLASH_ROW_DEVICE_TOKEN) t = f->b->device_tokens[t]; /* this model's device is the host */
     if (row->embed)
         memcpy(x, row->embed, (size_t)f->m->d.hidden * sizeof(float));
+    else if (t < 0 || t >= f->m->d.vocab) /* a device token out of range embeds as nothing (model.h) */
+        memset(x, 0, (size_t)f->m->d.hidden * sizeof(float));
     else
-        cpu_dequant_row(f->m->w.embed, row->token, x);
+        cpu_dequant_row(f->m->w.embed, t, x);
 }
 
 static void norm_task(void *ctx, size_t r, int worker) {

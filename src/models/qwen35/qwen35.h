@@ -80,7 +80,6 @@ typedef struct qwen35_batch_limits {
     int n_slots, max_rows, max_lanes, n_pages, verify_cap, n_taps;
     int64_t max_context; /* longest lane context the attached KV pool allows */
     int device_taps;     /* the model keeps TAPS rows in a device buffer (batch.taps_on_device) */
-    int device_tokens;   /* DEVICE_TOKEN rows are taken (a model on a device) */
 } qwen35_batch_limits;
 int qwen35_check_batch(const qwen35_batch_limits *lim, const splash_batch *b, splash_error *err);
 
