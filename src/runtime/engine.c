@@ -363,6 +363,9 @@ static void lane_end(splash_engine *e, lane *l, splash_finish f, const char *err
     e->requests_done++;
     e->prompt_tokens += (uint64_t)g->n_prompt;
     e->completion_tokens += (uint64_t)l->n_out;
+    /* the pool's figures with the count: a reader that sees the request gone sees its pages
+     * back (else until the step's end; a status read in between saw an idle engine holding them) */
+    publish(e);
     pthread_mutex_unlock(&e->mu);
     gen_finish(g, f, error);
     l->n_pages = 0;
