@@ -591,6 +591,15 @@ int prepare_block(CDraft *d, const splash_draft_req *r, Blk *b, splash_error *er
     return 0;
 }
 
+/* A greedy block's n proposals from the head's argmax copied to h_tok:
+ * SPLASH_DRAFT_TOKENS, or a failure for a row with no finite logit. */
+int greedy_tokens(const CDraft *d, const Blk &b, int n, int32_t *out, splash_error *err) {
+    for (int i = 0; i < n; i++)
+        if ((out[i] = d->h_tok[b.hrow0 + i]) < 0)
+            return splash_fail(err, SPLASH_E_INVALID, "dflash draft: row %d has no finite logit", i);
+    return SPLASH_DRAFT_TOKENS;
+}
+
 /* The proposals of the blocks blk[0..m) (requests r[who[j]]) from one
  * forward: a greedy v1 request takes its rows' argmax (one argmax and one copy
  * for all of them), the others their sparse q's candidates, block by block. */
@@ -619,9 +628,7 @@ void propose_group(CDraft *d, const splash_draft_req *r, Blk *blk, const int *wh
                 kind = SPLASH_DRAFT_SPARSE;
             }
         } else {
-            for (int i = 0; i < q->n && kind > 0; i++)
-                if ((out[i] = d->h_tok[b.hrow0 + i]) < 0)
-                    kind = splash_fail(err, SPLASH_E_INVALID, "dflash draft: row %d has no finite logit", i);
+            kind = greedy_tokens(d, b, q->n, out, err);
         }
         kinds[who[j]] = kind;
     }
@@ -692,16 +699,11 @@ int cd_fetch_proposals(void *impl, const splash_draft_req *r, int n, int32_t *co
     const bool pending = n == d->dev_m;
     d->dev_m = 0;
     const cudaError_t e = pending ? cudaEventSynchronize(d->props_out) : cudaSuccess;
-    for (int j = 0; j < n; j++) {
-        int kind = SPLASH_DRAFT_TOKENS;
-        if (!pending || e != cudaSuccess)
-            kind = splash_fail(&errs[j], SPLASH_E_INVALID, "dflash draft: %s",
-                               pending ? cudaGetErrorString(e) : "no proposals on the device to fetch");
-        for (int i = 0; i < r[j].n && kind > 0; i++)
-            if ((tokens[j][i] = d->h_tok[d->blk[j].hrow0 + i]) < 0)
-                kind = splash_fail(&errs[j], SPLASH_E_INVALID, "dflash draft: row %d has no finite logit", i);
-        kinds[j] = kind;
-    }
+    for (int j = 0; j < n; j++)
+        kinds[j] = !pending || e != cudaSuccess
+                       ? splash_fail(&errs[j], SPLASH_E_INVALID, "dflash draft: %s",
+                                     pending ? cudaGetErrorString(e) : "no proposals on the device to fetch")
+                       : greedy_tokens(d, d->blk[j], r[j].n, tokens[j], &errs[j]);
     return 0;
 }
 
