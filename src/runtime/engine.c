@@ -1334,11 +1334,12 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->draft_lanes = !(dl && !strcmp(dl, "0"));
     /* Greedy proposals straight from the draft's device memory into the verify (the CUDA
      * draft declines unless its writes are ordered on the model's stream: bound above).
-     * Off unless SPLASH_DEVICE_PROPOSALS=1 until it has run on a GPU (session 21 tested it
-     * in emulation and on the CPU only: docs/cuda.md). */
+     * SPLASH_DEVICE_PROPOSALS=0 turns it off (an A/B switch: on the H200 the default model
+     * served at block 8 measured the same tokens a second either way, session 22; it is the
+     * first step of the cycle as one graph, docs/cuda.md). */
     const char *dp = getenv("SPLASH_DEVICE_PROPOSALS");
-    e->device_props = e->draft && e->draft->ops->propose_device && e->draft->ops->fetch_proposals && dp &&
-                      !strcmp(dp, "1");
+    e->device_props = e->draft && e->draft->ops->propose_device && e->draft->ops->fetch_proposals &&
+                      !(dp && !strcmp(dp, "0"));
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
         !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->derr || !e->dtaps ||
         !e->dfirst) {

@@ -397,9 +397,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_cuda_engine PACKAGES (or $SPLASH_TEST_PACKAGES)\n");
         return 2;
     }
-    /* greedy proposals to the verify on the device (opt-in in the engine until measured on a
-     * GPU): every CUDA engine here takes that path, and the checks below hold for it */
-    setenv("SPLASH_DEVICE_PROPOSALS", "1", 1);
+    /* greedy proposals to the verify on the device (the engine's default; SPLASH_DEVICE_PROPOSALS=0
+     * is its off switch): every CUDA engine here takes that path, and the checks below hold for it */
+    unsetenv("SPLASH_DEVICE_PROPOSALS");
     for (int p = 0; p < NPROMPT; p++)
         for (int i = 0; i < 64; i++) g_prompts[p][i] = (int32_t)(((i < 32 ? 0 : p * 977) + i * 131 + 7) % 511) + 1;
     for (int p = 0; p < NPROMPT; p++)

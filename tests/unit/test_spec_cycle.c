@@ -354,9 +354,8 @@ static splash_draft *oracle(int lanes) {
  * CPU model's device memory is the host's). */
 static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache, int lanes) {
     splash_draft *d = oracle(lanes);
-    if (lanes == 2) setenv("SPLASH_DEVICE_PROPOSALS", "1", 1); /* opt-in, read at the engine's start */
+    unsetenv("SPLASH_DEVICE_PROPOSALS"); /* the default (on), read at the engine's start */
     splash_engine *e = engine(pkg, 8, d, 0, cache);
-    unsetenv("SPLASH_DEVICE_PROPOSALS");
     int n = 0;
     for (int i = 0; i < nb; i++) n += bs[i];
     job *jobs = calloc((size_t)n, sizeof *jobs);
