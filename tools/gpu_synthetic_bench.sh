@@ -16,6 +16,9 @@
 # round 2 reversed, ...), and the table gives each build's median over its rounds: one pass in a
 # fixed order misled by ~1.5% (session 21: the same two builds 8.810 vs 8.657 ms, then 8.810 vs
 # 8.818); the per-round times are printed too.
+# VARIANTS="base: pdl_conv:SPLASH_CUDA_PDL_OFF=gdn_conv ...": the first build run once per entry
+# (tag:VAR=VALUE, VAR=VALUE optional), with that variable set: an A/B of a runtime switch, timed
+# like several builds (interleaved, medians).
 # For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
 # of the exact dimensions, first L layers of the 3:1 pattern (the full 27B is 54 GB of bf16, more
 # than the machine's disk holds beside its package), packs it q4, then `bench_cpu --device cuda`
@@ -63,16 +66,28 @@ for TXZ in ${CARRY_TXZ:-.carry/splash-bin.txz}; do
     TAGS="$TAGS $T"
 done
 [ -n "$TAGS" ] || TAGS=build
+declare -A VAR_ENV=() # a variant's tag -> its VAR=VALUE
+if [ -n "${VARIANTS:-}" ]; then
+    set -- $TAGS
+    BUILD=$1 TAGS=""
+    for V in $VARIANTS; do
+        VAR_ENV[${V%%:*}]=${V#*:}
+        TAGS="$TAGS ${V%%:*}"
+    done
+fi
 bench_of() { # $TAG -> its bench_cpu
-    if [ "$TAG" = build ]; then echo "$PWD/build/bench/bench_cpu"; else echo "$W/$TAG/bin/bench_cpu"; fi
+    local t=$TAG
+    [ -n "${VARIANTS:-}" ] && t=$BUILD
+    if [ "$t" = build ]; then echo "$PWD/build/bench/bench_cpu"; else echo "$W/$t/bin/bench_cpu"; fi
 }
 run_bench() { # the tag's bench_cpu with its own libraries (a bench-only tarball: the first one's with lib/)
     local b d l t
     b=$(bench_of) d=$(dirname "$b") l=$d/lib
     if [ ! -d "$l" ]; then
-        for t in $TAGS; do [ -d "$W/$t/bin/lib" ] && l=$W/$t/bin/lib && break; done
+        for t in ${BUILD:-} $TAGS; do [ -d "$W/$t/bin/lib" ] && l=$W/$t/bin/lib && break; done
     fi
-    LD_LIBRARY_PATH="$l${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$b" "$@"
+    local e=${VAR_ENV[$TAG]:-}
+    env ${e:+"$e"} LD_LIBRARY_PATH="$l${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$b" "$@"
 }
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
 for L in ${DEPTHS//,/ }; do
