@@ -1819,6 +1819,13 @@ static void test_errors(void) {
     bad += splash_cuda_gdn_recurrent(&g, NULL) != SPLASH_E_INVALID; /* hv not a multiple of hk */
     g.hv = 4, g.dk = 96;
     bad += splash_cuda_gdn_recurrent(&g, NULL) != SPLASH_E_UNSUPPORTED;
+    /* the chunked kernel's shapes: dv a multiple of 8 (its tensor-core column tiles); the
+     * model runs other shapes' lanes through the recurrence when the workspace size is 0 */
+    bad += splash_cuda_gdn_chunked_ws_floats(4, 128, 44, 1, 1) != 0;
+    bad += splash_cuda_gdn_chunked_ws_floats(4, 96, 128, 1, 1) != 0;
+    bad += splash_cuda_gdn_chunked_ws_floats(4, 128, 48, 1, 1) == 0;
+    g.dk = 128, g.dv = 44, g.max_lane_rows = 64, g.ws = (float *)&dummy, g.ws_floats = 1u << 30;
+    bad += splash_cuda_gdn_chunked(&g, NULL) != SPLASH_E_UNSUPPORTED;
     bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 9, 1, -1, NULL, 0, (int32_t *)&dummy, (float *)&dummy,
                                  NULL, NULL) != SPLASH_E_INVALID; /* top_k > experts */
     bad += splash_cuda_moe_route((const float *)&dummy, 8, 1, 8, 2, 1, 8, NULL, 0, (int32_t *)&dummy, (float *)&dummy,

@@ -114,8 +114,11 @@ int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st 
  * Needs a workspace (a->ws): what each chunk needs before the state
  * reaches it is made for many chunks in parallel and kept there; at least
  * splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, n_lanes, 1) floats, and the
- * more chunks it holds (up to every lane's), the fewer launches.  Uses
- * ~210 KB of shared memory per block at dk = dv = 128. */
+ * more chunks it holds (up to every lane's), the fewer launches; 0 for a
+ * shape it does not take (dk 32, 64 or 128; dv a multiple of 8 up to
+ * SPLASH_CUDA_GDN_MAX_DV: the tensor cores' tiles), whose lanes then go
+ * through the recurrence.  Uses ~227 KB of shared memory per block at dk =
+ * dv = 128. */
 #define SPLASH_CUDA_GDN_CHUNK 64
 size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks);
 int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *stream);

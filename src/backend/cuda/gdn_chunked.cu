@@ -17,22 +17,20 @@
  * in order) then run side by side.  Then one block of 512 threads per
  * (value head, lane) walks the lane's chunks in order (gdn_chunk_state_kernel),
  * copying each chunk's prepared parts in, with everything in shared memory
- * (~220 KB at dk = dv = 128): the state S [dk][dv], the chunk's k, q and W
- * [64][dk+4] (rows padded by four floats: 16-byte aligned for float4 and
- * asynchronous copies, and a float4 per lane of consecutive rows covers the
- * 32 banks in 4 wavefronts), U [64][dv], A [64][64 + 4].  Each phase is a
- * loop over output elements with the column index fastest across threads
- * (so row operands are broadcasts and column operands consecutive),
- * separated by barriers; the three products of dv columns (W S, Q S + A U,
- * K^T U: 3/4 of the arithmetic) give each thread a tile of outputs (4 rows x
- * 2 columns, 4 x 4 for K^T U), so float4s of the row operands and a float2 or
- * float4 of S or U feed 8-16 FMAs (they were bound by shared-memory loads,
- * two per FMA), and the prep's k.k and q.k products give a lane 4 rows x 1
- * column with float4 along the sum (were 2 loads a FMA too).  Sums
- * run in the CPU's order (over r or j ascending, fmaf), products are rounded
- * as the CPU rounds them, so the result is close to cpu_gdn_chunked; the q/k
- * norms and the gates are the recurrence kernel's.  The chunk's outputs go
- * through shared memory (the W buffer, free by then) for the gated norm.
+ * (~227 KB at dk = dv = 128 and one block a head, ~178 KB at two): the state
+ * S [dk][dv + 8], the chunk's q and W [64][dk + 4], k [64][dk + 8], U
+ * [64][dv + 8], A [64][64 + 4] (strides chosen so the tensor-core fragments'
+ * loads hit 32 banks: Plan).  The state pass's three products of dv columns
+ * (W S, Q S + A U, K^T U) run on the tensor cores as 3xTF32 (warp_mma:
+ * every warp a few 16 x 8 output tiles of one row tile), separated by
+ * barriers; on the CUDA cores (session 13's loops: 4 x 2 tiles a thread)
+ * they were ~3/4 of the pass's instructions.  The prep still uses the CUDA
+ * cores: its k.k and q.k products give a lane 4 rows x 1 column with float4
+ * along the sum, in the CPU's order (fmaf), products rounded as the CPU
+ * rounds them.  The state pass's sums run in the tensor cores' order, so
+ * its results are close to cpu_gdn_chunked (fp32-grade, not bitwise); the
+ * q/k norms and the gates are the recurrence kernel's.  The chunk's outputs
+ * go through shared memory (the W buffer, free by then) for the gated norm.
  *
  * Loads.  Both kernels bring their inputs in as asynchronous copies, all in
  * flight at once (copy_rows_async), instead of loops of plain loads that
@@ -41,8 +39,8 @@
  * prefill), and copies the gate z of the chunk's rows in while it updates
  * the state.
  *
- * Plain fp32 on CUDA cores.  Tensor cores (the A, W S, Q S and K^T U
- * products are small GEMMs) are the next step.
+ * Next: the prep's A and q.k products and its forward substitution on the
+ * tensor cores too (the prep is ~1/3 of the chunked GDN's time at 4K).
  *
  * C++ used: a template over dk; no STL.
  */
@@ -75,16 +73,23 @@ struct ChunkArgs {
     int c0, nc; /* this launch pair's chunks of every lane: [c0, c0 + nc) (the workspace holds nc) */
 };
 
-/* Shared-memory plan in floats (dv runtime). */
+/* Shared-memory plan in floats (dv runtime: the block's columns).  Row
+ * strides chosen for the tensor-core fragments' shared loads (warp_mma):
+ * a row-major A operand (Qc, W, A: element (g, t)) wants a stride = 4 mod 32,
+ * a B operand or a transposed A (S, U, Kc: element (t, g)) one = 8 mod 32,
+ * so a warp's 32 loads hit 32 banks. */
 template <int DK>
 struct Plan {
-    static constexpr int KS = DK + 4; /* padded row stride of Kc, Qc, W (see the top) */
-    static constexpr int AS = kC + 4; /* the state pass's A: rows i and i + 4 in other banks */
+    static constexpr int KS = DK + 4; /* Qc, W (and the prep's rows: float4-aligned, see the top) */
+    static constexpr int KT = DK + 8; /* the state pass's Kc, read transposed */
+    static constexpr int AS = kC + 4; /* the state pass's A */
+    __host__ __device__ static int ss(int dv) { return dv + 8; } /* S and U rows */
     __host__ __device__ static size_t w_floats(int dv) {
         return (size_t)kC * (KS > dv ? KS : dv); /* W, later the chunk's outputs [L][dv]; Qc, later z */
     }
     __host__ __device__ static size_t floats(int dv) { /* dv: the block's slice */
-        return (size_t)DK * dv + (size_t)kC * KS + 2 * w_floats(dv) + (size_t)kC * dv + (size_t)kC * AS + 10 * kC;
+        return (size_t)DK * ss(dv) + (size_t)kC * KT + 2 * w_floats(dv) + (size_t)kC * ss(dv) + (size_t)kC * AS +
+               10 * kC;
     }
 };
 
@@ -102,53 +107,74 @@ struct Slot {
 };
 __host__ __device__ inline size_t slot_floats(int hv, int dk, int dv) { return (size_t)hv * Slot(dk, dv).floats; }
 
-/* acc[k] += a * b.k, k = 0..3 (fmaf: the CPU's order per output) */
-__device__ __forceinline__ void fma4(float (&acc)[4], float a, float4 b) {
-    acc[0] = fmaf(a, b.x, acc[0]), acc[1] = fmaf(a, b.y, acc[1]);
-    acc[2] = fmaf(a, b.z, acc[2]), acc[3] = fmaf(a, b.w, acc[3]);
+/* ---- the state pass's products on the tensor cores ------------------------
+ * mma.sync m16n8k8 with tf32 operands, each fp32 operand split into a head
+ * and a tail, x = hi + lo: hi x's top 19 bits (sign, exponent, 10 mantissa
+ * bits: a tf32 as it is), lo = x - hi exactly, which the tensor core reads
+ * truncated to tf32 (it ignores an operand's low 13 bits).  a hi b hi + a hi
+ * b lo + a lo b hi then carries ~21 bits of each product (the dropped lo lo
+ * term and lo's truncation are ~2^-20 of it), so the sums stay within
+ * fp32-grade error of the CPU's, in another order (not bitwise).  Two
+ * instructions a split: cvt.rna.tf32.f32 took seven (its rounding and
+ * Inf/NaN checks in integer code), which made a first version slower than
+ * the CUDA-core loops it replaced (NOTES.md, session 22).  Fragments, per the
+ * PTX ISA (g = lane / 4, t = lane % 4): A (16 x 8, row major) a0 (g, t),
+ * a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); B (8 x 8) b0 (t, g),
+ * b1 (t + 4, g); C (16 x 8) c0, c1 (g, 2t, 2t + 1), c2, c3 (g + 8, ...). */
+__device__ __forceinline__ void tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    hi = __float_as_uint(x) & 0xffffe000u;
+    lo = __float_as_uint(__fsub_rn(x, __uint_as_float(hi)));
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* An A fragment from its four values (split), then d += A B for a B fragment
+ * of two values: the small terms first. */
+struct FragA {
+    uint32_t hi[4], lo[4];
+    __device__ __forceinline__ void set(float v0, float v1, float v2, float v3) {
+        tf32_split(v0, hi[0], lo[0]), tf32_split(v1, hi[1], lo[1]);
+        tf32_split(v2, hi[2], lo[2]), tf32_split(v3, hi[3], lo[3]);
+    }
+};
+__device__ __forceinline__ void mma3(float (&d)[4], const FragA &a, float b0, float b1) {
+    uint32_t h0, l0, h1, l1;
+    tf32_split(b0, h0, l0), tf32_split(b1, h1, l1);
+    mma_tf32(d, a.lo, h0, h1);
+    mma_tf32(d, a.hi, l0, l1);
+    mma_tf32(d, a.hi, h0, h1);
 }
 
-/* NC consecutive floats (one float2 load: the tiles' 2 columns), and
- * acc[k] += a * b[k] */
-template <int NC>
-__device__ __forceinline__ void ld_cols(float (&v)[NC], const float *p) {
-    static_assert(NC == 2, "the state pass's tiles are 2 columns wide");
-    const float2 t = *reinterpret_cast<const float2 *>(p);
-    v[0] = t.x, v[1] = t.y;
-}
-template <int NC>
-__device__ __forceinline__ void fma_cols(float (&acc)[NC], float a, const float (&b)[NC]) {
+/* A warp's share of an (R x 16) x (Ct x 8) product over k in [0, kmax)
+ * (kmax <= K, both multiples of 8; K a constant, so the loop unrolls and the
+ * fragments' addresses are immediate offsets): units u = u0 + 16 m (m < MU,
+ * u < R Ct; u0 the warp, or the warp + 16 x the units done), unit u the 16 x
+ * 8 tile (row tile u % R, column tile u / R); 16 % R == 0, so every unit of a
+ * warp has the same row tile and one A fragment a k-step serves them all.
+ * la(rt, kk, frag) loads the A fragment of row tile rt at k = kk..kk+7;
+ * lb(kk, c0, b0, b1) the B values (t, g) and (t + 4, g) of the column tile
+ * at c0. */
+template <int MU, int R, int K, class LA, class LB>
+__device__ __forceinline__ void warp_mma(float (&acc)[MU][4], int Ct, int kmax, int u0, LA la, LB lb) {
+    const int rt = u0 % R, nu = R * Ct;
 #pragma unroll
-    for (int k = 0; k < NC; k++) acc[k] = fmaf(a, b[k], acc[k]);
-}
-
-/* acc[ii][.] += sum_r X[i0 + ii][r] S[r][c0 .. c0 + NC - 1], r ascending
- * (fmaf: the CPU's order per output): a float4 of each X row covers 4 r, so
- * 8 loads feed 16 NC FMAs.  The state pass's tiles are 4 rows x 2 columns:
- * twice the threads of 4 x 4 tiles at <= 128 registers, 16 warps an SM to
- * hide the shared loads' latency (with 8, ncu found a third of the stalls
- * waiting on them and the FMA pipe 32% busy). */
-template <int DK, int NC>
-__device__ __forceinline__ void rows_times_state(float (&acc)[4][NC], const float *X, int i0, const float *S, int dv,
-                                                 int c0) {
-    constexpr int KS = Plan<DK>::KS;
-#pragma unroll 2
-    for (int r = 0; r < DK; r += 4) {
-        float4 x[4];
-        float sr[4][NC];
+    for (int kk = 0; kk < K; kk += 8) {
+        if (kk >= kmax) break; /* warp-uniform */
+        FragA a;
+        la(rt, kk, a);
 #pragma unroll
-        for (int ii = 0; ii < 4; ii++) x[ii] = *reinterpret_cast<const float4 *>(X + (size_t)(i0 + ii) * KS + r);
-#pragma unroll
-        for (int k = 0; k < 4; k++) ld_cols<NC>(sr[k], S + (size_t)(r + k) * dv + c0);
-#pragma unroll
-        for (int ii = 0; ii < 4; ii++) {
-            fma_cols<NC>(acc[ii], x[ii].x, sr[0]), fma_cols<NC>(acc[ii], x[ii].y, sr[1]);
-            fma_cols<NC>(acc[ii], x[ii].z, sr[2]), fma_cols<NC>(acc[ii], x[ii].w, sr[3]);
+        for (int m = 0; m < MU; m++) {
+            const int u = u0 + 16 * m;
+            if (u >= nu) break; /* warp-uniform */
+            float b0, b1;
+            lb(kk, 8 * (u / R), b0, b1);
+            mma3(acc[m], a, b0, b1);
         }
     }
 }
-
-__device__ __forceinline__ float lane4(float4 v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
 /* rows x w floats from global memory (row stride ss) into shared memory (row
  * stride ds) as asynchronous copies, which the caller commits and waits for:
@@ -364,27 +390,35 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
 }
 
 /* Part 2, the state's pass: one block per (value head, lane) (or a cluster
- * of ns, each on dv / ns columns) walks chunks [c0, c0 + nc) of its lane
- * in order with the state S in shared memory: the chunk's prepared parts
- * are copied in, then vnew = U - W S, the outputs, the state update. */
+ * of ns, each on dv / ns of the head's columns) walks chunks [c0, c0 + nc)
+ * of its lane in order with the state S in shared memory: the chunk's
+ * prepared parts are copied in, then vnew = U - W S, the outputs Q S + A
+ * vnew, the state update S e + K^T vnew, each product on the tensor cores
+ * (warp_mma: 16 warps share its 16 x 8 tiles). */
 template <int DK>
 __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const ChunkArgs ca) {
     pdl_begin();
-    constexpr int KS = Plan<DK>::KS;
+    constexpr int KS = Plan<DK>::KS, KT = Plan<DK>::KT, AS = Plan<DK>::AS;
+    constexpr int MU = kC / 16 * (SPLASH_CUDA_GDN_MAX_DV / 8) / 16; /* units a warp, outputs [kC][dv] */
+    constexpr int MS = DK / 16 * (SPLASH_CUDA_GDN_MAX_DV / 8) / 16; /* units a warp, the state [DK][dv] */
+    static_assert(MU <= 4, "the outputs' units fit the registers");
+    static_assert(16 % (kC / 16) == 0 && 16 % (DK / 16) == 0, "a warp's units share their row tile");
     const splash_cuda_gdn_args &a = ca.p;
     extern __shared__ __align__(16) float sm[];
     const int ns = ca.ns, h = blockIdx.x / ns, rank = blockIdx.x % ns; /* rank in the head's cluster */
     const int dvf = a.dv, dv = dvf / ns, cs = rank * dv; /* the head's columns; this block's: [cs, cs + dv) */
-    float *S = sm;                                   /* [DK][dv] */
-    float *Kc = S + (size_t)DK * dv;                 /* [kC][KS] */
-    float *Qc = Kc + (size_t)kC * KS;                /* [kC][KS], then the gate z [kC][dv] */
+    const int SS = Plan<DK>::ss(dv);
+    float *S = sm;                                   /* [DK][SS] */
+    float *Kc = S + (size_t)DK * SS;                 /* [kC][KT] */
+    float *Qc = Kc + (size_t)kC * KT;                /* [kC][KS], then the gate z [kC][dv] */
     float *W = Qc + Plan<DK>::w_floats(dv);          /* [kC][KS], then outputs [kC][dv] */
-    float *U = W + Plan<DK>::w_floats(dv);           /* [kC][dv] */
-    float *A = U + (size_t)kC * dv;                  /* [kC][AS] */
-    float *ecum = A + (size_t)kC * Plan<DK>::AS, *kd = ecum + kC;
+    float *U = W + Plan<DK>::w_floats(dv);           /* [kC][SS] */
+    float *A = U + (size_t)kC * SS;                  /* [kC][AS] */
+    float *ecum = A + (size_t)kC * AS, *kd = ecum + kC;
     float *el = kd + kC;                             /* [1] exp(cum_L) */
     float *rss = el + kC;                            /* [4][kC] sums of o^2 over each quarter of dvf */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kThreads / 32;
+    const int g = lane >> 2, t = lane & 3; /* the fragments' coordinates */
     const splash_cuda_gdn_lane ln = a.lanes[blockIdx.y];
     const size_t hs = (size_t)DK * dvf;
     const int n_chunks = (ln.n_rows + kC - 1) / kC, c1 = min(ca.c0 + ca.nc, n_chunks);
@@ -392,22 +426,31 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
 
     /* the state: the lane's before its first chunk, else where the last launch left it */
     const float *Sin = (ca.c0 ? ln.s_out : ln.s_in) + (size_t)h * hs + cs;
-    for (int e = tid; e < DK * dv; e += kThreads) S[e] = Sin[(size_t)(e / dv) * dvf + e % dv];
+    for (int e = tid; e < DK * dv; e += kThreads) S[(size_t)(e / dv) * SS + e % dv] = Sin[(size_t)(e / dv) * dvf + e % dv];
 
     const Slot so(DK, dvf);
     auto slot_at = [&](int c) { return a.ws + (((size_t)blockIdx.y * ca.nc + (c - ca.c0)) * a.hv + h) * so.floats; };
+    const int Ct = dv / 8; /* column tiles of 8 */
     for (int c = ca.c0; c < c1; c++) {
         const int t0 = c * kC, L = min(kC, ln.n_rows - t0);
         const size_t row0 = (size_t)ln.first_row + t0;
         __syncthreads(); /* the previous chunk is done with every buffer (and S is loaded) */
-        const float *g = slot_at(c);
-        copy_rows_async<kThreads>(Qc, KS, g + so.q, DK, L, DK, tid);
-        copy_rows_async<kThreads>(Kc, KS, g + so.k, DK, L, DK, tid);
-        copy_rows_async<kThreads>(W, KS, g + so.w, DK, L, DK, tid);
-        copy_rows_async<kThreads>(U, dv, g + so.u + cs, dvf, L, dv, tid);
-        copy_rows_async<kThreads>(A, Plan<DK>::AS, g + so.a, kC, L, kC, tid);
-        copy_rows_async<kThreads>(ecum, 0, g + so.ec, 0, 1, 2 * kC + 4, tid); /* ecum | kd | el, as in the slot */
+        const float *gs = slot_at(c);
+        copy_rows_async<kThreads>(Qc, KS, gs + so.q, DK, L, DK, tid);
+        copy_rows_async<kThreads>(Kc, KT, gs + so.k, DK, L, DK, tid);
+        copy_rows_async<kThreads>(W, KS, gs + so.w, DK, L, DK, tid);
+        copy_rows_async<kThreads>(U, SS, gs + so.u + cs, dvf, L, dv, tid);
+        copy_rows_async<kThreads>(A, AS, gs + so.a, kC, L, kC, tid);
+        copy_rows_async<kThreads>(ecum, 0, gs + so.ec, 0, 1, 2 * kC + 4, tid); /* ecum | kd | el, as in the slot */
         cp_async_commit();
+        /* a short chunk's rows past L as zeros: the products run over all kC
+         * rows, and stale values (NaN even, in memory never written) would
+         * reach the state through 0 x stale */
+        for (int e = tid; e < (kC - L) * DK; e += kThreads) {
+            const int i = L + e / DK, r = e % DK;
+            Qc[(size_t)i * KS + r] = 0.f, Kc[(size_t)i * KT + r] = 0.f, W[(size_t)i * KS + r] = 0.f;
+        }
+        for (int e = tid; e < (kC - L) * dv; e += kThreads) U[(size_t)(L + e / dv) * SS + e % dv] = 0.f;
         if (c + 1 < c1) { /* the next chunk's slot: from HBM into L2 while this one computes */
             const char *nx = reinterpret_cast<const char *>(slot_at(c + 1));
             for (size_t off = (size_t)tid * 128; off < (size_t)so.floats * sizeof(float); off += (size_t)kThreads * 128)
@@ -416,53 +459,60 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
         cp_async_wait<0>();
         __syncthreads();
 
+        /* B operands: S [r][c] and U [j][c] at (t, g) and (t + 4, g) */
+        auto b_of = [&](const float *X) {
+            return [=](int kk, int c0, float &b0, float &b1) {
+                const float *p = X + (kk + t) * SS + c0 + g;
+                b0 = p[0], b1 = p[4 * SS];
+            };
+        };
+        /* a row-major A operand [i][k], row stride st */
+        auto a_rows = [&](const float *X, int st) {
+            return [=](int rt, int kk, FragA &f) {
+                const float *p = X + (16 * rt + g) * st + kk + t;
+                f.set(p[0], p[8 * st], p[4], p[8 * st + 4]);
+            };
+        };
+
         /* 6. vnew = U - W S (into U) */
-        constexpr int TC = 2; /* 4 x TC output tiles, columns fastest across threads */
-        const int nti = (L + 3) / 4, ntc = dv / TC;
-        for (int t = tid; t < nti * ntc; t += kThreads) {
-            const int i0 = 4 * (t / ntc), c0 = TC * (t % ntc);
-            float acc[4][TC] = {};
-            rows_times_state<DK, TC>(acc, W, i0, S, dv, c0);
+        {
+            float acc[MU][4] = {};
+            warp_mma<MU, kC / 16, DK>(acc, Ct, DK, warp, a_rows(W, KS), b_of(S));
 #pragma unroll
-            for (int ii = 0; ii < 4; ii++)
-                if (i0 + ii < L)
-#pragma unroll
-                    for (int k = 0; k < TC; k++) {
-                        float *u = U + (size_t)(i0 + ii) * dv + c0 + k;
-                        *u = __fsub_rn(*u, acc[ii][k]);
-                    }
+            for (int m = 0; m < MU; m++) {
+                const int u = warp + 16 * m;
+                if (u >= kC / 16 * Ct) break;
+                const int i = 16 * (u % (kC / 16)) + g, cc = 8 * (u / (kC / 16)) + 2 * t;
+                float *p = U + (size_t)i * SS + cc;
+                p[0] = __fsub_rn(p[0], acc[m][0]), p[1] = __fsub_rn(p[1], acc[m][1]);
+                p[8 * SS] = __fsub_rn(p[8 * SS], acc[m][2]), p[8 * SS + 1] = __fsub_rn(p[8 * SS + 1], acc[m][3]);
+            }
         }
         __syncthreads();
 
         /* 7. o_i = (q_i exp(cum_i)) S + sum_{j<=i} A[i][j] vnew_j  (into the W buffer; Qc
-         * holds q exp(cum)) */
+         * holds q exp(cum)); A's j > i entries are not the chunk's (masked) */
         float *O = W;
-        for (int t = tid; t < nti * ntc; t += kThreads) {
-            const int i0 = 4 * (t / ntc), c0 = TC * (t % ntc);
-            float t1[4][TC] = {}, t2[4][TC] = {};
-            rows_times_state<DK, TC>(t1, Qc, i0, S, dv, c0);
-            const int jmax = min(i0 + 3, L - 1);
-            for (int jb = 0; jb <= jmax; jb += 4) { /* a float4 of each A row covers 4 j */
-                float4 a4[4];
+        {
+            float acc[MU][4] = {};
+            const int rt = warp % (kC / 16);
+            warp_mma<MU, kC / 16, DK>(acc, Ct, DK, warp, a_rows(Qc, KS), b_of(S));
+            warp_mma<MU, kC / 16, kC>(acc, Ct, 16 * (rt + 1), warp,
+                         [=](int rt_, int kk, FragA &f) {
+                             const int i = 16 * rt_ + g, j = kk + t;
+                             const float *p = A + i * AS + j;
+                             f.set(j <= i ? p[0] : 0.f, j <= i + 8 ? p[8 * AS] : 0.f, j + 4 <= i ? p[4] : 0.f,
+                                   j + 4 <= i + 8 ? p[8 * AS + 4] : 0.f);
+                         },
+                         b_of(U));
 #pragma unroll
-                for (int ii = 0; ii < 4; ii++)
-                    a4[ii] = *reinterpret_cast<const float4 *>(A + (size_t)(i0 + ii) * Plan<DK>::AS + jb);
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const int j = jb + k;
-                    if (j > jmax) break;
-                    float uj[TC];
-                    ld_cols<TC>(uj, U + (size_t)j * dv + c0);
-#pragma unroll
-                    for (int ii = 0; ii < 4; ii++)
-                        if (j <= i0 + ii) fma_cols<TC>(t2[ii], lane4(a4[ii], k), uj);
-                }
+            for (int m = 0; m < MU; m++) {
+                const int u = warp + 16 * m;
+                if (u >= kC / 16 * Ct) break;
+                const int i = 16 * rt + g, cc = 8 * (u / (kC / 16)) + 2 * t;
+                *reinterpret_cast<float2 *>(O + (size_t)i * dv + cc) = make_float2(acc[m][0], acc[m][1]);
+                *reinterpret_cast<float2 *>(O + (size_t)(i + 8) * dv + cc) = make_float2(acc[m][2], acc[m][3]);
             }
-#pragma unroll
-            for (int ii = 0; ii < 4; ii++)
-                if (i0 + ii < L)
-#pragma unroll
-                    for (int k = 0; k < TC; k++) O[(size_t)(i0 + ii) * dv + c0 + k] = __fadd_rn(t1[ii][k], t2[ii][k]);
         }
         __syncthreads();
         /* the gate z of the chunk's rows into the Qc buffer (free now), read in 8b */
@@ -471,24 +521,28 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
             copy_rows_async<kThreads>(Z, dv, a.z + row0 * a.ldz + (size_t)h * dvf + cs, a.ldz, L, dv, tid);
             cp_async_commit();
         }
-        /* 8a. S = S exp(cum_L) + sum_i (k_i kd_i) (x) vnew_i  (Kc holds k kd) */
+        /* 8a. S = S exp(cum_L) + sum_i (k_i kd_i) (x) vnew_i  (Kc holds k kd; A = Kc^T),
+         * a warp's units four at a time (8 at once spilled registers at dk = 128) */
         const float e_l = el[0];
-        const int ntc4 = dv / 4; /* 4 x 4 tiles here: DK / 4 x dv / 4 of them are enough threads */
-        for (int t = tid; t < (DK / 4) * ntc4; t += kThreads) {
-            const int r0 = 4 * (t / ntc4), c0 = 4 * (t % ntc4);
+#pragma unroll 1
+        for (int m0 = 0; m0 < MS; m0 += 4) {
             float acc[4][4] = {};
-            for (int i = 0; i < L; i++) {
-                const float4 u4 = *reinterpret_cast<const float4 *>(U + (size_t)i * dv + c0);
-                const float4 k4 = *reinterpret_cast<const float4 *>(Kc + (size_t)i * KS + r0);
-                fma4(acc[0], k4.x, u4), fma4(acc[1], k4.y, u4), fma4(acc[2], k4.z, u4), fma4(acc[3], k4.w, u4);
+            warp_mma<4, DK / 16, kC>(acc, Ct, kC, warp + 16 * m0,
+                        [=](int rt, int kk, FragA &f) {
+                            const float *p = Kc + (kk + t) * KT + 16 * rt + g;
+                            f.set(p[0], p[8], p[4 * KT], p[4 * KT + 8]);
+                        },
+                        b_of(U));
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const int u = warp + 16 * (m0 + m);
+                if (u >= DK / 16 * Ct) break;
+                const int r = 16 * (u % (DK / 16)) + g, cc = 8 * (u / (DK / 16)) + 2 * t;
+                float *p = S + (size_t)r * SS + cc;
+                p[0] = __fadd_rn(__fmul_rn(p[0], e_l), acc[m][0]), p[1] = __fadd_rn(__fmul_rn(p[1], e_l), acc[m][1]);
+                p[8 * SS] = __fadd_rn(__fmul_rn(p[8 * SS], e_l), acc[m][2]);
+                p[8 * SS + 1] = __fadd_rn(__fmul_rn(p[8 * SS + 1], e_l), acc[m][3]);
             }
-#pragma unroll
-            for (int rr = 0; rr < 4; rr++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    float *sp = S + (size_t)(r0 + rr) * dv + c0 + k;
-                    *sp = __fadd_rn(__fmul_rn(*sp, e_l), acc[rr][k]);
-                }
         }
         /* 8b. outputs: o, and the gated norm over the head's dvf columns (a
          * warp per row): sums of o^2 per quarter of dvf, added in quarter
@@ -531,7 +585,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
     }
     __syncthreads();
     float *So = ln.s_out + (size_t)h * hs + cs;
-    for (int e = tid; e < DK * dv; e += kThreads) So[(size_t)(e / dv) * dvf + e % dv] = S[e];
+    for (int e = tid; e < DK * dv; e += kThreads) So[(size_t)(e / dv) * dvf + e % dv] = S[(size_t)(e / dv) * SS + e % dv];
 }
 
 /* How many clusters of ns state-pass blocks (dv / ns columns each) the GPU
@@ -574,8 +628,8 @@ int launch_chunked(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
      * divides; each block still copies the chunk's q, k, W and A. */
     ChunkArgs ca = ca_in;
     ca.ns = 1;
-    for (int ns = max_split; ns >= 2; ns /= 2) /* whole 4 x 4 tiles a block */
-        if (ca.p.dv % (4 * ns) == 0 &&
+    for (int ns = max_split; ns >= 2; ns /= 2) /* whole column tiles of 8 a block */
+        if (ca.p.dv % (8 * ns) == 0 &&
             clusters_resident<DK>(ns, ca.p.dv) >= ca.p.hv * ca.p.n_lanes) {
             ca.ns = ns;
             break;
@@ -593,7 +647,7 @@ int launch_chunked(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
 extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *stream) {
     const int rc = splash_cuda_gdn_args_check(a);
     if (rc || a->n_lanes == 0) return rc;
-    if (a->dv % 4) return SPLASH_E_UNSUPPORTED; /* the 4 x 4 output tiles */
+    if (a->dv % 8) return SPLASH_E_UNSUPPORTED; /* the tensor cores' column tiles of 8 */
     ChunkArgs ca;
     ca.p = *a;
     /* SPLASH_CUDA_GDN_SPLIT=1|2 caps the state pass's split of a head (4;
@@ -627,5 +681,6 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
 
 extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks) {
     if (hv < 1 || dk < 1 || dv < 1 || n_lanes < 1 || chunks < 1) return 0;
+    if (dv % 8 || dv > SPLASH_CUDA_GDN_MAX_DV || (dk != 32 && dk != 64 && dk != 128)) return 0; /* not supported */
     return slot_floats(hv, dk, dv) * (size_t)n_lanes * (size_t)chunks;
 }

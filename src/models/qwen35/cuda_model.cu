@@ -112,8 +112,11 @@ static void plan_scratch(qc_model *m, bump *b) {
                                                                               : m->max_rows / QWEN35_CHUNKED_MIN_ROWS;
         const size_t one = splash_cuda_gdn_chunked_ws_floats(d->hv, d->dk, d->dv, lanes, 1);
         const size_t all = one * (size_t)((m->max_rows + SPLASH_CUDA_GDN_CHUNK - 1) / SPLASH_CUDA_GDN_CHUNK);
-        m->gdn_ws_floats = maxz(one, all < GDN_WORKSPACE_BUDGET / sizeof(float) ? all : GDN_WORKSPACE_BUDGET / sizeof(float));
-        m->gdn_ws = CARVE_F(b, m->gdn_ws_floats);
+        if (one) { /* 0: a shape the chunked kernel does not take (its lanes run the recurrence) */
+            m->gdn_ws_floats =
+                maxz(one, all < GDN_WORKSPACE_BUDGET / sizeof(float) ? all : GDN_WORKSPACE_BUDGET / sizeof(float));
+            m->gdn_ws = CARVE_F(b, m->gdn_ws_floats);
+        }
     }
     if (m->w.max_q4_cols) m->xprep_mem = carve(b, splash_q4_xprep_bytes(m->w.max_q4_cols));
     const bool bulk = m->use_gemm && m->w.max_q4_cols && m->max_rows >= QWEN35_CHUNKED_MIN_ROWS; /* lanes exist */
