@@ -32,7 +32,12 @@
  *                           first 0 / 1 / 3 / 7 (0 / 5 / 11 / 15) of a block
  *                           right: the same tokens and rows, every cycle
  *                           accepting what the oracle made acceptable (the
- *                           commits of 0..15 verify rows on the CUDA model)
+ *                           commits of 0..15 verify rows on the CUDA model);
+ *                           block 8 again with the oracle's proposals in
+ *                           device memory (propose_device: its rows apart,
+ *                           garbage between), the verify reading them there
+ *                           (the package's draft is almost never accepted,
+ *                           so this is where accepted device proposals run)
  *   CUDA draft ~ CPU draft  block 8 with the package's draft on both
  *                           engines: the cycles at the same positions propose
  *                           the same tokens (the GPU's draft reads the
@@ -121,6 +126,49 @@ static uint64_t fnv(const float *row, int n) {
 static void on_logits(void *, const splash_gen *g, int index, const float *row, int vocab) {
     for (int i = 0; i < g_hook_n; i++)
         if (g_hook_jobs[i].g == g && index <= NOUT) g_hook_jobs[i].hash[index] = fnv(row, vocab);
+}
+
+/* The oracle draft with its proposals in device memory: the oracle's
+ * propose_device fills a host array (its rows apart, garbage between), copied
+ * here to a device buffer whose address the engine hands the verify; fetch is
+ * the oracle's.  The copy is synchronous, so the model's stream sees it. */
+static struct {
+    const splash_draft_ops *inner;
+    splash_draft_ops ops;
+    int32_t *dev;
+    size_t cap; /* entries */
+} g_devoracle;
+
+static int devoracle_propose(void *impl, const splash_draft_req *r, int n, const int32_t **base, int *first,
+                             splash_error *err) {
+    const int32_t *host = NULL;
+    int rc = g_devoracle.inner->propose_device(impl, r, n, &host, first, err);
+    if (rc) return rc;
+    size_t end = 0; /* entries the rows span, the garbage between them included */
+    for (int i = 0; i < n; i++)
+        if ((size_t)(first[i] + r[i].n) > end) end = (size_t)(first[i] + r[i].n);
+    if (end > g_devoracle.cap) return splash_fail(err, SPLASH_E_INVALID, "device oracle: %zu entries", end);
+    if (cudaMemcpy(g_devoracle.dev, host, end * sizeof(int32_t), cudaMemcpyHostToDevice) != cudaSuccess)
+        return splash_fail(err, SPLASH_E_IO, "device oracle: the copy to the device failed");
+    *base = g_devoracle.dev;
+    return SPLASH_OK;
+}
+
+static splash_draft *device_oracle(int vocab, int block) {
+    splash_draft *d = splash_draft_oracle_device_new(vocab, block);
+    if (!d) return NULL;
+    if (!g_devoracle.dev) {
+        g_devoracle.cap = (size_t)SPLASH_DRAFT_MAX_LANES_TEST * (SPLASH_DRAFT_MAX_BLOCK + 3);
+        if (cudaMalloc((void **)&g_devoracle.dev, g_devoracle.cap * sizeof(int32_t)) != cudaSuccess) {
+            splash_draft_free(d);
+            return NULL;
+        }
+    }
+    g_devoracle.inner = d->ops;
+    g_devoracle.ops = *d->ops;
+    g_devoracle.ops.propose_device = devoracle_propose;
+    d->ops = &g_devoracle.ops;
+    return d;
 }
 
 static splash_engine *start(const char *pkg, const char *device, int block, splash_draft *draft) {
@@ -338,11 +386,12 @@ static void test_package(const char *dir, const char *name, int has_draft) {
 
     /* the oracle draft: prompt p's cycles propose its block-1 continuation, the first
      * kk[p] of each block right, so every cycle accepts exactly min(kk, proposals)
-     * and the commits of 0..15 rows run on the CUDA model */
-    for (int bi = 0; bi < 2; bi++) {
-        static const int blocks[2] = {8, 16}, kks[2][NPROMPT] = {{0, 1, 3, 7}, {0, 5, 11, 15}};
-        const int block = blocks[bi], *kk = kks[bi];
-        splash_draft *d = splash_draft_oracle_new(512, block);
+     * and the commits of 0..15 rows run on the CUDA model; the third run's proposals
+     * go to the verify from device memory */
+    for (int bi = 0; bi < 3; bi++) {
+        static const int blocks[3] = {8, 16, 8}, kks[3][NPROMPT] = {{0, 1, 3, 7}, {0, 5, 11, 15}, {2, 7, 4, 6}};
+        const int block = blocks[bi], *kk = kks[bi], dev = bi == 2;
+        splash_draft *d = dev ? device_oracle(512, block) : splash_draft_oracle_new(512, block);
         for (int p = 0; p < NPROMPT && d; p++) {
             int32_t seq[64 + NOUT + 1];
             memcpy(seq, g_prompts[p], sizeof(int32_t) * (size_t)g_plen[p]);
@@ -359,9 +408,10 @@ static void test_package(const char *dir, const char *name, int has_draft) {
         jobs_init(spec);
         for (int p = 0; p < NPROMPT; p++) spec[p].seed = (uint64_t)kk[p];
         run(e, spec, NPROMPT);
+        splash_engine_get_stats(e, &st);
         splash_engine_free(e);
         splash_draft_free(d);
-        ok = 1;
+        ok = !dev || (st.spec_device_cycles > 0 && st.spec_device_cycles <= st.spec_cycles);
         int accepted = 0;
         for (int p = 0; p < NPROMPT; p++) {
             const splash_gen_take *t = &spec[p].t;
@@ -370,10 +420,11 @@ static void test_package(const char *dir, const char *name, int has_draft) {
             if (kk[p] == block - 1) ok &= t->accepted == t->drafted && t->accepted > 0;
             accepted += t->accepted;
         }
-        snprintf(msg, sizeof msg, "agreeing %d / %d / %d / %d a cycle: %d accepted", kk[0], kk[1], kk[2], kk[3],
-                 accepted);
-        char what[40];
-        snprintf(what, sizeof what, "oracle block %d = block 1", block);
+        snprintf(msg, sizeof msg, "agreeing %d / %d / %d / %d a cycle: %d accepted, %llu of %llu lane cycles on the device",
+                 kk[0], kk[1], kk[2], kk[3], accepted, (unsigned long long)st.spec_device_cycles,
+                 (unsigned long long)st.spec_cycles);
+        char what[64];
+        snprintf(what, sizeof what, "oracle block %d%s = block 1", block, dev ? ", proposals on the device" : "");
         check(ok, name, what, msg);
     }
 
