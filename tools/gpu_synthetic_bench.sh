@@ -7,6 +7,7 @@
 #                                [--graphs 0,1] [--gemm 0,1] [--synthetic] [--prefill] [--rounds N]
 #                                (CARRY_TXZ="a.txz b.txz": several builds)
 #       (the GPU machine, carrying .carry)
+# Another commit's bench_cpu for CARRY_TXZ: tools/prepare_ref_bench.sh REF NAME (.carry/NAME.txz).
 # --synthetic: `bench_cpu --make-synthetic` instead: every tensor of the package over one random
 # 0.7 GB blob (no checkpoint, no quantising), so the full depth (--depths 64 / 40) takes seconds to
 # make and its time is measured, not fitted; a single depth prints no fit.
