@@ -420,8 +420,9 @@ static void test_package(const char *dir, const char *name, int has_draft) {
             if (kk[p] == block - 1) ok &= t->accepted == t->drafted && t->accepted > 0;
             accepted += t->accepted;
         }
-        snprintf(msg, sizeof msg, "agreeing %d / %d / %d / %d a cycle: %d accepted, %llu of %llu lane cycles on the device",
-                 kk[0], kk[1], kk[2], kk[3], accepted, (unsigned long long)st.spec_device_cycles,
+        snprintf(msg, sizeof msg,
+                 "agreeing %d / %d / %d / %d a cycle: %d accepted, %llu of %llu lane cycles on the device", kk[0],
+                 kk[1], kk[2], kk[3], accepted, (unsigned long long)st.spec_device_cycles,
                  (unsigned long long)st.spec_cycles);
         char what[64];
         snprintf(what, sizeof what, "oracle block %d%s = block 1", block, dev ? ", proposals on the device" : "");

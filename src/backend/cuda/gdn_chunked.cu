@@ -426,7 +426,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
 
     /* the state: the lane's before its first chunk, else where the last launch left it */
     const float *Sin = (ca.c0 ? ln.s_out : ln.s_in) + (size_t)h * hs + cs;
-    for (int e = tid; e < DK * dv; e += kThreads) S[(size_t)(e / dv) * SS + e % dv] = Sin[(size_t)(e / dv) * dvf + e % dv];
+    for (int e = tid; e < DK * dv; e += kThreads)
+        S[(size_t)(e / dv) * SS + e % dv] = Sin[(size_t)(e / dv) * dvf + e % dv];
 
     const Slot so(DK, dvf);
     auto slot_at = [&](int c) { return a.ws + (((size_t)blockIdx.y * ca.nc + (c - ca.c0)) * a.hv + h) * so.floats; };
@@ -585,7 +586,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
     }
     __syncthreads();
     float *So = ln.s_out + (size_t)h * hs + cs;
-    for (int e = tid; e < DK * dv; e += kThreads) So[(size_t)(e / dv) * dvf + e % dv] = S[(size_t)(e / dv) * SS + e % dv];
+    for (int e = tid; e < DK * dv; e += kThreads)
+        So[(size_t)(e / dv) * dvf + e % dv] = S[(size_t)(e / dv) * SS + e % dv];
 }
 
 /* How many clusters of ns state-pass blocks (dv / ns columns each) the GPU

@@ -269,7 +269,8 @@ static size_t build_desc(qc_fwd *f) {
                 for (int i = 0; i < b->n_lanes; i++) {
                     const splash_lane *l = &b->lanes[i];
                     const int verify = l->mode == SPLASH_LANE_VERIFY;
-                    if ((chunked_lane(l) && m->gdn_ws) == (pass == 0)) continue; /* no ws: a shape the chunked kernel does not take */
+                    /* no workspace: a shape the chunked kernel does not take (the recurrence runs it) */
+                    if ((chunked_lane(l) && m->gdn_ws) == (pass == 0)) continue;
                     splash_cuda_gdn_lane *g = &o[k++];
                     memset(g, 0, sizeof *g);
                     g->conv_state = qc_conv_state(m, l->slot, gi);
