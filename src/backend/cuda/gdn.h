@@ -120,6 +120,9 @@ int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st 
  * through the recurrence.  Uses ~227 KB of shared memory per block at dk =
  * dv = 128. */
 #define SPLASH_CUDA_GDN_CHUNK 64
+static inline int splash_cuda_gdn_chunked_takes(int dk, int dv) { /* the shapes above */
+    return (dk == 32 || dk == 64 || dk == 128) && dv > 0 && dv % 8 == 0 && dv <= SPLASH_CUDA_GDN_MAX_DV;
+}
 size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks);
 int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *stream);
 

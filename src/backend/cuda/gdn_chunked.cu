@@ -649,7 +649,7 @@ int launch_chunked(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
 extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *stream) {
     const int rc = splash_cuda_gdn_args_check(a);
     if (rc || a->n_lanes == 0) return rc;
-    if (a->dv % 8) return SPLASH_E_UNSUPPORTED; /* the tensor cores' column tiles of 8 */
+    if (!splash_cuda_gdn_chunked_takes(a->dk, a->dv)) return SPLASH_E_UNSUPPORTED; /* gdn.h */
     ChunkArgs ca;
     ca.p = *a;
     /* SPLASH_CUDA_GDN_SPLIT=1|2 caps the state pass's split of a head (4;
@@ -683,6 +683,6 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
 
 extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks) {
     if (hv < 1 || dk < 1 || dv < 1 || n_lanes < 1 || chunks < 1) return 0;
-    if (dv % 8 || dv > SPLASH_CUDA_GDN_MAX_DV || (dk != 32 && dk != 64 && dk != 128)) return 0; /* not supported */
+    if (!splash_cuda_gdn_chunked_takes(dk, dv)) return 0;
     return slot_floats(hv, dk, dv) * (size_t)n_lanes * (size_t)chunks;
 }

@@ -472,7 +472,7 @@ static int run(qc_fwd *f) {
     /* DEVICE_TOKEN rows: their tokens copied into the descriptor on the device, a run
      * of consecutive rows (a lane's proposals) a copy */
     const splash_batch *b = f->b;
-    for (int r0 = 0, r1; r0 < f->R; r0 = r1) {
+    for (int r0 = 0, r1; b->device_tokens && r0 < f->R; r0 = r1) {
         r1 = r0 + 1;
         if (!(b->rows[r0].flags & SPLASH_ROW_DEVICE_TOKEN)) continue;
         while (r1 < f->R && (b->rows[r1].flags & SPLASH_ROW_DEVICE_TOKEN) &&
