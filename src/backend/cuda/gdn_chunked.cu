@@ -24,12 +24,11 @@
  * (W S, Q S + A U, K^T U) run on the tensor cores as 3xTF32 (warp_mma:
  * every warp a few 16 x 8 output tiles of one row tile), separated by
  * barriers; on the CUDA cores (session 13's loops: 4 x 2 tiles a thread)
- * they were ~3/4 of the pass's instructions.  The prep still uses the CUDA
- * cores: its k.k and q.k products give a lane 4 rows x 1 column with float4
- * along the sum, in the CPU's order (fmaf), products rounded as the CPU
- * rounds them.  The state pass's sums run in the tensor cores' order, so
- * its results are close to cpu_gdn_chunked (fp32-grade, not bitwise); the
- * q/k norms and the gates are the recurrence kernel's.  The chunk's outputs
+ * they were ~3/4 of the pass's instructions.  The prep's k.k and q.k
+ * products and the forward substitution's work between blocks of 16 rows
+ * run there too (pair_weights, forward_substitute).  Sums run in the tensor
+ * cores' order, so the results are close to cpu_gdn_chunked (fp32-grade, not
+ * bitwise); the q/k norms and the gates are the recurrence kernel's.  The chunk's outputs
  * go through shared memory (the W buffer, free by then) for the gated norm.
  *
  * Loads.  Both kernels bring their inputs in as asynchronous copies, all in
@@ -38,9 +37,6 @@
  * parts while it computes this one (the workspace outgrows L2 at a long
  * prefill), and copies the gate z of the chunk's rows in while it updates
  * the state.
- *
- * Next: the prep's A and q.k products and its forward substitution on the
- * tensor cores too (the prep is ~1/3 of the chunked GDN's time at 4K).
  *
  * C++ used: a template over dk; no STL.
  */
@@ -198,72 +194,98 @@ __device__ __forceinline__ void copy_rows_async(float *dst, int ds, const float 
     }
 }
 
-/* The prep's pair products d[ii] = X_{i0+ii} . Y_j over dk (r ascending,
- * fmaf: the CPU's order), rows of stride KS: a float4 of Y's row (the lane's
- * column j) and four broadcast float4s of X's feed 16 FMAs. */
-template <int DK>
-__device__ __forceinline__ void dot_4x1(float (&d)[4], const float *X, int i0, const float *Yj) {
-    constexpr int KS = Plan<DK>::KS;
-#pragma unroll 4
-    for (int r = 0; r < DK; r += 4) {
-        const float4 y = *reinterpret_cast<const float4 *>(Yj + r);
-#pragma unroll
-        for (int ii = 0; ii < 4; ii++) {
-            const float4 x = *reinterpret_cast<const float4 *>(X + (size_t)(i0 + ii) * KS + r);
-            d[ii] = fmaf(x.x, y.x, d[ii]), d[ii] = fmaf(x.y, y.y, d[ii]);
-            d[ii] = fmaf(x.z, y.z, d[ii]), d[ii] = fmaf(x.w, y.w, d[ii]);
-        }
-    }
-}
-
 /* A[i][j] = (X_i . Y_j) exp(cum_i - cum_j) for j < i (strict) or j <= i, i
- * < L: a warp per 4 rows x 32 columns (kC = 64: 32 tasks, the upper-right
- * ones skipped). */
+ * < L (A's row stride as), X and Y rows of stride KS: X Y^T on the tensor cores (warp_mma, all
+ * 64 x 64 tiles; the entries past the diagonal are not stored).  B (k = r, n
+ * = j) is Y's row j read along r: with KS = 4 mod 32 a warp's loads hit 32
+ * banks as the A operand's do. */
 template <int DK, int NT>
-__device__ __forceinline__ void pair_weights(float *A, const float *X, const float *Y, const float *cum, int L,
+__device__ __forceinline__ void pair_weights(float *A, int as, const float *X, const float *Y, const float *cum, int L,
                                              bool strict, int warp, int lane) {
-    static_assert(kC % 32 == 0, "a task is 32 columns");
-    constexpr int KS = Plan<DK>::KS, halves = kC / 32;
-    const int tasks = (L + 3) / 4 * halves;
-    for (int task = warp; task < tasks; task += NT / 32) {
-        const int i0 = 4 * (task / halves), j = 32 * (task % halves) + lane;
-        if (32 * (task % halves) > i0 + 3) continue; /* every j of the task is past every i (warp-uniform) */
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        dot_4x1<DK>(d, X, i0, Y + (size_t)j * KS);
+    static_assert(NT == 512, "warp_mma's units assume 16 warps");
+    constexpr int KS = Plan<DK>::KS, R = kC / 16, MU = R * (kC / 8) / 16;
+    const int g = lane >> 2, t = lane & 3;
+    float acc[MU][4] = {};
+    warp_mma<MU, R, DK>(
+        acc, kC / 8, DK, warp,
+        [=](int rt, int kk, FragA &f) {
+            const float *p = X + (16 * rt + g) * KS + kk + t;
+            f.set(p[0], p[8 * KS], p[4], p[8 * KS + 4]);
+        },
+        [=](int kk, int c0, float &b0, float &b1) {
+            const float *p = Y + (c0 + g) * KS + kk + t;
+            b0 = p[0], b1 = p[4];
+        });
 #pragma unroll
-        for (int ii = 0; ii < 4; ii++) {
-            const int i = i0 + ii;
-            if (i < L && (strict ? j < i : j <= i)) A[i * kC + j] = __fmul_rn(d[ii], expf(cum[i] - cum[j]));
+    for (int m = 0; m < MU; m++) {
+        const int u = warp + 16 * m;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int i = 16 * (u % R) + g + 8 * (e >> 1), j = 8 * (u / R) + 2 * t + (e & 1);
+            if (i < L && (strict ? j < i : j <= i)) A[i * as + j] = __fmul_rn(acc[m][e], expf(cum[i] - cum[j]));
         }
     }
 }
 
-/* x_i -= sum_{j<i} A[i][j] x_j for i = 1 .. L-1, j ascending (fmaf: the
- * CPU's order), over one column X (stride st) of W or U.  The column lives
- * in registers (both loops unrolled over the chunk's kC rows) and A's rows
- * come as broadcast float4s: the loop that read A[i][j] and x_j from shared
- * memory for every FMA was bound by those loads, two a FMA (ncu: ~45% of
- * the prep), and ran each row's chain only after the previous row's; here
- * row i's early terms run while row i - 1 finishes.  Rows past L are
- * computed from zeros and stale A and never stored. */
-__device__ __forceinline__ void forward_substitute(float *X, int st, const float *A, int L) {
-    float x[kC];
+/* The forward substitution x_i -= sum_{j<i} A[i][j] x_j, i = 1 .. L-1, over
+ * every column of W (dk, row stride KS) and U (dv, row stride up), A's row
+ * stride AP: by blocks of 16 rows.  Block p's rows first lose the solved rows
+ * before the block, A[p][0, 16p) X[0, 16p), on the tensor cores (3xTF32,
+ * warp_mma: one row tile, a warp a few column tiles), then the block's own
+ * rows in order, a thread per column with its 16 values in registers.  The
+ * column-at-a-time substitution it replaces ran 64-long dependent chains on
+ * half the threads (2,016 FMAs a column).  Rows past L hold garbage and are
+ * never stored. */
+constexpr int kPrepAS = kC + 4; /* the prep's A rows: 4 mod 32, for the A fragments */
+template <int DK>
+__device__ __forceinline__ void forward_substitute(float *W, float *U, int up, int dv, const float *A, int L, int tid) {
+    constexpr int KS = Plan<DK>::KS, AP = kPrepAS;
+    constexpr int MU = ((DK + SPLASH_CUDA_GDN_MAX_DV) / 8 + 15) / 16;
+    const int lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, ncol = DK + dv;
+    for (int r0 = 0; r0 < L; r0 += 16) {
+        if (r0) {
+            float acc[MU][4] = {};
+            warp_mma<MU, 1, kC>(
+                acc, ncol / 8, r0, warp,
+                [=](int, int kk, FragA &f) {
+                    const float *q = A + (r0 + g) * AP + kk + t;
+                    f.set(q[0], q[8 * AP], q[4], q[8 * AP + 4]);
+                },
+                [=](int kk, int c0, float &b0, float &b1) {
+                    const bool w = c0 < DK; /* a column tile lies in W or in U */
+                    const int st = w ? KS : up;
+                    const float *q = (w ? W + c0 : U + (c0 - DK)) + (kk + t) * st + g;
+                    b0 = q[0], b1 = q[4 * st];
+                });
 #pragma unroll
-    for (int i = 0; i < kC; i++) x[i] = i < L ? X[(size_t)i * st] : 0.f;
+            for (int m = 0; m < MU; m++) {
+                const int u = warp + 16 * m;
+                if (u >= ncol / 8) break;
 #pragma unroll
-    for (int i = 1; i < kC; i++) {
-#pragma unroll
-        for (int j = 0; j < i; j += 4) {
-            const float4 a = *reinterpret_cast<const float4 *>(A + i * kC + j);
-            x[i] = fmaf(-a.x, x[j], x[i]);
-            if (j + 1 < i) x[i] = fmaf(-a.y, x[j + 1], x[i]);
-            if (j + 2 < i) x[i] = fmaf(-a.z, x[j + 2], x[i]);
-            if (j + 3 < i) x[i] = fmaf(-a.w, x[j + 3], x[i]);
+                for (int e = 0; e < 4; e++) {
+                    const int i = r0 + g + 8 * (e >> 1), c = 8 * u + 2 * t + (e & 1);
+                    float *x = c < DK ? W + i * KS + c : U + i * up + (c - DK);
+                    *x = __fsub_rn(*x, acc[m][e]);
+                }
+            }
+            __syncthreads();
         }
-    }
+        for (int col = tid; col < ncol; col += kPrepThreads) {
+            float *X = col < DK ? W + col : U + (col - DK);
+            const int st = col < DK ? KS : up;
+            float x[16];
 #pragma unroll
-    for (int i = 1; i < kC; i++)
-        if (i < L) X[(size_t)i * st] = x[i];
+            for (int i = 0; i < 16; i++) x[i] = r0 + i < L ? X[(r0 + i) * st] : 0.f;
+#pragma unroll
+            for (int i = 1; i < 16; i++)
+#pragma unroll
+                for (int j = 0; j < i; j++) x[i] = fmaf(-A[(r0 + i) * AP + r0 + j], x[j], x[i]);
+#pragma unroll
+            for (int i = 1; i < 16; i++)
+                if (r0 + i < L) X[(r0 + i) * st] = x[i];
+        }
+        __syncthreads();
+    }
 }
 
 /* Part 1, every chunk at once: a block per (value head, chunk, lane) makes
@@ -285,9 +307,10 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     float *Kc = sm;                                  /* [kC][KS] */
     float *Qc = Kc + (size_t)kC * KS;                /* [kC][KS] */
     float *W = Qc + (size_t)kC * KS;                 /* [kC][KS] */
-    float *U = W + (size_t)kC * KS;                  /* [kC][dv] */
-    float *A = U + (size_t)kC * dv;                  /* [kC][kC] */
-    float *cum = A + (size_t)kC * kC, *ecum = cum + kC, *kd = ecum + kC, *bet = kd + kC, *gg = bet + kC;
+    const int up = dv + 8;                           /* U's rows: B fragments on 32 banks */
+    float *U = W + (size_t)kC * KS;                  /* [kC][up] */
+    float *A = U + (size_t)kC * up;                  /* [kC][kPrepAS] */
+    float *cum = A + (size_t)kC * kPrepAS, *ecum = cum + kC, *kd = ecum + kC, *bet = kd + kC, *gg = bet + kC;
     float *el = gg + kC;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kPrepThreads / 32;
     const int kh = h / (a.hv / a.hk);
@@ -300,7 +323,7 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     const float *mrow = a.mixed + row0 * a.ldm;
     copy_rows_async<kPrepThreads>(Qc, KS, mrow + (size_t)kh * DK, a.ldm, L, DK, tid);
     copy_rows_async<kPrepThreads>(Kc, KS, mrow + key_dim + (size_t)kh * DK, a.ldm, L, DK, tid);
-    copy_rows_async<kPrepThreads>(U, dv, mrow + 2 * key_dim + (size_t)h * dv, a.ldm, L, dv, tid);
+    copy_rows_async<kPrepThreads>(U, up, mrow + 2 * key_dim + (size_t)h * dv, a.ldm, L, dv, tid);
     cp_async_commit();
     if (tid < L) {
         const size_t gi = (row0 + tid) * a.ldab + h;
@@ -336,7 +359,10 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
         kd[i] = expf(last - cum[i]);
     }
     if (tid == 0) el[0] = expf(last);
-    for (int e = tid; e < L * dv; e += kPrepThreads) U[e] = __fmul_rn(U[e], bet[e / dv]);
+    for (int e = tid; e < L * dv; e += kPrepThreads) {
+        const int i = e / dv, c = e % dv;
+        U[i * up + c] = __fmul_rn(U[i * up + c], bet[i]);
+    }
     for (int e = tid; e < L * DK; e += kPrepThreads) {
         const int i = e / DK, r = e % DK;
         W[(size_t)i * KS + r] = __fmul_rn(Kc[(size_t)i * KS + r], bet[i]);
@@ -344,7 +370,7 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     __syncthreads();
 
     /* 3. A[i][j] = (kb_i . k_j) exp(cum_i - cum_j), j < i */
-    pair_weights<DK, kPrepThreads>(A, W, Kc, cum, L, true, warp, lane);
+    pair_weights<DK, kPrepThreads>(A, kPrepAS, W, Kc, cum, L, true, warp, lane);
     __syncthreads();
 
     /* 4. W_i = kb_i exp(cum_i) */
@@ -354,17 +380,11 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     }
     __syncthreads();
 
-    /* 5. forward substitution, a thread per column of W (dk) and U (dv):
-     * row i minus the solved rows j < i, in order */
-    for (int col = tid; col < DK + dv; col += kPrepThreads) {
-        float *X = col < DK ? W + col : U + (col - DK);
-        const int st = col < DK ? KS : dv;
-        forward_substitute(X, st, A, L);
-    }
-    __syncthreads();
+    /* 5. forward substitution over the columns of W (dk) and U (dv) (its own barriers) */
+    forward_substitute<DK>(W, U, up, dv, A, L, tid);
 
     /* 6. the output weights: A <- (q_i . k_j) exp(cum_i - cum_j), j <= i */
-    pair_weights<DK, kPrepThreads>(A, Qc, Kc, cum, L, false, warp, lane);
+    pair_weights<DK, kPrepThreads>(A, kPrepAS, Qc, Kc, cum, L, false, warp, lane);
     __syncthreads();
 
     /* out in float4s (the workspace and its slots are 16-byte aligned) */
@@ -381,10 +401,14 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
             make_float4(__fmul_rn(k.x, d), __fmul_rn(k.y, d), __fmul_rn(k.z, d), __fmul_rn(k.w, d));
         *reinterpret_cast<float4 *>(g + so.w + gp) = *reinterpret_cast<const float4 *>(W + sp);
     }
-    for (int e = tid; e < L * dv / 4; e += kPrepThreads)
-        reinterpret_cast<float4 *>(g + so.u)[e] = reinterpret_cast<const float4 *>(U)[e];
-    for (int e = tid; e < L * kC / 4; e += kPrepThreads)
-        reinterpret_cast<float4 *>(g + so.a)[e] = reinterpret_cast<const float4 *>(A)[e];
+    for (int e = tid; e < L * dv / 4; e += kPrepThreads) {
+        const int i = e / (dv / 4), c = 4 * (e % (dv / 4));
+        *reinterpret_cast<float4 *>(g + so.u + i * dv + c) = *reinterpret_cast<const float4 *>(U + i * up + c);
+    }
+    for (int e = tid; e < L * kC / 4; e += kPrepThreads) {
+        const int i = e / (kC / 4), c = 4 * (e % (kC / 4));
+        *reinterpret_cast<float4 *>(g + so.a + i * kC + c) = *reinterpret_cast<const float4 *>(A + i * kPrepAS + c);
+    }
     for (int i = tid; i < L; i += kPrepThreads) g[so.ec + i] = ecum[i], g[so.kd + i] = kd[i];
     if (tid == 0) g[so.el] = el[0];
 }
@@ -613,8 +637,8 @@ int clusters_resident(int ns, int dv) {
 template <int DK>
 int launch_chunked(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
     static bool attr_set = false; /* once per instantiation; setting it again is harmless */
-    const size_t prep_smem = (3 * (size_t)kC * Plan<DK>::KS + (size_t)kC * SPLASH_CUDA_GDN_MAX_DV + (size_t)kC * kC +
-                              6 * (size_t)kC) * sizeof(float);
+    const size_t prep_smem = (3 * (size_t)kC * Plan<DK>::KS + (size_t)kC * (SPLASH_CUDA_GDN_MAX_DV + 8) +
+                              (size_t)kC * kPrepAS + 6 * (size_t)kC) * sizeof(float);
     if (!attr_set) {
         SPLASH_CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)(Plan<DK>::floats(SPLASH_CUDA_GDN_MAX_DV) * sizeof(float))));
