@@ -353,6 +353,47 @@ __global__ void __launch_bounds__(kCombineDims * kCombineGroups) attn_combine_ke
     a.out[(size_t)row * a.ldo + (size_t)h * hd + d] = v;
 }
 
+/* Launches whose rows have at most kCombineSmallSplits splits (prefill
+ * chunks, verify blocks at short contexts): one block of head_dim threads a
+ * (head, row), a thread a dim walking the row's splits in order, each warp
+ * finding the splits' max and sum itself (lane s the split s).  The same
+ * operations in the same order as attn_combine_kernel's for such rows (its
+ * groups hold one split each and are added in split order, starting from
+ * +0; its block_sum's total is warp 0's shuffle tree plus zeros), so the
+ * same bits, without that kernel's 1,024 threads a (head, row, 64 dims),
+ * most of them idle here: a 2,048-row 27B prefill chunk launched 208K such
+ * blocks, 1.2 ms of a 4K prefill's 32.8 (session 22's trace; 0.12 ms with
+ * this kernel).  Decode and verify gain too (27B, 1K context: a step 6.421 ->
+ * 6.366 ms, verify 16 12.71 -> 12.37; session 23). */
+constexpr int kCombineSmallSplits = 16;
+
+__global__ void attn_combine_small_kernel(const CombineArgs a) {
+    pdl_begin();
+    const int h = blockIdx.x, row = blockIdx.y, hd = a.head_dim, d = threadIdx.x, lane = threadIdx.x & 31;
+    const splash_cuda_attn_lane *ln = lane_of_row(a.lanes, a.n_lanes, row);
+    if (!ln) return;
+    const int ctx = ln->n_past + (row - ln->first_row) + 1;
+    const int ns = min((ctx + a.split - 1) / a.split, a.n_splits); /* <= kCombineSmallSplits */
+    if (ns == 1 && a.direct1) return; /* done by the split kernel */
+    const size_t stride = (size_t)a.rows * a.n_heads, base = (size_t)row * a.n_heads + h;
+    const float ms = lane < ns ? a.part_ml[2 * (lane * stride + base)] : -INFINITY;
+    const float mx = warp_max(ms);
+    const float f = lane < ns && ms != -INFINITY ? expf(ms - mx) : 0.f;
+    const float lsum = warp_sum(lane < ns ? fmaf(a.part_ml[2 * (lane * stride + base) + 1], f, 0.f) : 0.f);
+    float o[kCombineSmallSplits]; /* every split's value loaded before the sum (a decode row's latency) */
+#pragma unroll
+    for (int s = 0; s < kCombineSmallSplits; s++) o[s] = s < ns ? a.part_o[(s * stride + base) * hd + d] : 0.f;
+    float v = 0.f;
+#pragma unroll
+    for (int s = 0; s < kCombineSmallSplits; s++) {
+        const float fs = __shfl_sync(kFull, f, s);
+        if (s < ns) v += fmaf(o[s], fs, 0.f);
+    }
+    v *= 1.0f / lsum;
+    if (a.gate) v = __fmul_rn(v, sigmoidf_(a.gate[(size_t)row * a.ldg + (size_t)h * hd + d]));
+    a.out[(size_t)row * a.ldo + (size_t)h * hd + d] = v;
+}
+
 /* ---- dispatch ---------------------------------------------------------------------- */
 
 int sm_count() {
@@ -518,6 +559,11 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     c.ldg = a->ldg, c.ldo = a->ldo;
     c.n_lanes = a->n_lanes, c.rows = a->rows, c.n_heads = a->n_heads, c.head_dim = hd;
     c.n_splits = splits, c.split = split, c.direct1 = int8;
+    if (splits <= kCombineSmallSplits) {
+        SPLASH_CUDA_TRY(launch_kernel(attn_combine_small_kernel, dim3((unsigned)a->n_heads, (unsigned)a->rows),
+                                      (unsigned)hd, 0, s, c));
+        return SPLASH_OK;
+    }
     SPLASH_CUDA_TRY(
         launch_kernel(attn_combine_kernel,
                       dim3((unsigned)a->n_heads, (unsigned)a->rows, (unsigned)((hd + kCombineDims - 1) / kCombineDims)),
