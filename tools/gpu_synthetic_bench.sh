@@ -19,7 +19,8 @@
 # 8.818); the per-round times are printed too.
 # VARIANTS="base: pdl_conv:SPLASH_CUDA_PDL_OFF=gdn_conv ...": the first build run once per entry
 # (tag:VAR=VALUE, VAR=VALUE optional), with that variable set: an A/B of a runtime switch, timed
-# like several builds (interleaved, medians).
+# like several builds (interleaved, medians); an entry that names another carried build (its
+# tarball's name, no colon: "main") runs that build as it is, in the same rounds.
 # For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
 # of the exact dimensions, first L layers of the 3:1 pattern (the full 27B is 54 GB of bf16, more
 # than the machine's disk holds beside its package), packs it q4, then `bench_cpu --device cuda`
@@ -67,18 +68,23 @@ for TXZ in ${CARRY_TXZ:-.carry/splash-bin.txz}; do
     TAGS="$TAGS $T"
 done
 [ -n "$TAGS" ] || TAGS=build
-declare -A VAR_ENV=() # a variant's tag -> its VAR=VALUE
+declare -A VAR_ENV=() VAR_BUILD=() # a variant's tag -> its VAR=VALUE, its build
 if [ -n "${VARIANTS:-}" ]; then
+    BUILDS=$TAGS
     set -- $TAGS
     BUILD=$1 TAGS=""
     for V in $VARIANTS; do
-        VAR_ENV[${V%%:*}]=${V#*:}
-        TAGS="$TAGS ${V%%:*}"
+        T=${V%%:*}
+        case " $BUILDS " in
+        *" $V "*) VAR_BUILD[$T]=$V ;; # another carried build's name: that build as it is
+        *) VAR_ENV[$T]=${V#*:} VAR_BUILD[$T]=$BUILD ;;
+        esac
+        TAGS="$TAGS $T"
     done
 fi
 bench_of() { # $TAG -> its bench_cpu
     local t=$TAG
-    [ -n "${VARIANTS:-}" ] && t=$BUILD
+    [ -n "${VARIANTS:-}" ] && t=${VAR_BUILD[$TAG]}
     if [ "$t" = build ]; then echo "$PWD/build/bench/bench_cpu"; else echo "$W/$t/bin/bench_cpu"; fi
 }
 run_bench() { # the tag's bench_cpu with its own libraries (a bench-only tarball: the first one's with lib/)
