@@ -61,6 +61,66 @@ struct ConvArgs {
     int C, K;
 };
 
+/* A lane's conv rows [t0, t1) of channel c (x, y at the lane's first row and
+ * channel c), taps and inputs loaded where they are used: fewer than
+ * kConvWindowRows rows a lane (decode), where the window below cost a 27B
+ * decode step ~0.1 ms of 6.3 (session 23). */
+__device__ __forceinline__ void conv_rows_direct(const ConvArgs &a, const float *state, const float *x, float *y, int c,
+                                                 int t0, int t1) {
+    const int K = a.K, keep = K - 1, C = a.C;
+    for (int t = t0; t < t1; t++) {
+        float acc = 0.f;
+        for (int k = 0; k < K; k++) {
+            const int j = t - keep + k; /* input row; < 0 lives in the state */
+            const float src = j < 0 ? state[(size_t)(keep + j) * C + c] : x[(size_t)j * a.ldx];
+            const float w = a.wT[(size_t)k * C + c];
+            acc = k ? fmaf(w, src, acc) : __fmul_rn(w, src);
+        }
+        y[(size_t)t * a.ldy] = siluf_(acc);
+    }
+}
+
+/* The same rows with the taps and the last K - 1 inputs in registers (the
+ * window: win[s] the input K - 1 - s rows back), kConvAhead rows' inputs
+ * loaded before any of them is used: a row then costs one load of x, not K
+ * loads of x and K of the taps each waiting for the row before's store
+ * (session 23, 27B: a 4K prefill's conv 0.88 -> 0.63 ms in 4 layers, verify
+ * 16 12.51 -> 12.39 ms).  The same sums in the same order. */
+__device__ __forceinline__ void conv_rows_window(const ConvArgs &a, const float *state, const float *x, float *y, int c,
+                                                 int t0, int t1) {
+    const int K = a.K, keep = K - 1, C = a.C;
+    float w[SPLASH_CUDA_GDN_MAX_K], win[SPLASH_CUDA_GDN_MAX_K - 1];
+#pragma unroll
+    for (int k = 0; k < SPLASH_CUDA_GDN_MAX_K; k++) w[k] = k < K ? a.wT[(size_t)k * C + c] : 0.f;
+#pragma unroll
+    for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++) {
+        const int j = t0 - keep + s; /* < 0: in the state */
+        win[s] = s >= keep ? 0.f : j < 0 ? state[(size_t)(keep + j) * C + c] : x[(size_t)j * a.ldx];
+    }
+    for (int t = t0; t < t1; t += kConvAhead) {
+        float xv[kConvAhead];
+#pragma unroll
+        for (int r = 0; r < kConvAhead; r++) xv[r] = t + r < t1 ? x[(size_t)(t + r) * a.ldx] : 0.f;
+#pragma unroll
+        for (int r = 0; r < kConvAhead; r++) {
+            if (t + r >= t1) break;
+            /* oldest tap first (first a product, then fmaf), as gdn_conv.c */
+            float acc = keep ? __fmul_rn(w[0], win[0]) : __fmul_rn(w[0], xv[r]);
+#pragma unroll
+            for (int k = 1; k < SPLASH_CUDA_GDN_MAX_K; k++)
+                if (k < keep) acc = fmaf(w[k], win[k], acc);
+                else if (k == keep) acc = fmaf(w[k], xv[r], acc);
+#pragma unroll
+            for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 2; s++)
+                if (s + 1 < keep) win[s] = win[s + 1];
+#pragma unroll
+            for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++)
+                if (s == keep - 1) win[s] = xv[r];
+            y[(size_t)(t + r) * a.ldy] = siluf_(acc);
+        }
+    }
+}
+
 template <bool kWindow>
 __global__ void gdn_conv_kernel(const ConvArgs a) {
     pdl_begin();
@@ -70,62 +130,11 @@ __global__ void gdn_conv_kernel(const ConvArgs a) {
     const int K = a.K, keep = K - 1, C = a.C;
     float *state = ln.conv_state;
     const float *x = a.x + (size_t)ln.first_row * a.ldx + c;
-    if (a.y && !kWindow) {
-        /* fewer than kConvWindowRows rows a lane (decode): the taps and inputs
-         * loaded where they are used; the window below cost a 27B decode step
-         * ~0.1 ms of 6.3 (session 23) */
-        float *y = a.y + (size_t)ln.first_row * a.ldy + c;
-        const int t1 = min(ln.n_rows, (int)(blockIdx.z + 1) * kConvChunk);
-        for (int t = blockIdx.z * kConvChunk; t < t1; t++) {
-            float acc = 0.f;
-            for (int k = 0; k < K; k++) {
-                const int j = t - keep + k; /* input row; < 0 lives in the state */
-                const float src = j < 0 ? state[(size_t)(keep + j) * C + c] : x[(size_t)j * a.ldx];
-                const float w = a.wT[(size_t)k * C + c];
-                acc = k ? fmaf(w, src, acc) : __fmul_rn(w, src);
-            }
-            y[(size_t)t * a.ldy] = siluf_(acc);
-        }
-    }
-    if (a.y && kWindow) {
-        /* The taps and the last K - 1 inputs in registers (the window: win[s]
-         * the input K - 1 - s rows back), kConvAhead rows' inputs loaded before
-         * any of them is used: a row then costs one load of x, not K loads of x
-         * and K of the taps each waiting for the row before's store (session
-         * 23, 27B: a 4K prefill's conv 0.88 -> 0.63 ms in 4 layers, verify 16
-         * 12.51 -> 12.39 ms). */
+    if (a.y) {
         float *y = a.y + (size_t)ln.first_row * a.ldy + c;
         const int t0 = blockIdx.z * kConvChunk, t1 = min(ln.n_rows, t0 + kConvChunk);
-        float w[SPLASH_CUDA_GDN_MAX_K], win[SPLASH_CUDA_GDN_MAX_K - 1];
-#pragma unroll
-        for (int k = 0; k < SPLASH_CUDA_GDN_MAX_K; k++) w[k] = k < K ? a.wT[(size_t)k * C + c] : 0.f;
-#pragma unroll
-        for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++) {
-            const int j = t0 - keep + s; /* < 0: in the state */
-            win[s] = s >= keep ? 0.f : j < 0 ? state[(size_t)(keep + j) * C + c] : x[(size_t)j * a.ldx];
-        }
-        for (int t = t0; t < t1; t += kConvAhead) {
-            float xv[kConvAhead];
-#pragma unroll
-            for (int r = 0; r < kConvAhead; r++) xv[r] = t + r < t1 ? x[(size_t)(t + r) * a.ldx] : 0.f;
-#pragma unroll
-            for (int r = 0; r < kConvAhead; r++) {
-                if (t + r >= t1) break;
-                /* oldest tap first (first a product, then fmaf), as gdn_conv.c */
-                float acc = keep ? __fmul_rn(w[0], win[0]) : __fmul_rn(w[0], xv[r]);
-#pragma unroll
-                for (int k = 1; k < SPLASH_CUDA_GDN_MAX_K; k++)
-                    if (k < keep) acc = fmaf(w[k], win[k], acc);
-                    else if (k == keep) acc = fmaf(w[k], xv[r], acc);
-#pragma unroll
-                for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 2; s++)
-                    if (s + 1 < keep) win[s] = win[s + 1];
-#pragma unroll
-                for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++)
-                    if (s == keep - 1) win[s] = xv[r];
-                y[(size_t)(t + r) * a.ldy] = siluf_(acc);
-            }
-        }
+        if constexpr (kWindow) conv_rows_window(a, state, x, y, c, t0, t1);
+        else conv_rows_direct(a, state, x, y, c, t0, t1);
     }
     if (blockIdx.z == 0 && ln.update_conv && ln.n_rows > 0) {
         const int n = ln.n_rows;
