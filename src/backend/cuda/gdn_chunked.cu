@@ -136,6 +136,20 @@ struct FragA {
         tf32_split(v2, hi[2], lo[2]), tf32_split(v3, hi[3], lo[3]);
     }
 };
+/* The fragments' loads from shared memory (every product here): an A
+ * fragment of the row-major operand X [i][k] (row stride st) for rows i0..
+ * i0 + 15 at k = kk.., and the B values (t, g), (t + 4, g) of a row-major
+ * [k][n] operand at k = kk.., n = c0.. */
+__device__ __forceinline__ void frag_a_rows(FragA &f, const float *X, int st, int i0, int kk, int g, int t) {
+    const float *p = X + (i0 + g) * st + kk + t;
+    f.set(p[0], p[8 * st], p[4], p[8 * st + 4]);
+}
+__device__ __forceinline__ void frag_b_rows(const float *X, int st, int kk, int c0, int g, int t, float &b0,
+                                            float &b1) {
+    const float *p = X + (kk + t) * st + c0 + g;
+    b0 = p[0], b1 = p[4 * st];
+}
+
 __device__ __forceinline__ void mma3(float (&d)[4], const FragA &a, float b0, float b1) {
     uint32_t h0, l0, h1, l1;
     tf32_split(b0, h0, l0), tf32_split(b1, h1, l1);
@@ -208,11 +222,8 @@ __device__ __forceinline__ void pair_weights(float *A, int as, const float *X, c
     float acc[MU][4] = {};
     warp_mma<MU, R, DK>(
         acc, kC / 8, DK, warp,
-        [=](int rt, int kk, FragA &f) {
-            const float *p = X + (16 * rt + g) * KS + kk + t;
-            f.set(p[0], p[8 * KS], p[4], p[8 * KS + 4]);
-        },
-        [=](int kk, int c0, float &b0, float &b1) {
+        [=](int rt, int kk, FragA &f) { frag_a_rows(f, X, KS, 16 * rt, kk, g, t); },
+        [=](int kk, int c0, float &b0, float &b1) { /* Y^T: Y's row c0 + g read along k */
             const float *p = Y + (c0 + g) * KS + kk + t;
             b0 = p[0], b1 = p[4];
         });
@@ -247,15 +258,10 @@ __device__ __forceinline__ void forward_substitute(float *W, float *U, int up, i
             float acc[MU][4] = {};
             warp_mma<MU, 1, kC>(
                 acc, ncol / 8, r0, warp,
-                [=](int, int kk, FragA &f) {
-                    const float *q = A + (r0 + g) * AP + kk + t;
-                    f.set(q[0], q[8 * AP], q[4], q[8 * AP + 4]);
-                },
+                [=](int, int kk, FragA &f) { frag_a_rows(f, A, AP, r0, kk, g, t); },
                 [=](int kk, int c0, float &b0, float &b1) {
                     const bool w = c0 < DK; /* a column tile lies in W or in U */
-                    const int st = w ? KS : up;
-                    const float *q = (w ? W + c0 : U + (c0 - DK)) + (kk + t) * st + g;
-                    b0 = q[0], b1 = q[4 * st];
+                    frag_b_rows(w ? W : U, w ? KS : up, kk, w ? c0 : c0 - DK, g, t, b0, b1);
                 });
 #pragma unroll
             for (int m = 0; m < MU; m++) {
@@ -486,17 +492,11 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
 
         /* B operands: S [r][c] and U [j][c] at (t, g) and (t + 4, g) */
         auto b_of = [&](const float *X) {
-            return [=](int kk, int c0, float &b0, float &b1) {
-                const float *p = X + (kk + t) * SS + c0 + g;
-                b0 = p[0], b1 = p[4 * SS];
-            };
+            return [=](int kk, int c0, float &b0, float &b1) { frag_b_rows(X, SS, kk, c0, g, t, b0, b1); };
         };
         /* a row-major A operand [i][k], row stride st */
         auto a_rows = [&](const float *X, int st) {
-            return [=](int rt, int kk, FragA &f) {
-                const float *p = X + (16 * rt + g) * st + kk + t;
-                f.set(p[0], p[8 * st], p[4], p[8 * st + 4]);
-            };
+            return [=](int rt, int kk, FragA &f) { frag_a_rows(f, X, st, 16 * rt, kk, g, t); };
         };
 
         /* 6. vnew = U - W S (into U) */
