@@ -790,6 +790,28 @@ extern "C" int splash_q4_prep_rmsnorm(splash_q4_xprep *xp, const float *x, size_
     int rc = splash_cuda_rmsnorm(x, ldx, 0, y, ldy, 0, w, 0.f, cols, rows, 1, eps, s);
     return rc ? rc : splash_q4_prep_x(xp, y, rows < SPLASH_Q4_MAX_M ? rows : SPLASH_Q4_MAX_M, cols, (int)ldy, s);
 }
+/* ... and rows [r0, r1) of y as the uniform preparation (above), with the power of two from the bound
+ * sqrt(cols) max|w| (+1%) rather than the rows' largest |y| (q4_matmul.cu's rms_gemm_scale) */
+extern "C" int splash_q4_prep_rmsnorm_gemm(splash_q4_xprep *xp, splash_q4_gemm_x *xg, int r0, int r1, const float *x,
+                                           size_t ldx, const float *w, float eps, float *y, size_t ldy, int rows,
+                                           int cols, struct CUstream_st *s) {
+    if (r0 < 0 || r1 <= r0 || r1 > rows || r1 - r0 > xg->rows_cap || cols > xg->cols_cap) return SPLASH_E_INVALID;
+    int rc = splash_q4_prep_rmsnorm(xp, x, ldx, w, eps, y, ldy, rows, cols, s);
+    if (rc) return rc;
+    float mw = 0.f;
+    for (int c = 0; c < cols; c++) mw = fmaxf(mw, fabsf(w[c]));
+    const float bound = sqrtf((float)cols) * mw * 1.01f;
+    int e = 0;
+    if (bound > 0.f) frexpf(bound, &e);
+    const int kk = bound > 0.f ? 14 - e : 0;
+    __half *h = (__half *)xg->hi;
+    for (int n = r0; n < r1; n++)
+        for (int c = 0; c < cols; c++) h[(size_t)(n - r0) * cols + c] = __float2half_rn(ldexpf(y[(size_t)n * ldy + c], kk));
+    xg->alpha = (float *)((uint8_t *)xg->hi + (size_t)xg->rows_cap * xg->cols_cap * sizeof(float));
+    xg->alpha[0] = ldexpf(1.f, -kk), xg->alpha[1] = 0.f, xg->alpha[2] = 1.f;
+    xg->R = r1 - r0, xg->cols = cols;
+    return 0;
+}
 extern "C" int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu,
                                        float *y, size_t ldy, int rows, int cols, struct CUstream_st *s) {
     int rc = splash_cuda_silu_mul(g, ldg, u, ldu, y, ldy, rows, cols, s);

@@ -502,6 +502,79 @@ static void test_fused_prep(int cols) {
     cudaFree(dev), cudaFree(xd), cudaFree(ud), cudaFree(wd), cudaFree(yd), cudaFree(pd), cudaFree(xpm);
 }
 
+/* splash_q4_prep_rmsnorm_gemm: y and the prepared activation bitwise what
+ * splash_q4_prep_rmsnorm makes, and rows [r0, r1) of y as the GEMM's fp16
+ * rows with the same values as splash_q4_gemm_prep_uniform's after their
+ * alphas (each x 2^k rounded once: the same rounding, the power of two
+ * apart), save values below fp16's normal range; every row's inv_scale the
+ * alpha.  r0 inside the first 16 rows (the prep kernel's blocks) and r1 past
+ * them (the rows kernel's). */
+static void test_fused_prep_gemm(int cols) {
+    const int rows = 40, r0 = 3, r1 = 37, R = r1 - r0, n = rows * cols;
+    float *xh = (float *)malloc((size_t)n * 4), *wh = (float *)malloc((size_t)cols * 4);
+    for (int i = 0; i < n; i++) xh[i] = rng_uniform(-3.f, 3.f);
+    xh[(size_t)20 * cols + 7] = 900.f; /* a row dominated by one value: near the bound */
+    for (int i = 0; i < cols; i++) wh[i] = rng_uniform(-1.5f, 1.5f);
+    wh[7] = -1.5f;
+    float *xd, *wd, *y1d, *y2d;
+    void *xpm1, *xpm2, *gm1, *gm2;
+    splash_q4_xprep xp1, xp2;
+    splash_q4_gemm_x g1, g2;
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&xd, (size_t)n * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&wd, (size_t)cols * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&y1d, (size_t)n * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc((void **)&y2d, (size_t)n * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc(&xpm1, splash_q4_xprep_bytes(cols)));
+    SPLASH_CUDA_CHECK(cudaMalloc(&xpm2, splash_q4_xprep_bytes(cols)));
+    SPLASH_CUDA_CHECK(cudaMalloc(&gm1, splash_q4_gemm_x_bytes(rows, cols)));
+    SPLASH_CUDA_CHECK(cudaMalloc(&gm2, splash_q4_gemm_x_bytes(rows, cols)));
+    splash_q4_xprep_init(&xp1, xpm1, cols), splash_q4_xprep_init(&xp2, xpm2, cols);
+    splash_q4_gemm_x_init(&g1, gm1, rows, cols), splash_q4_gemm_x_init(&g2, gm2, rows, cols);
+    SPLASH_CUDA_CHECK(cudaMemcpy(xd, xh, (size_t)n * 4, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMemcpy(wd, wh, (size_t)cols * 4, cudaMemcpyHostToDevice));
+    int rc = splash_q4_prep_rmsnorm_gemm(&xp1, &g1, r0, r1, xd, cols, wd, 1e-6f, y1d, cols, rows, cols, NULL);
+    if (!rc) rc = splash_q4_prep_rmsnorm(&xp2, xd, cols, wd, 1e-6f, y2d, cols, rows, cols, NULL);
+    if (!rc) rc = splash_q4_gemm_prep_uniform(&g2, y2d + (size_t)r0 * cols, R, cols, (size_t)cols, NULL);
+    SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+    const size_t nh = (size_t)R * cols, xb = (size_t)16 * 3 * cols;
+    float *y1 = (float *)malloc((size_t)n * 4), *y2 = (float *)malloc((size_t)n * 4), *inv = (float *)malloc((size_t)R * 4);
+    __half *h1 = (__half *)malloc(nh * 2), *h2 = (__half *)malloc(nh * 2);
+    int8_t *d1 = (int8_t *)malloc(xb), *d2 = (int8_t *)malloc(xb);
+    float a1[3], a2[3];
+    SPLASH_CUDA_CHECK(cudaMemcpy(y1, y1d, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(y2, y2d, (size_t)n * 4, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(h1, g1.hi, nh * 2, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(h2, g2.hi, nh * 2, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(inv, g1.inv_scale, (size_t)R * 4, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(a1, g1.alpha, sizeof a1, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(a2, g2.alpha, sizeof a2, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(d1, xp1.x8, xb, cudaMemcpyDeviceToHost));
+    SPLASH_CUDA_CHECK(cudaMemcpy(d2, xp2.x8, xb, cudaMemcpyDeviceToHost));
+    const int same_y = !memcmp(y1, y2, (size_t)n * 4), same_x8 = !memcmp(d1, d2, xb);
+    size_t differ = 0, below = 0, inv_bad = 0;
+    for (size_t i = 0; i < nh; i++) {
+        const double v1 = (double)__half2float(h1[i]) * a1[0], v2 = (double)__half2float(h2[i]) * a2[0];
+        if (v1 == v2) continue;
+        if (fabs(__half2float(h1[i])) < 6.1035e-05) below++; /* under 2^-14: subnormal in the fused rows */
+        else differ++;
+    }
+    for (int i = 0; i < R; i++) inv_bad += inv[i] != a1[0];
+    const int shape_ok = g1.R == R && g1.cols == cols && a1[1] == 0.f && a1[2] == 1.f;
+    result(rc == 0 && same_y && same_x8 && differ == 0 && inv_bad == 0 && shape_ok && below * 1000 < nh,
+           "fused prep rmsnorm + GEMM rows [%d, %d) of %d x %d: y %s, xprep %s, fp16 rows x alpha = the uniform "
+           "preparation's but %zu (%zu subnormal), alpha 2^%d vs 2^%d",
+           r0, r1, rows, cols, same_y ? "bitwise" : "DIFFERS", same_x8 ? "bitwise" : "DIFFERS", differ, below,
+           (int)log2f(a1[0]), (int)log2f(a2[0]));
+    result(splash_q4_prep_rmsnorm_gemm(&xp1, &g1, 5, 5, xd, cols, wd, 1e-6f, y1d, cols, rows, cols, NULL) ==
+                   SPLASH_E_INVALID &&
+               splash_q4_prep_rmsnorm_gemm(&xp1, &g1, 0, rows + 1, xd, cols, wd, 1e-6f, y1d, cols, rows, cols,
+                                           NULL) == SPLASH_E_INVALID,
+           "fused prep rmsnorm + GEMM: empty or out-of-range row ranges refused");
+    free(xh), free(wh), free(y1), free(y2), free(inv), free(h1), free(h2), free(d1), free(d2);
+    cudaFree(xd), cudaFree(wd), cudaFree(y1d), cudaFree(y2d), cudaFree(xpm1), cudaFree(xpm2), cudaFree(gm1),
+        cudaFree(gm2);
+}
+
 /* splash_q4_matmul_grouped: slot j = expert idx[j] times x row j / xdiv,
  * bitwise the plain product's row, for x prepared as one activation (gate /
  * up: xdiv K, two matrix arrays) and as one-row activations (down: xdiv 1,
@@ -943,6 +1016,8 @@ int main(int argc, char **argv) {
     test_grouped(2048, 512);
     test_fused_prep(5120);
     test_fused_prep(17408);
+    test_fused_prep_gemm(5120);
+    test_fused_prep_gemm(2048);
     test_shape("odd", 128, 192, 21, 1);
     test_shape("ragged", 40, 320, 22, 1);
     test_shape("q_proj", 12288, 5120, 31, 0);

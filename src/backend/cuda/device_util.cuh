@@ -49,6 +49,18 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
     return t;
 }
 
+/* Largest value over the whole block, as block_sum (every thread gets it). */
+__device__ __forceinline__ float block_max(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = red[0];
+    for (int i = 1; i < nw; i++) t = fmaxf(t, red[i]);
+    __syncthreads();
+    return t;
+}
+
 /* torch / act.c: sigmoid 1/(1+e^-x), silu x/(1+e^-x), softplus with
  * threshold 20.  IEEE division (nvcc's default -prec-div=true). */
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -67,6 +67,18 @@ int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, s
 int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
                                 struct CUstream_st *stream);
 
+/* An RMS norm (q4_matmul.h's splash_q4_prep_rmsnorm: y, and xp for the
+ * first rows) that also writes rows [r0, r1) of y as this preparation, for
+ * a prefill's bulk rows: x_g = y[r0..r1), xg->R = r1 - r0.  One power of
+ * two for the rows as splash_q4_gemm_prep_uniform, but from a bound on |y|
+ * (sqrt(cols) max|w|, +1%) rather than their largest |y|, so no pass over
+ * the rows comes first: the fp16 values are the uniform preparation's
+ * times a power of two (the same products, to the bit, after alpha) unless
+ * they fall below fp16's normal range. */
+int splash_q4_prep_rmsnorm_gemm(splash_q4_xprep *xp, splash_q4_gemm_x *xg, int r0, int r1, const float *x, size_t ldx,
+                                const float *w, float eps, float *y, size_t ldy, int rows, int cols,
+                                struct CUstream_st *stream);
+
 /* The tiled matrix expanded to fp16, row-major [w->rows][w->cols]:
  * w16[r * cols + c] = fp16(scale * q + bias), one rounding (f16x2 fma of
  * the scale and bias made fp16, as q4_gemm's weights), for a dense fp16

@@ -68,6 +68,7 @@
  * STL.  Shapes enter as kernel arguments; the per-shape choice of
  * instantiation is the preset table at the bottom (measured, see NOTES.md).
  */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cooperative_groups.h>
 #include <stdint.h>
@@ -76,6 +77,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
+#include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 #include "backend/cuda/q4_plan.cuh"
 #include "backend/cuda/q4_tile.cuh"
@@ -696,6 +698,11 @@ struct PrepArgs {
     int cols;
     int8_t *x8;
     float *gsum, *ginv;
+    /* RMS (splash_q4_prep_rmsnorm_gemm): rows [h0, h1) of y also as the
+     * prefill GEMM's fp16 rows (q4_gemm.h's uniform preparation) */
+    uint16_t *h16;          /* [h1 - h0][cols]; NULL: none */
+    float *h16_inv, *h16_alpha;
+    int h0, h1;
 };
 
 /* The group's largest |x| scaled into [2^21, 2^22): three signed digits of
@@ -729,6 +736,29 @@ __device__ __forceinline__ float rms_factor(const PrepArgs &a, const float *xr, 
     return 1.0f / sqrtf(ss / (float)a.cols + a.eps);
 }
 
+/* The power of two of a prefill's fp16 rows (PrepArgs.h16) from a bound on
+ * |y| instead of their largest |y| (which needs a pass over every row before
+ * any is scaled, q4_gemm.cu's amax kernel): x_i^2 is at most the row's sum
+ * of squares, so |x_i| rs <= sqrt(cols) and |y| <= sqrt(cols) max|w|; 1%
+ * over it for rs's roundings.  The bound's 2^k scales it just under 2^14, as
+ * the uniform preparation scales its largest |x|: both are powers of two, so
+ * the GEMM's results are the same bits unless a value falls below fp16's
+ * normal range (2^-14, now 27 binades under the bound).  Every block of
+ * every row computes the same 2^k. */
+__device__ __forceinline__ void rms_gemm_scale(const PrepArgs &a, float *red, float &scale, float &inv) {
+    float mw = 0.f;
+    for (int i = threadIdx.x; i < a.cols; i += kPrepThreads) mw = fmaxf(mw, fabsf(a.w[i]));
+    mw = block_max(mw, red);
+    row_pow2_scale(sqrtf((float)a.cols) * mw * 1.01f, scale, inv);
+}
+
+/* A row of fp16 rows' side: its 2^-k, and (the first row) the GEMM's alpha
+ * and betas (q4_gemm.h), by one thread. */
+__device__ __forceinline__ void h16_row_done(const PrepArgs &a, int m, float inv) {
+    a.h16_inv[m - a.h0] = inv;
+    if (m == a.h0) a.h16_alpha[0] = inv, a.h16_alpha[1] = 0.f, a.h16_alpha[2] = 1.f;
+}
+
 template <int MODE>
 __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a) {
     pdl_begin();
@@ -739,6 +769,12 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
     float rs = 1.f;
     if (MODE == PREP_RMS && data) /* uniform in the block: block_sum sees every thread */
         rs = rms_factor(a, a.x + (size_t)m * a.ldx, red);
+    const bool h16 = MODE == PREP_RMS && a.h16 && m >= a.h0 && m < a.h1; /* uniform too */
+    float hs = 1.f, hinv = 1.f;
+    if (h16) {
+        rms_gemm_scale(a, red, hs, hinv);
+        if (blockIdx.x == 0 && threadIdx.x == 0) h16_row_done(a, m, hinv);
+    }
     const int G = blockIdx.x * kPrepGroupsPerBlock + warp;
     if (G < groups) {
         const int c = 64 * G + 2 * lane; /* this lane's two columns */
@@ -756,6 +792,9 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
                 float *yr = a.y + (size_t)m * a.ldy + c;
                 yr[0] = v.x, yr[1] = v.y;
             }
+            if (h16) /* q4_gemm.cu's uniform preparation: x 2^k rounded to fp16 */
+                *reinterpret_cast<__half2 *>(a.h16 + (size_t)(m - a.h0) * a.cols + c) =
+                    __floats2half2_rn(v.x * hs, v.y * hs);
         }
         if (m >= a.prep_rows) return;
         /* the group's power of two and digits (the kernel's comment above XFrag) */
@@ -796,7 +835,20 @@ __global__ void __launch_bounds__(kPrepThreads) q4_rms_rows_kernel(const PrepArg
     const float *xr = a.x + (size_t)m * a.ldx;
     const float rs = rms_factor(a, xr, red);
     float *yr = a.y + (size_t)m * a.ldy;
-    for (int c = threadIdx.x; c < a.cols; c += kPrepThreads) yr[c] = __fmul_rn(__fmul_rn(xr[c], rs), a.w[c]);
+    if (!(a.h16 && m >= a.h0 && m < a.h1)) {
+        for (int c = threadIdx.x; c < a.cols; c += kPrepThreads) yr[c] = __fmul_rn(__fmul_rn(xr[c], rs), a.w[c]);
+        return;
+    }
+    float hs, hinv;
+    rms_gemm_scale(a, red, hs, hinv);
+    __half2 *hr = reinterpret_cast<__half2 *>(a.h16 + (size_t)(m - a.h0) * a.cols);
+    for (int i = threadIdx.x; i < a.cols / 2; i += kPrepThreads) {
+        const float v0 = __fmul_rn(__fmul_rn(xr[2 * i], rs), a.w[2 * i]);
+        const float v1 = __fmul_rn(__fmul_rn(xr[2 * i + 1], rs), a.w[2 * i + 1]);
+        yr[2 * i] = v0, yr[2 * i + 1] = v1;
+        hr[i] = __floats2half2_rn(v0 * hs, v1 * hs);
+    }
+    if (threadIdx.x == 0) h16_row_done(a, m, hinv);
 }
 
 /* ---- the group plan (q4_plan.cuh) ---------------------------------------------- */
@@ -1157,6 +1209,21 @@ extern "C" int splash_q4_prep_rmsnorm(splash_q4_xprep *xp, const float *x, size_
     memset(&a, 0, sizeof a);
     a.x = x, a.ldx = ldx, a.w = w, a.eps = eps, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
     return prep(xp, PREP_RMS, a, 0, (cudaStream_t)stream);
+}
+
+extern "C" int splash_q4_prep_rmsnorm_gemm(splash_q4_xprep *xp, splash_q4_gemm_x *xg, int r0, int r1, const float *x,
+                                           size_t ldx, const float *w, float eps, float *y, size_t ldy, int rows,
+                                           int cols, struct CUstream_st *stream) {
+    if (!xg || !xg->hi || !w || !y || cols <= 0 || ldy < (size_t)cols || r0 < 0 || r1 <= r0 || r1 > rows ||
+        r1 - r0 > xg->rows_cap || cols > xg->cols_cap)
+        return SPLASH_E_INVALID;
+    PrepArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.ldx = ldx, a.w = w, a.eps = eps, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
+    a.h16 = xg->hi, a.h16_inv = xg->inv_scale, a.h16_alpha = xg->alpha, a.h0 = r0, a.h1 = r1;
+    const int rc = prep(xp, PREP_RMS, a, 0, (cudaStream_t)stream);
+    if (!rc) xg->R = r1 - r0, xg->cols = cols;
+    return rc;
 }
 
 /* silu(g) * u prepared as one activation (each_row 0) or row by row (1). */

@@ -293,6 +293,9 @@ typedef struct qc_model {
     const float *xp_src;           /* what xp holds (its first 16 rows, stride xp_ld) when a fused producer
                                       made it (norm, SwiGLU: qc_products then skips the prep); else NULL */
     size_t xp_ld;
+    const float *gx_src;           /* gx holds rows [gx_r0, gx_r1) of this (stride hidden): the RMS norm made them
+                                      (splash_q4_prep_rmsnorm_gemm) for the next cuBLASLt products; used once */
+    int gx_r0, gx_r1;
     splash_cuda_moe_scratch moe;
     size_t scratch_bytes;
     /* commit: one lane per GDN layer, pinned + device; the layers' replays are
