@@ -752,8 +752,8 @@ __device__ __forceinline__ void rms_gemm_scale(const PrepArgs &a, float *red, fl
     row_pow2_scale(sqrtf((float)a.cols) * mw * 1.01f, scale, inv);
 }
 
-/* A row of fp16 rows' side: its 2^-k, and (the first row) the GEMM's alpha
- * and betas (q4_gemm.h), by one thread. */
+/* The scalars beside fp16 row m: its 2^-k, and (the first row) the GEMM's
+ * alpha and betas (q4_gemm.h); one thread of the row calls it. */
 __device__ __forceinline__ void h16_row_done(const PrepArgs &a, int m, float inv) {
     a.h16_inv[m - a.h0] = inv;
     if (m == a.h0) a.h16_alpha[0] = inv, a.h16_alpha[1] = 0.f, a.h16_alpha[2] = 1.f;
