@@ -325,12 +325,8 @@ extern "C" int splash_q4_gemm(const splash_q4_matrix *w, const splash_q4_gemm_x 
  * expansion) with real fp16 values in device memory's place: x rounded to
  * fp16 after one power of two for all rows, weights fp16(scale * q + bias)
  * from fp16 scale and bias, sums in double. */
-extern "C" int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
-                                           struct CUstream_st *) {
-    if (R < 1 || R > xg->rows_cap || cols > xg->cols_cap || ldx < (size_t)cols) return SPLASH_E_INVALID;
-    float mx = 0.f;
-    for (int n = 0; n < R; n++)
-        for (int c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(x[(size_t)n * ldx + c]));
+/* x 2^k rounded to fp16, k putting mx (the rows' largest |x|, or a bound on it) in [2^13, 2^14) */
+static int emu_uniform(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx, float mx) {
     int e = 0;
     if (mx > 0.f) frexpf(mx, &e);
     const int kk = mx > 0.f ? 14 - e : 0;
@@ -341,6 +337,14 @@ extern "C" int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x,
     xg->alpha[0] = ldexpf(1.f, -kk), xg->alpha[1] = 0.f, xg->alpha[2] = 1.f;
     xg->R = R, xg->cols = cols;
     return 0;
+}
+extern "C" int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                           struct CUstream_st *) {
+    if (R < 1 || R > xg->rows_cap || cols > xg->cols_cap || ldx < (size_t)cols) return SPLASH_E_INVALID;
+    float mx = 0.f;
+    for (int n = 0; n < R; n++)
+        for (int c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(x[(size_t)n * ldx + c]));
+    return emu_uniform(xg, x, R, cols, ldx, mx);
 }
 extern "C" int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
                                    struct CUstream_st *s) {
@@ -800,17 +804,7 @@ extern "C" int splash_q4_prep_rmsnorm_gemm(splash_q4_xprep *xp, splash_q4_gemm_x
     if (rc) return rc;
     float mw = 0.f;
     for (int c = 0; c < cols; c++) mw = fmaxf(mw, fabsf(w[c]));
-    const float bound = sqrtf((float)cols) * mw * 1.01f;
-    int e = 0;
-    if (bound > 0.f) frexpf(bound, &e);
-    const int kk = bound > 0.f ? 14 - e : 0;
-    __half *h = (__half *)xg->hi;
-    for (int n = r0; n < r1; n++)
-        for (int c = 0; c < cols; c++) h[(size_t)(n - r0) * cols + c] = __float2half_rn(ldexpf(y[(size_t)n * ldy + c], kk));
-    xg->alpha = (float *)((uint8_t *)xg->hi + (size_t)xg->rows_cap * xg->cols_cap * sizeof(float));
-    xg->alpha[0] = ldexpf(1.f, -kk), xg->alpha[1] = 0.f, xg->alpha[2] = 1.f;
-    xg->R = r1 - r0, xg->cols = cols;
-    return 0;
+    return emu_uniform(xg, y + (size_t)r0 * ldy, r1 - r0, cols, ldy, sqrtf((float)cols) * mw * 1.01f);
 }
 extern "C" int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu,
                                        float *y, size_t ldy, int rows, int cols, struct CUstream_st *s) {

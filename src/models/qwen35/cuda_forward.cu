@@ -329,7 +329,7 @@ static int norm_rows(qc_fwd *f, const float *in, const float *factor, int rows, 
     m->xp_src = nullptr;
     m->gx_src = nullptr;
     const qc_rows *b = layer && f->n_bulk == 1 ? &m->bulk[0] : nullptr;
-    if (qc_prep_ok(m, (int)H) && b && m->wexp && rows == f->R && b->r1 - b->r0 >= m->blas_min_rows) {
+    if (qc_prep_ok(m, (int)H) && b && m->wexp && b->r1 - b->r0 >= m->blas_min_rows) { /* layer: rows = f->R */
         QC_TRY(f, splash_q4_prep_rmsnorm_gemm(&m->xp, &m->gx, b->r0, b->r1, in, H, factor, m->d.rms_eps, out, H, rows,
                                               (int)H, m->stream));
         m->xp_src = out, m->xp_ld = H;
