@@ -552,8 +552,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
      * (__ldg).  Measured on the 27B synthetic step (4 / 8 layers, one call):
      * 0.794 / 1.227 ms this way, 0.841 / 1.304 ms with the products
      * programmatically launched and x read with coherent loads (NOTES.md,
-     * session 8).  It still lets its successor be scheduled at once
-     * (device_util.cuh). */
+     * session 8).  Nor does staging x in shared memory after pdl_wait pay
+     * for the early launch (session 25, MODE 0: the 27B step 6.33 -> 7.51
+     * ms; the staging sits between the wait and the first use of x, +2-4 us
+     * a product, and gate|up's 96 -> 98 registers cost a block an SM).  It
+     * still lets its successor be scheduled at once (device_util.cuh). */
     static_assert(MODE == 0 || !GROUPED, "grouped launches are MODE 0 (launch_for): MODE 1's cursors assume x rows 0..M-1");
     pdl_launch_dependents();
     View v;
