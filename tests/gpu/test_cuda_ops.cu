@@ -1175,8 +1175,35 @@ static void test_dense(const char *name, int dtype, int rows, int cols, int M, i
     char sh[64];
     snprintf(sh, sizeof sh, "%s %s %dx%d M %d%s", name, dn[di], rows, cols, M, ldx % 4 ? " (scalar)" : "");
     report("dense_matmul", sh, err, 1e-5, us, (double)bytes + 4.0 * M * (cols + rows));
-    free(w), free(wv), free(x), free(ref), free(got);
-    cudaFree(dw), cudaFree(dx), cudaFree(dy);
+    /* the last x row alone gives that row's bits: a decode row and a verify
+     * block's row agree (the sums' order depends on neither M nor the block) */
+    float *alone = hfloats(rows), *dy1 = dfloats(rows);
+    poison(dy1, (size_t)rows * 4);
+    rc = rc ? rc : splash_cuda_dense_matmul(&dm, dx + (size_t)(M - 1) * ldx, ldx, 1, dy1, rows, NULL);
+    down(alone, dy1, (size_t)rows * 4);
+    report("dense_matmul row alone", sh,
+           rc || memcmp(alone, got + (size_t)(M - 1) * rows, (size_t)rows * 4) ? INFINITY : 0.0, 0, -1, 0);
+    free(w), free(wv), free(x), free(ref), free(got), free(alone);
+    cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(dy1);
+}
+
+/* dense_matmul's cases: the fixtures' shapes, odd ones, and (not --quick)
+ * the 35B-A3B's router and shared-expert gate at decode and verify rows. */
+static void test_dense_all(void) {
+    test_dense("tiny", SPLASH_BF16, 8, 128, 16, 128); /* the moe-tiny router */
+    test_dense("odd", SPLASH_BF16, 37, 100, 3, 101);
+    test_dense("tiny", SPLASH_F32, 48, 288, 9, 288);
+    test_dense("tiny", SPLASH_F16, 40, 512, 2, 513);
+    test_dense("tiny", SPLASH_Q8, 96, 256, 11, 256);
+    test_dense("tiny", SPLASH_Q8, 33, 192, 5, 193);
+    test_dense("odd rows", SPLASH_BF16, 257, 1096, 10, 1096); /* 5 row blocks of 4 x 2 chunks, a row over */
+    if (g_quick) return;
+    test_dense("35B router", SPLASH_BF16, 256, 2048, 1, 2048);
+    test_dense("35B router", SPLASH_BF16, 256, 2048, 8, 2048);
+    test_dense("35B router+gate", SPLASH_BF16, 257, 2048, 1, 2048); /* stacked, as the model launches it */
+    test_dense("35B router+gate", SPLASH_BF16, 257, 2048, 8, 2048);
+    test_dense("35B router+gate", SPLASH_BF16, 257, 2048, 16, 2048);
+    test_dense("35B shared gate", SPLASH_BF16, 1, 2048, 1, 2048);
 }
 
 static void test_moe(const Shape *s, int rows) {
@@ -1854,14 +1881,15 @@ static void test_gdn(void) {
 }
 
 int main(int argc, char **argv) {
-    int moe_only = 0, gdn_only = 0;
+    int moe_only = 0, gdn_only = 0, dense_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--no-timing")) g_notime = 1;
         else if (!strcmp(argv[i], "--moe")) moe_only = 1;
         else if (!strcmp(argv[i], "--gdn")) gdn_only = 1;
+        else if (!strcmp(argv[i], "--dense")) dense_only = 1;
         else {
-            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing] [--moe | --gdn]\n");
+            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing] [--moe | --gdn | --dense]\n");
             return 2;
         }
     }
@@ -1888,6 +1916,11 @@ int main(int argc, char **argv) {
 
     if (gdn_only) { /* the GDN ops alone */
         test_gdn();
+        print_table();
+        return g_fail ? 1 : 0;
+    }
+    if (dense_only) { /* dense_matmul alone (SPLASH_CUDA_DENSE_RB=1 / 2 / 4 times its kernel's row blocks) */
+        test_dense_all();
         print_table();
         return g_fail ? 1 : 0;
     }
@@ -1961,16 +1994,8 @@ int main(int argc, char **argv) {
     test_route_edges(256);
     test_route_edges(SPLASH_CUDA_MOE_MAX_EXPERTS - 1);
     test_elementwise(&kTiny, 16, 192);
-    test_dense("tiny", SPLASH_BF16, 8, 128, 16, 128); /* the moe-tiny router */
-    test_dense("odd", SPLASH_BF16, 37, 100, 3, 101);
-    test_dense("tiny", SPLASH_F32, 48, 288, 9, 288);
-    test_dense("tiny", SPLASH_F16, 40, 512, 2, 513);
-    test_dense("tiny", SPLASH_Q8, 96, 256, 11, 256);
-    test_dense("tiny", SPLASH_Q8, 33, 192, 5, 193);
+    test_dense_all();
     if (!g_quick) {
-        test_dense("35B router", SPLASH_BF16, 256, 2048, 1, 2048);
-        test_dense("35B router", SPLASH_BF16, 256, 2048, 8, 2048);
-        test_dense("35B shared gate", SPLASH_BF16, 1, 2048, 1, 2048);
         test_moe(&k35B, 1);
         test_moe(&k35B, 8);
         test_moe(&k35B, 16); /* a 16-row verify block: 128 / 144 slots */

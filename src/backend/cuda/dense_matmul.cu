@@ -1,18 +1,26 @@
 /* dense_matmul.cu - products with plain or q8 weights (dense_matmul.h).
  *
- * Grid (ceil(rows / 4), ceil(M / 8)), 4 warps a block, a warp per output
- * row, up to 8 rows of x, the 8 sums through a warp tree at the end.  x rows
- * are read through L1/L2 (every warp of the grid reads the same few rows).
- * When cols % 8 == 0 and x's rows are 16-byte aligned (every model matrix),
- * lane t takes chunks of 8 columns t, t + 32, ... and a warp has kChunks
- * chunk loads (16 B of bf16 codes each) in flight before it multiplies any:
- * these matrices are small (the MoE router: 1 MB, the shared-expert gate:
- * 4 KB), so their time is load latency, and one element per lane and step
- * made the 35B-A3B's shared-expert gate a chain of 64 dependent loads
- * (17 us in a decode step's graph; tools/trace_summary.py).  Otherwise lane
- * t reads w[r][t], w[r][t + 32], ... one element at a time.
+ * These matrices are small (the MoE router: 1 MB, the shared-expert gate:
+ * 4 KB), so their time is load latency, not bytes: what matters is how many
+ * loads a lane waits for one after another.
  *
- * C++ used: a template over the stored type; no STL.
+ * When cols % 8 == 0 and x's rows are 16-byte aligned (every model matrix):
+ * grid (ceil(rows / RB), ceil(M / 8)), 4 warps a block splitting the columns
+ * of the block's RB output rows, up to 8 rows of x.  Warp w, lane t takes the
+ * 8-column chunks 32 w + t + 128 i (16 B of bf16 codes each), every chunk of
+ * a step loaded before any is used, each x chunk read once for the RB rows;
+ * the sums go through a warp tree and then the 4 warps in order, so a row's
+ * result depends neither on M nor on the other rows.  Until session 26 a
+ * warp owned a whole output row (65 blocks for the 35B-A3B's 257 stacked
+ * gate rows, a lane 8 chunks and, at 8 rows of x, 128 x loads in a row): a
+ * verify block's router cost 14.5 us a layer in the graph (trace, 4 layers)
+ * against 3.7 for one row.
+ *
+ * Otherwise (odd widths, unaligned x) grid (ceil(rows / 4), ceil(M / 8)), a
+ * warp per output row, lane t reads w[r][t], w[r][t + 32], ... one element at
+ * a time.
+ *
+ * C++ used: templates over the stored type and the rows a block; no STL.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -29,8 +37,8 @@ using namespace splash_cuda;
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kRowsX = 8;  /* x rows per warp */
-constexpr int kChunks = 8; /* 8-column chunks a lane loads before using them */
+constexpr int kRowsX = 8;  /* x rows a block */
+constexpr int kChunks = 4; /* 8-column chunks of each output row a lane loads before using them */
 
 struct Args {
     const uint8_t *w;
@@ -97,10 +105,66 @@ __device__ __forceinline__ float chunk_at(const Chunk<DT> &c, int k) {
     return DT == SPLASH_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-/* VEC: 8-column chunks (cols % 8 == 0, 16-byte aligned rows of w and x);
- * else one element per lane and step. */
-template <int DT, bool VEC>
-__global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a) {
+/* Chunks: a block of RB output rows, its warps splitting the columns (the
+ * header).  Rows past the matrix read its last row and store nothing. */
+template <int DT, int RB>
+__global__ void __launch_bounds__(kWarps * 32) dense_chunks_kernel(const Args a) {
+    __shared__ float part[kWarps][RB][kRowsX];
+    pdl_begin();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int r0 = blockIdx.x * RB;
+    const int m0 = blockIdx.y * kRowsX, nm = min(kRowsX, a.M - m0);
+    const float *x = a.x + (size_t)m0 * a.ldx;
+    const int nch = a.cols / 8;
+    float acc[RB][kRowsX];
+#pragma unroll
+    for (int i = 0; i < RB; i++)
+#pragma unroll
+        for (int j = 0; j < kRowsX; j++) acc[i][j] = 0.f;
+    for (int base = warp * 32 + lane; base < nch; base += kWarps * 32 * kChunks) {
+        Chunk<DT> c[kChunks][RB];
+#pragma unroll
+        for (int u = 0; u < kChunks; u++)
+            if (base + kWarps * 32 * u < nch)
+#pragma unroll
+                for (int i = 0; i < RB; i++) load_chunk<DT>(a, min(r0 + i, a.rows - 1), base + kWarps * 32 * u, c[u][i]);
+#pragma unroll
+        for (int u = 0; u < kChunks; u++) {
+            const int ch = base + kWarps * 32 * u;
+            if (ch >= nch) break;
+#pragma unroll
+            for (int j = 0; j < kRowsX; j++) {
+                if (j >= nm) break;
+                const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch);
+                const float4 x0 = xp[0], x1 = xp[1]; /* coherent loads (device_util.cuh) */
+                const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+                for (int i = 0; i < RB; i++)
+#pragma unroll
+                    for (int k = 0; k < 8; k++) acc[i][j] = fmaf(chunk_at<DT>(c[u][i], k), xv[k], acc[i][j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RB; i++)
+#pragma unroll
+        for (int j = 0; j < kRowsX; j++) {
+            const float s = warp_sum(acc[i][j]);
+            if (lane == 0) part[warp][i][j] = s;
+        }
+    __syncthreads();
+    const int t = threadIdx.x, i = t / kRowsX, j = t % kRowsX;
+    if (t < RB * kRowsX && r0 + i < a.rows && j < nm) {
+        float s = part[0][i][j];
+#pragma unroll
+        for (int w = 1; w < kWarps; w++) s += part[w][i][j];
+        a.y[(size_t)(m0 + j) * a.ldy + r0 + i] = s;
+    }
+}
+
+/* Odd widths or unaligned x: a warp an output row, one element a lane and step. */
+template <int DT>
+__global__ void __launch_bounds__(kWarps * 32) dense_scalar_kernel(const Args a) {
     pdl_begin();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r = blockIdx.x * kWarps + warp;
@@ -110,35 +174,11 @@ __global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a)
     float acc[kRowsX];
 #pragma unroll
     for (int j = 0; j < kRowsX; j++) acc[j] = 0.f;
-    if constexpr (VEC) {
-        const int nch = a.cols / 8;
-        for (int base = lane; base < nch; base += 32 * kChunks) {
-            Chunk<DT> c[kChunks];
+    for (int c = lane; c < a.cols; c += 32) {
+        const float w = weight_at<DT>(a, r, c);
 #pragma unroll
-            for (int u = 0; u < kChunks; u++)
-                if (base + 32 * u < nch) load_chunk<DT>(a, r, base + 32 * u, c[u]);
-#pragma unroll
-            for (int u = 0; u < kChunks; u++) {
-                const int ch = base + 32 * u;
-                if (ch >= nch) break;
-#pragma unroll
-                for (int j = 0; j < kRowsX; j++) {
-                    if (j >= nm) break;
-                    const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)j * a.ldx + 8 * ch);
-                    const float4 x0 = xp[0], x1 = xp[1]; /* coherent loads (device_util.cuh) */
-                    const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-                    for (int k = 0; k < 8; k++) acc[j] = fmaf(chunk_at<DT>(c[u], k), xv[k], acc[j]);
-                }
-            }
-        }
-    } else {
-        for (int c = lane; c < a.cols; c += 32) {
-            const float w = weight_at<DT>(a, r, c);
-#pragma unroll
-            for (int j = 0; j < kRowsX; j++)
-                if (j < nm) acc[j] = fmaf(w, x[(size_t)j * a.ldx + c], acc[j]);
-        }
+        for (int j = 0; j < kRowsX; j++)
+            if (j < nm) acc[j] = fmaf(w, x[(size_t)j * a.ldx + c], acc[j]);
     }
 #pragma unroll
     for (int j = 0; j < kRowsX; j++) {
@@ -147,12 +187,34 @@ __global__ void __launch_bounds__(kWarps * 32) dense_matmul_kernel(const Args a)
     }
 }
 
+/* Output rows a block of dense_chunks_kernel: SPLASH_CUDA_DENSE_RB (1, 2 or
+ * 4; read once) for measuring, else 2.  Measured (H200, session 26, the
+ * 35B-A3B synthetic, 40 layers, interleaved, medians of 2 rounds): 2 and 4
+ * alike in decode and verify at 1K (2.189 / 2.201 ms a step, 8 rows 3.665 /
+ * 3.695), the 4K prefill 12.56K / 12.09K tokens/s (main 11.89K); events on
+ * the router alone (test_cuda_ops --dense) put 1, 2 and 4 within 0.3 us. */
+int rows_a_block() {
+    static int rb = 0; /* benign race: every thread computes the same value */
+    if (!rb) {
+        const char *e = getenv("SPLASH_CUDA_DENSE_RB");
+        const int v = e ? atoi(e) : 0;
+        rb = v == 1 || v == 4 ? v : 2;
+    }
+    return rb;
+}
+
 size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 template <int DT>
-cudaError_t launch(const Args &a, dim3 grid, bool vec, cudaStream_t s) {
-    return vec ? launch_kernel(dense_matmul_kernel<DT, true>, grid, kWarps * 32, 0, s, a)
-               : launch_kernel(dense_matmul_kernel<DT, false>, grid, kWarps * 32, 0, s, a);
+cudaError_t launch(const Args &a, int M, bool vec, cudaStream_t s) {
+    const unsigned gy = (unsigned)((M + kRowsX - 1) / kRowsX);
+    if (!vec) return launch_kernel(dense_scalar_kernel<DT>, dim3((unsigned)((a.rows + kWarps - 1) / kWarps), gy),
+                                   kWarps * 32, 0, s, a);
+    const int rb = rows_a_block();
+    const dim3 grid((unsigned)((a.rows + rb - 1) / rb), gy);
+    return rb == 1   ? launch_kernel(dense_chunks_kernel<DT, 1>, grid, kWarps * 32, 0, s, a)
+           : rb == 4 ? launch_kernel(dense_chunks_kernel<DT, 4>, grid, kWarps * 32, 0, s, a)
+                     : launch_kernel(dense_chunks_kernel<DT, 2>, grid, kWarps * 32, 0, s, a);
 }
 
 } /* namespace */
@@ -184,17 +246,16 @@ extern "C" int splash_cuda_dense_matmul(const splash_cuda_dense_matrix *w, const
     a.biases = reinterpret_cast<const uint16_t *>(w->data + w->biases_offset);
     a.x = x, a.y = y, a.ldx = ldx, a.ldy = ldy;
     a.rows = w->rows, a.cols = w->cols, a.M = M;
-    const dim3 grid((unsigned)((w->rows + kWarps - 1) / kWarps), (unsigned)((M + kRowsX - 1) / kRowsX));
     const cudaStream_t s = (cudaStream_t)stream;
     /* 8-column chunks: whole chunks per row, 16-byte aligned weight rows
      * (the package aligns a tensor's data to 64 bytes) and x rows */
     const bool vec = w->cols % 8 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
     cudaError_t e;
     switch (w->dtype) {
-    case SPLASH_F32: e = launch<SPLASH_F32>(a, grid, vec, s); break;
-    case SPLASH_BF16: e = launch<SPLASH_BF16>(a, grid, vec, s); break;
-    case SPLASH_F16: e = launch<SPLASH_F16>(a, grid, vec, s); break;
-    case SPLASH_Q8: e = launch<SPLASH_Q8>(a, grid, vec, s); break;
+    case SPLASH_F32: e = launch<SPLASH_F32>(a, M, vec, s); break;
+    case SPLASH_BF16: e = launch<SPLASH_BF16>(a, M, vec, s); break;
+    case SPLASH_F16: e = launch<SPLASH_F16>(a, M, vec, s); break;
+    case SPLASH_Q8: e = launch<SPLASH_Q8>(a, M, vec, s); break;
     default: return SPLASH_E_UNSUPPORTED;
     }
     SPLASH_CUDA_TRY(e);
