@@ -1437,6 +1437,64 @@ static void test_moe(const Shape *s, int rows) {
     cudaFree(dlog), cudaFree(dw), cudaFree(didx), cudaFree(dxn), cudaFree(dfo);
 }
 
+/* The plan's layout (q4_plan.cuh) on the host, one slot at a time: a slot
+ * whose rank among its expert's slots is a multiple of gmax leads a group of
+ * the next gmax slots of that expert, groups numbered in slot order. */
+static void host_plan(const int32_t *idx, int S, int n_experts, int gmax, int32_t *plan) {
+    int ng = 0;
+    for (int i = 0; i < S; i++) {
+        const int e = idx[i];
+        if (e < 0 || e >= n_experts) continue;
+        int rank = 0;
+        for (int j = 0; j < i; j++) rank += idx[j] == e;
+        if (rank % gmax) continue;
+        int32_t *gp = plan + 1 + 6 * ng++;
+        int n = 0;
+        for (int j = i; j < S && n < gmax; j++)
+            if (idx[j] == e) gp[2 + n++] = j;
+        gp[0] = e, gp[1] = n;
+    }
+    plan[0] = ng;
+}
+
+/* 0 when two plans hold the same groups (entries past a group's size are unspecified). */
+static double plans_differ(const int32_t *a, const int32_t *b) {
+    if (a[0] != b[0]) return INFINITY;
+    for (int g = 0; g < a[0]; g++) {
+        const int32_t *x = a + 1 + 6 * g, *y = b + 1 + 6 * g;
+        if (x[0] != y[0] || x[1] != y[1] || x[1] < 1 || x[1] > 4) return INFINITY;
+        for (int i = 0; i < x[1]; i++)
+            if (x[2 + i] != y[2 + i]) return INFINITY;
+    }
+    return 0;
+}
+
+/* splash_q4_group_plan against host_plan, exactly: ids from few experts (groups of several),
+ * some outside [0, n_experts), S from one slot to the most a plan takes. */
+static void test_group_plan(void) {
+    const int sizes[] = {1, 9, 31, 72, 144, 333, 1024}, E = 40, gmax = splash_q4_plan_group();
+    for (int t = 0; t < (int)(sizeof sizes / sizeof sizes[0]); t++) {
+        const int S = sizes[t];
+        int32_t *ids = (int32_t *)hmalloc((size_t)S * 4), *want = (int32_t *)hmalloc(splash_q4_group_plan_ints(S) * 4),
+                *got = (int32_t *)hmalloc(splash_q4_group_plan_ints(S) * 4);
+        for (int i = 0; i < S; i++) {
+            const uint64_t u = rng_u64();
+            ids[i] = u % 17 == 0 ? -1 : u % 23 == 0 ? E + (int)(u % 5) : (int)((u >> 8) % (S < 100 ? 6 : E));
+        }
+        host_plan(ids, S, E, gmax, want);
+        int32_t *didx = (int32_t *)dmalloc((size_t)S * 4), *dplan = (int32_t *)dmalloc(splash_q4_group_plan_ints(S) * 4);
+        up(didx, ids, (size_t)S * 4);
+        SPLASH_CUDA_CHECK(cudaMemset(dplan, 0xFF, splash_q4_group_plan_ints(S) * 4));
+        const int rc = splash_q4_group_plan(didx, S, E, dplan, NULL);
+        down(got, dplan, splash_q4_group_plan_ints(S) * 4);
+        char sh[64];
+        snprintf(sh, sizeof sh, "%d slots, %d experts, groups of %d", S, E, gmax);
+        report("q4 group plan = host", sh, rc ? INFINITY : plans_differ(got, want), 0, -1, 0);
+        free(ids), free(want), free(got);
+        cudaFree(didx), cudaFree(dplan);
+    }
+}
+
 /* The route's plan at its widest (16 rows of 1,023 experts and a shared
  * one, id 1,023: ~64 KB of probabilities in one block): ids as the CPU's,
  * and every slot in exactly one group of its expert, groups of <= 4 in slot
@@ -1473,7 +1531,11 @@ static void test_route_plan_wide(void) {
     }
     for (int i = 0; i < S; i++)
         if (seen[i] != 1) err = INFINITY;
-    report("moe_route + plan (16 x 1,023 + 1 experts)", "ids = CPU, each slot in one group", err, 0, -1, 0);
+    int32_t *want = (int32_t *)hmalloc(splash_q4_group_plan_ints(S) * 4);
+    host_plan(gidx, S, E + 1, splash_q4_plan_group(), want);
+    if (plans_differ(plan, want)) err = INFINITY;
+    free(want);
+    report("moe_route + plan (16 x 1,023 + 1 experts)", "ids = CPU, plan = host", err, 0, -1, 0);
     free(logits), free(sl), free(ridx), free(rw), free(gidx), free(plan), free(seen);
     cudaFree(dlog), cudaFree(dsl), cudaFree(dw), cudaFree(didx), cudaFree(dplan);
 }
@@ -1991,6 +2053,7 @@ int main(int argc, char **argv) {
     test_moe(&kTinyMoe, 100); /* expert 3 in two tiles of the GEMM step */
     test_moe(&kMoeK8, 2100);  /* the GEMM step in chunks of 2,048 rows */
     test_route_plan_wide();
+    test_group_plan();
     test_route_edges(256);
     test_route_edges(SPLASH_CUDA_MOE_MAX_EXPERTS - 1);
     test_elementwise(&kTiny, 16, 192);
