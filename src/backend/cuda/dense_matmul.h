@@ -14,15 +14,16 @@
  * CPU's splash_tensor_row_f32 (bf16/f16 widened exactly; q8 scale * q + bias
  * rounded as two fp32 operations).
  *
- * Shape of the work: one warp per output row r and up to 8 rows of x: the
- * warp streams w[r] once for those x rows, lane t summing the 8-column
- * chunks t, t + 32, ... in order (8 chunk loads in flight; element by
- * element when cols % 8 or x's alignment rule chunks out), then a warp tree.
- * Sized for latency: these matrices are small in a q4 model (the MoE
- * router, 1 MB: 4 us in a decode graph); a bf16 model runs correctly on it,
+ * Shape of the work: a block of 4 warps per 2 output rows and up to 8 rows
+ * of x, the warps splitting the rows' 8-column chunks (lane t of warp w sums
+ * chunks 32 w + t + 128 i in order), then a warp tree and the 4 warps in
+ * order; element by element, a warp per output row, when cols % 8 or x's
+ * alignment rule chunks out (dense_matmul.cu).  Sized for latency: these
+ * matrices are small in a q4 model (the MoE router, 1 MB: 4.7 us a layer of
+ * an 8-row verify's graph, session 26); a bf16 model runs correctly on it,
  * not fast.
- * Results depend only on the row's own x (no split of the sum that varies
- * with M), so they are batch-invariant.
+ * Results depend only on the row's own x (the sum's order is fixed by the
+ * column, not by M), so they are batch-invariant.
  */
 #ifndef SPLASH_CUDA_DENSE_MATMUL_H
 #define SPLASH_CUDA_DENSE_MATMUL_H
