@@ -4,6 +4,9 @@
 #   tools/gpu_model_check.sh --prepare       (here: .carry/splash-bin.txz)
 #   tools/gpu_kernel_profile.sh [--shape 27b|35b-a3b] [--layers 4] [--decode 3] [--prompt 1] [--trace]
 #       (the GPU machine, carrying .carry)
+#   CARRY_TXZ=.carry/main.txz SYN_DIR=/tmp/syn-main tools/gpu_kernel_profile.sh ...: another build's
+#       (tools/prepare_ref_bench.sh main main), with the libraries of .carry/splash-bin.txz; give
+#       each build its own SYN_DIR (the tarball is extracted into it)
 # Makes the synthetic package of tools/gpu_synthetic_bench.sh --synthetic (first L layers: every
 # tensor over one random blob, made in a second), then runs bench_cpu
 # under Nsight Compute (ncu: every kernel replayed alone with the caches flushed, so weights come
@@ -26,13 +29,18 @@ while [ $# -gt 0 ]; do
     --decode) DECODE=$2; shift 2 ;;
     --prompt) PROMPT=$2; shift 2 ;;
     --trace) TRACE=1; shift ;;
-    *) sed -n '2,17p' "$0"; exit 2 ;;
+    *) sed -n '2,21p' "$0"; exit 2 ;;
     esac
 done
 OUT=${OUT:-build-profile}
 W=${SYN_DIR:-/tmp/splash-synthetic}
 mkdir -p "$OUT" "$W"
 tar -C "$W" -xJf "${CARRY_TXZ:-.carry/splash-bin.txz}" || exit 1 # CARRY_TXZ: another tarball of the build
+# a bench-only tarball (tools/prepare_ref_bench.sh: another commit's bench_cpu) runs with the
+# shared libraries of .carry/splash-bin.txz, as in gpu_synthetic_bench.sh
+if [ ! -d "$W/bin/lib" ] && [ -f .carry/splash-bin.txz ]; then
+    tar -C "$W" -xJf .carry/splash-bin.txz bin/lib || exit 1
+fi
 export LD_LIBRARY_PATH="$W/bin/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 P=$W/prof-$SHAPE-$LAYERS
