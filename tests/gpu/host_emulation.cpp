@@ -229,6 +229,9 @@ extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *mem, int cap_cols
     xp->x8 = (int8_t *)mem, xp->cap_cols = cap_cols;
     return 0;
 }
+static int g_early_loads; /* splash_q4_early_loads: where loads go changes nothing on the host */
+extern "C" int splash_q4_early_loads(void) { return g_early_loads; }
+extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; }
 extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx, struct CUstream_st *) {
     if (M < 1 || M > SPLASH_Q4_MAX_M || cols > xp->cap_cols || ldx < cols) return SPLASH_E_INVALID;
     float *d = (float *)xp->x8;

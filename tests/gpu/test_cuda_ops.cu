@@ -863,6 +863,20 @@ static void test_gdn_recurrent(const Shape *s, const GdnLaneSpec *ls, int nl) {
     report("gdn_recurrent o, y", sh, err, 1e-5, -1, 0);
     report("gdn_recurrent state", sh, serr, 1e-5, -1, 0);
 
+    /* early (the lanes, states and weights read before the programmatic
+     * wait): the same bits, states and untouched slots included */
+    up(dslots, slots, nl * hs_all * 4);
+    poison(dscratch, nl * hs_all * 4), poison(dO, NV * 4), poison(dY, NV * 4);
+    float *eo = hfloats(NV), *ey = hfloats(NV), *es = hfloats(nl * hs_all), *esc = hfloats(nl * hs_all);
+    a.early = 1;
+    rc = splash_cuda_gdn_recurrent(&a, NULL);
+    a.early = 0;
+    down(eo, dO, NV * 4), down(ey, dY, NV * 4), down(es, dslots, nl * hs_all * 4), down(esc, dscratch, nl * hs_all * 4);
+    const int esame = !rc && !memcmp(eo, go, NV * 4) && !memcmp(ey, gy, NV * 4) && !memcmp(es, gslots, nl * hs_all * 4) &&
+                      !memcmp(esc, gscratch, nl * hs_all * 4);
+    report("gdn_recurrent early = plain", sh, esame ? 0 : INFINITY, 0, -1, 0);
+    free(eo), free(ey), free(es), free(esc);
+
     /* Timing: one lane of 1 row (decode) and of 16 rows (verify), the state
      * in place, rotating over enough state copies to exceed L2. */
     const int nbuf = (int)(96e6 / (hs_all * 4.0)) + 1;

@@ -440,6 +440,7 @@ static void test_fused_prep(int cols) {
     float *xh = (float *)malloc(n * 4), *uh = (float *)malloc(n * 4), *wh = (float *)malloc((size_t)cols * 4);
     float *yh = (float *)malloc(n * 4), *p1 = (float *)malloc(16 * rows * 4), *p2 = (float *)malloc(16 * rows * 4);
     float *y1 = (float *)malloc((size_t)cols * 4); /* one row made alone */
+    float *y3 = (float *)malloc(n * 4), *p3 = (float *)malloc(16 * rows * 4); /* the other early-loads setting */
     for (size_t i = 0; i < n; i++) xh[i] = rng_uniform(-3.f, 3.f), uh[i] = rng_uniform(-2.f, 2.f);
     for (int i = 0; i < cols; i++) wh[i] = rng_uniform(0.5f, 1.5f);
     float *xd, *ud, *wd, *yd, *pd;
@@ -466,6 +467,20 @@ static void test_fused_prep(int cols) {
             SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
             SPLASH_CUDA_CHECK(cudaMemcpy(p1, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
             SPLASH_CUDA_CHECK(cudaMemcpy(yh, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
+            if (mode == 0) { /* the norm factors read before the programmatic wait or after: the same bits */
+                const int was = splash_q4_early_loads();
+                splash_q4_set_early_loads(!was);
+                SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, n * 4));
+                int rc2 = splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL);
+                if (!rc2) rc2 = splash_q4_matmul(&dm, &xp, pd, NULL);
+                splash_q4_set_early_loads(was);
+                SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+                SPLASH_CUDA_CHECK(cudaMemcpy(p3, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
+                SPLASH_CUDA_CHECK(cudaMemcpy(y3, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
+                result(!rc && !rc2 && !memcmp(p3, p1, (size_t)M * rows * 4) && !memcmp(y3, yh, (size_t)R * cols * 4),
+                       "fused prep rmsnorm, %d rows x %d: early loads %s = %s (bitwise)", R, cols, was ? "off" : "on",
+                       was ? "on" : "off");
+            }
             if (!rc) rc = splash_q4_prep_x(&xp, yd, M, cols, cols, NULL);
             if (!rc) rc = splash_q4_matmul(&dm, &xp, pd, NULL);
             SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
@@ -498,7 +513,7 @@ static void test_fused_prep(int cols) {
                 result(alone, "fused prep %s, %d rows x %d: rows past 16 = the same rows alone (bitwise)",
                        mode == 0 ? "rmsnorm" : "silu_mul", R, cols);
         }
-    free(h.blob), free(xh), free(uh), free(wh), free(yh), free(p1), free(p2), free(y1);
+    free(h.blob), free(xh), free(uh), free(wh), free(yh), free(p1), free(p2), free(y1), free(y3), free(p3);
     cudaFree(dev), cudaFree(xd), cudaFree(ud), cudaFree(wd), cudaFree(yd), cudaFree(pd), cudaFree(xpm);
 }
 

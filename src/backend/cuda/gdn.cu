@@ -181,9 +181,13 @@ struct RecSmem {
     float ssq[kRecRows]; /* this block's sum of o^2 over its columns (the gated norm) */
 };
 
-template <int DK>
+/* EARLY (splash_cuda_gdn_args.early): the lane, its state and the weights
+ * are read between launch_dependents and the wait, so their loads overlap
+ * the kernels before; otherwise after both (pdl_begin). */
+template <int DK, bool EARLY>
 __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const RecArgs ra) {
-    pdl_begin();
+    if constexpr (EARLY) pdl_launch_dependents();
+    else pdl_begin();
     constexpr int NJ = DK / kSlices, SS = RecSmem<DK>::SS;
     const splash_cuda_gdn_args &a = ra.p;
     __shared__ __align__(16) RecSmem<DK> sm;
@@ -200,6 +204,14 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
     const float *Sin = ln.s_in + (size_t)h * hs;
 #pragma unroll
     for (int j = 0; j < NJ; j++) S[j] = col ? Sin[(size_t)(sl + kSlices * j) * dv + c] : 0.f;
+    /* EARLY: the weights too (the gated norm's factor of the column this
+     * thread writes there: i % kRecCols = tid % kRecCols, blockDim a multiple) */
+    float e_na = 0.f, e_dt = 0.f, e_nw = 0.f;
+    if constexpr (EARLY) {
+        e_na = a.neg_a[h], e_dt = a.dt_bias[h];
+        if (a.y && c0 + tid % kRecCols < dv) e_nw = a.norm_w[c0 + tid % kRecCols];
+        pdl_wait();
+    }
 
     for (int t0 = 0; t0 < ln.n_rows; t0 += kRecRows) {
         const int nt = min(kRecRows, ln.n_rows - t0);
@@ -229,7 +241,8 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
         if (tid < nt) {
             const size_t row = (size_t)ln.first_row + t0 + tid;
             const float av = a.a[row * a.ldab + h], bv = a.b[row * a.ldab + h];
-            const float g = __fmul_rn(a.neg_a[h], softplusf_(__fadd_rn(av, a.dt_bias[h])));
+            const float na = EARLY ? e_na : a.neg_a[h], dt = EARLY ? e_dt : a.dt_bias[h];
+            const float g = __fmul_rn(na, softplusf_(__fadd_rn(av, dt)));
             sm.gb[tid] = make_float2(expf(g), sigmoidf_(bv));
         }
 #pragma unroll
@@ -315,7 +328,8 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
                 for (int r = 0; r < ra.ns; r++) ss += r == rank ? sm.ssq[t] : cluster.map_shared_rank(sm.ssq, r)[t];
                 const float rs = 1.0f / sqrtf(ss / (float)dv + a.eps);
                 const size_t row = (size_t)ln.first_row + t0 + t, idx = (size_t)h * dv + c0 + cc;
-                a.y[row * a.ldy + idx] = __fmul_rn(__fmul_rn(a.norm_w[c0 + cc], __fmul_rn(sm.o[t][cc], rs)), siluf_(sm.z[t][cc]));
+                const float nw = EARLY ? e_nw : a.norm_w[c0 + cc];
+                a.y[row * a.ldy + idx] = __fmul_rn(__fmul_rn(nw, __fmul_rn(sm.o[t][cc], rs)), siluf_(sm.z[t][cc]));
             }
             if (ra.ns > 1) cluster.sync(); /* the peers are done reading ssq */
         }
@@ -333,7 +347,8 @@ template <int DK>
 int launch_rec(const RecArgs &ra, cudaStream_t s) {
     KernelLaunch c(dim3((unsigned)(ra.p.hv * ra.ns), (unsigned)ra.p.n_lanes, 1), dim3(kRecCols * kSlices, 1, 1), 0, s,
                    (unsigned)ra.ns, pdl_for("gdn_recurrent"));
-    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK>, ra));
+    SPLASH_CUDA_TRY(ra.p.early ? cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, true>, ra)
+                               : cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, false>, ra));
     return SPLASH_OK;
 }
 

@@ -97,6 +97,13 @@ typedef struct splash_cuda_gdn_args {
     float *ws;          /* splash_cuda_gdn_chunked only: device workspace of ws_floats floats, */
     size_t ws_floats;
     int max_lane_rows;  /* and a bound on every lane's n_rows */
+    /* splash_cuda_gdn_recurrent: 1 reads the lanes, their states and the
+     * weights (neg_a, dt_bias, norm_w) before the programmatic wait, while the
+     * kernels before it still run.  Only for a launch whose programmatic
+     * chain back to the last launch without the attribute (a q4 product:
+     * device_util.cuh) holds no writer of those states: then every writer
+     * has completed.  Same results either way. */
+    int early;
 } splash_cuda_gdn_args;
 
 /* The checks both GDN cores make of their arguments: SPLASH_E_INVALID (a

@@ -762,9 +762,21 @@ __device__ __forceinline__ void h16_row_done(const PrepArgs &a, int m, float inv
     if (m == a.h0) a.h16_alpha[0] = inv, a.h16_alpha[1] = 0.f, a.h16_alpha[2] = 1.f;
 }
 
-template <int MODE>
+/* EARLY (PREP_RMS, splash_q4_early_loads): the lane's two norm factors are
+ * read between launch_dependents and the wait, while the kernels before
+ * still run (weights: nothing writes them); otherwise after the row's sum of
+ * squares. */
+template <int MODE, bool EARLY>
 __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a) {
-    pdl_begin();
+    float2 e_w = make_float2(0.f, 0.f);
+    if constexpr (EARLY) {
+        pdl_launch_dependents();
+        const int c = 64 * (blockIdx.x * kPrepGroupsPerBlock + (threadIdx.x >> 5)) + 2 * (threadIdx.x & 31);
+        if (c < a.cols) e_w = make_float2(a.w[c], a.w[c + 1]);
+        pdl_wait();
+    } else {
+        pdl_begin();
+    }
     __shared__ float red[32];
     const int m = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int groups = a.cols / 64;
@@ -789,7 +801,9 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
                 const float *ur = a.u + (size_t)m * a.ldu + c;
                 v.x = __fmul_rn(siluf_(v.x), ur[0]), v.y = __fmul_rn(siluf_(v.y), ur[1]);
             }
-            if (MODE == PREP_RMS) /* norm.h's rmsnorm: (x * rs) * w */
+            if (MODE == PREP_RMS && EARLY) /* norm.h's rmsnorm: (x * rs) * w */
+                v.x = __fmul_rn(__fmul_rn(v.x, rs), e_w.x), v.y = __fmul_rn(__fmul_rn(v.y, rs), e_w.y);
+            else if (MODE == PREP_RMS)
                 v.x = __fmul_rn(__fmul_rn(v.x, rs), a.w[c]), v.y = __fmul_rn(__fmul_rn(v.y, rs), a.w[c + 1]);
             if (MODE != PREP_X) {
                 float *yr = a.y + (size_t)m * a.ldy + c;
@@ -1189,9 +1203,10 @@ static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaSt
     const int bulk = mode == PREP_RMS && a.rows > a.prep_rows ? a.rows - a.prep_rows : 0;
     const dim3 grid((unsigned)((a.cols / 64 + kPrepGroupsPerBlock - 1) / kPrepGroupsPerBlock),
                     (unsigned)(a.rows > a.prep_rows && !bulk ? a.rows : a.prep_rows));
-    void (*const fn)(PrepArgs) = mode == PREP_X     ? q4_prep_kernel<PREP_X>
-                                 : mode == PREP_RMS ? q4_prep_kernel<PREP_RMS>
-                                                    : q4_prep_kernel<PREP_SILU>;
+    void (*const fn)(PrepArgs) = mode == PREP_X     ? q4_prep_kernel<PREP_X, false>
+                                 : mode == PREP_RMS ? (splash_q4_early_loads() ? q4_prep_kernel<PREP_RMS, true>
+                                                                                : q4_prep_kernel<PREP_RMS, false>)
+                                                    : q4_prep_kernel<PREP_SILU, false>;
     SPLASH_CUDA_TRY(launch_kernel(fn, grid, kPrepThreads, 0, s, a));
     if (bulk) SPLASH_CUDA_TRY(launch_kernel(q4_rms_rows_kernel, dim3((unsigned)bulk), kPrepThreads, 0, s, a));
     xp->M = a.M, xp->cols = a.cols;
@@ -1360,6 +1375,20 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
                                     struct CUstream_st *stream) {
     return picked(w, xp, y, 1, stream);
 }
+
+/* 0 until set; SPLASH_CUDA_EARLY=1 in the environment sets it at the first
+ * read (an A/B switch: docs/cuda.md, "Session 26"). */
+static int g_early_loads = -1; /* benign race: every thread computes the same value */
+
+extern "C" int splash_q4_early_loads(void) {
+    if (g_early_loads < 0) {
+        const char *e = getenv("SPLASH_CUDA_EARLY");
+        g_early_loads = e && atoi(e) == 1;
+    }
+    return g_early_loads;
+}
+
+extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; }
 
 extern "C" int splash_q4_plan_group(void) {
     static int g = 0; /* benign race: every thread computes the same value */

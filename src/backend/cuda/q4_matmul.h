@@ -183,6 +183,16 @@ size_t splash_q4_group_plan_ints(int slots);
 /* The most slots a planned group holds: 2, or 4 with SPLASH_Q4_PLAN_GROUP=4
  * (an A/B switch: the kernel for 2 carries one pair of x rows, for 4 two). */
 int splash_q4_plan_group(void);
+
+/* Whether kernels chained by programmatic launch read what no kernel still
+ * running can write (weights; states whose writers precede the last launch
+ * without the attribute) before their wait, overlapping those loads with the
+ * kernels before: the RMS preparation's norm factors here, the GDN
+ * recurrence's state and weights where the model knows the chain allows it
+ * (splash_cuda_gdn_args.early).  Off unless SPLASH_CUDA_EARLY=1 (read at the
+ * first call) or set: an A/B switch, the same results either way. */
+int splash_q4_early_loads(void);
+void splash_q4_set_early_loads(int on);
 int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts, int32_t *plan, struct CUstream_st *stream);
 
 #ifdef __cplusplus
