@@ -187,7 +187,8 @@ int splash_q4_plan_group(void);
 /* Whether kernels chained by programmatic launch read what no kernel still
  * running can write (weights; states whose writers precede the last launch
  * without the attribute) before their wait, overlapping those loads with the
- * kernels before: the RMS preparation's norm factors here, the GDN
+ * kernels before: the RMS preparation's norm factors here (w, which no
+ * kernel may then write: the model's stored factors), the GDN
  * recurrence's state and weights where the model knows the chain allows it
  * (splash_cuda_gdn_args.early).  Off unless SPLASH_CUDA_EARLY=1 (read at the
  * first call) or set: an A/B switch, the same results either way. */
