@@ -1214,7 +1214,7 @@ static void test_dense_all(void) {
     test_dense("tiny", SPLASH_F16, 40, 512, 2, 513);
     test_dense("tiny", SPLASH_Q8, 96, 256, 11, 256);
     test_dense("tiny", SPLASH_Q8, 33, 192, 5, 193);
-    test_dense("odd rows", SPLASH_BF16, 257, 1096, 10, 1096); /* 5 row blocks of 4 x 2 chunks, a row over */
+    test_dense("odd rows", SPLASH_BF16, 257, 1096, 10, 1096); /* 137 chunks: some lanes 2; the last block one row */
     if (g_quick) return;
     test_dense("35B router", SPLASH_BF16, 256, 2048, 1, 2048);
     test_dense("35B router", SPLASH_BF16, 256, 2048, 8, 2048);
@@ -1999,7 +1999,7 @@ int main(int argc, char **argv) {
         print_table();
         return g_fail ? 1 : 0;
     }
-    if (dense_only) { /* dense_matmul alone (SPLASH_CUDA_DENSE_RB=1 / 2 / 4 times its kernel's row blocks) */
+    if (dense_only) { /* dense_matmul alone */
         test_dense_all();
         print_table();
         return g_fail ? 1 : 0;

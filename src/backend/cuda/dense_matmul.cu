@@ -6,9 +6,10 @@
  *
  * When cols % 8 == 0 and x's rows are 16-byte aligned (every model matrix):
  * grid (ceil(rows / RB), ceil(M / 8)), 4 warps a block splitting the columns
- * of the block's RB output rows, up to 8 rows of x.  Warp w, lane t takes the
- * 8-column chunks 32 w + t + 128 i (16 B of bf16 codes each), every chunk of
- * a step loaded before any is used, each x chunk read once for the RB rows;
+ * of the block's RB = 2 output rows (kRowsBlock), up to 8 rows of x.  Warp w,
+ * lane t takes the 8-column chunks 32 w + t + 128 i (16 B of bf16 codes
+ * each), every chunk of a step loaded before any is used, each x chunk read
+ * once for the RB rows;
  * the sums go through a warp tree and then the 4 warps in order, so a row's
  * result depends neither on M nor on the other rows.  Until session 26 a
  * warp owned a whole output row (65 blocks for the 35B-A3B's 257 stacked
@@ -20,7 +21,7 @@
  * warp per output row, lane t reads w[r][t], w[r][t + 32], ... one element at
  * a time.
  *
- * C++ used: templates over the stored type and the rows a block; no STL.
+ * C++ used: a template over the stored type; no STL.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,6 +40,13 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kRowsX = 8;  /* x rows a block */
 constexpr int kChunks = 4; /* 8-column chunks of each output row a lane loads before using them */
+/* Output rows a block of dense_chunks_kernel.  Measured (H200, session 26,
+ * the 35B-A3B synthetic, 40 layers, interleaved, medians of 2 rounds, with a
+ * switch since removed): 2 and 4 alike in decode and verify at 1K (2.189 /
+ * 2.201 ms a step, 8 rows 3.665 / 3.695), the 4K prefill 12.56K / 12.09K
+ * tokens/s (main 11.89K); events on the router alone put 1, 2 and 4 within
+ * 0.3 us. */
+constexpr int kRowsBlock = 2;
 
 struct Args {
     const uint8_t *w;
@@ -105,10 +113,12 @@ __device__ __forceinline__ float chunk_at(const Chunk<DT> &c, int k) {
     return DT == SPLASH_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-/* Chunks: a block of RB output rows, its warps splitting the columns (the
- * header).  Rows past the matrix read its last row and store nothing. */
-template <int DT, int RB>
+/* Chunks: a block of RB = kRowsBlock output rows, its warps splitting the
+ * columns (the header).  Rows past the matrix read its last row and store
+ * nothing. */
+template <int DT>
 __global__ void __launch_bounds__(kWarps * 32) dense_chunks_kernel(const Args a) {
+    constexpr int RB = kRowsBlock;
     __shared__ float part[kWarps][RB][kRowsX];
     pdl_begin();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -187,22 +197,6 @@ __global__ void __launch_bounds__(kWarps * 32) dense_scalar_kernel(const Args a)
     }
 }
 
-/* Output rows a block of dense_chunks_kernel: SPLASH_CUDA_DENSE_RB (1, 2 or
- * 4; read once) for measuring, else 2.  Measured (H200, session 26, the
- * 35B-A3B synthetic, 40 layers, interleaved, medians of 2 rounds): 2 and 4
- * alike in decode and verify at 1K (2.189 / 2.201 ms a step, 8 rows 3.665 /
- * 3.695), the 4K prefill 12.56K / 12.09K tokens/s (main 11.89K); events on
- * the router alone (test_cuda_ops --dense) put 1, 2 and 4 within 0.3 us. */
-int rows_a_block() {
-    static int rb = 0; /* benign race: every thread computes the same value */
-    if (!rb) {
-        const char *e = getenv("SPLASH_CUDA_DENSE_RB");
-        const int v = e ? atoi(e) : 0;
-        rb = v == 1 || v == 4 ? v : 2;
-    }
-    return rb;
-}
-
 size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 template <int DT>
@@ -210,11 +204,8 @@ cudaError_t launch(const Args &a, int M, bool vec, cudaStream_t s) {
     const unsigned gy = (unsigned)((M + kRowsX - 1) / kRowsX);
     if (!vec) return launch_kernel(dense_scalar_kernel<DT>, dim3((unsigned)((a.rows + kWarps - 1) / kWarps), gy),
                                    kWarps * 32, 0, s, a);
-    const int rb = rows_a_block();
-    const dim3 grid((unsigned)((a.rows + rb - 1) / rb), gy);
-    return rb == 1   ? launch_kernel(dense_chunks_kernel<DT, 1>, grid, kWarps * 32, 0, s, a)
-           : rb == 4 ? launch_kernel(dense_chunks_kernel<DT, 4>, grid, kWarps * 32, 0, s, a)
-                     : launch_kernel(dense_chunks_kernel<DT, 2>, grid, kWarps * 32, 0, s, a);
+    return launch_kernel(dense_chunks_kernel<DT>, dim3((unsigned)((a.rows + kRowsBlock - 1) / kRowsBlock), gy),
+                         kWarps * 32, 0, s, a);
 }
 
 } /* namespace */
