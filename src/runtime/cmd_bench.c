@@ -676,6 +676,15 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
         fprintf(stderr, "attach: %s\n", err.msg);
         return 1;
     }
+    /* what a model can use beyond its needs, all it wants (serve grants what its memory plan
+     * leaves past the KV pages: memory_plan.h, spare) */
+    size_t spare = 0;
+    if (splash_model_use_spare(m, SIZE_MAX, &spare, &err)) {
+        fprintf(stderr, "spare: %s\n", err.msg);
+        return 1;
+    }
+    if (spare) fprintf(stderr, "spare memory taken by the model: %.1f MB of %.1f MB wanted\n", spare / 1e6,
+                       nd->spare_bytes / 1e6);
     for (int i = 0; i < LANES; i++) splash_model_reset_slot(m, i);
     const int gpu = device && !strcmp(device, "cuda");
     int32_t top_id[8 * LANES];

@@ -175,6 +175,7 @@ struct splash_engine {
     splash_prefix_cache pc;
     splash_state_cache sc;
     splash_memory_plan plan;
+    size_t spare_used; /* of plan.spare, what the model took (splash_model_use_spare) */
     int checkpoint_interval, use_cache, flush_req, flush_left, im_start;
     uint64_t cache_hits, cached_tokens, prefill_tokens;
     splash_engine_stats pub; /* cache figures published under mu by the engine thread */
@@ -1269,7 +1270,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
             .page_bytes = e->needs->page_bytes, .state_bytes = e->model_snap + draft_snap,
             .page_tokens = e->needs->page_tokens, .lanes = e->max_lanes,
             .model_context = e->max_context, .max_context = opt->max_context,
-            .pool_cap = opt->pool_cap ? opt->pool_cap : 2 * (size_t)e->max_lanes * want_pages * e->needs->page_bytes};
+            .pool_cap = opt->pool_cap ? opt->pool_cap : 2 * (size_t)e->max_lanes * want_pages * e->needs->page_bytes,
+            .spare_want = e->needs->spare_bytes};
         if (splash_memory_plan_make(&pi, &e->plan)) {
             strbuf b;
             sb_init(&b);
@@ -1347,6 +1349,9 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
         goto fail;
     }
     if ((rc = splash_model_attach_memory(e->model, e->kv, e->n_pages, e->states, e->max_lanes, err))) goto fail;
+    /* what the plan leaves past the KV cap, to the model (its prefill's fp16 weights on the
+     * GPU), after the pool and slots are allocated so they never lose to it */
+    if (e->plan.spare && (rc = splash_model_use_spare(e->model, e->plan.spare, &e->spare_used, err))) goto fail;
     publish(e);
     for (int i = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
@@ -1509,6 +1514,7 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->plan_kv_bytes = e->plan.kv_bytes;
     s->plan_snapshot_bytes = e->plan.snapshot_bytes;
     s->plan_max_snapshots = e->plan.max_snapshots;
+    s->plan_spare_bytes = e->spare_used;
     const splash_engine_stats *c = &e->pub; /* the engine thread's figures as of its last step */
     s->pages_free = c->pages_free;
     s->pages_cached = c->pages_cached;

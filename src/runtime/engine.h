@@ -203,6 +203,7 @@ typedef struct splash_engine_stats {
     /* the memory plan (bytes) */
     size_t plan_budget, plan_fixed, plan_scratch, plan_kv_bytes, plan_snapshot_bytes;
     int plan_max_snapshots;
+    size_t plan_spare_bytes; /* memory the model took beyond its needs (model.h, splash_model_use_spare) */
     /* the prefix cache and snapshots */
     int pages_cached, pages_pinned;
     uint64_t cache_lookups, cache_hits, cached_tokens, pages_evicted, prefill_tokens;

@@ -56,11 +56,15 @@ int splash_memory_plan_make(const splash_memory_plan_input *in, splash_memory_pl
         p->snapshot_bytes = n * in->state_bytes;
     }
     size_t kv = rest - p->snapshot_bytes;
-    if (in->pool_cap && kv > in->pool_cap) kv = in->pool_cap; /* the cap bounds KV pages only */
+    const int capped = in->pool_cap && kv > in->pool_cap;
+    if (capped) kv = in->pool_cap; /* the cap bounds KV pages only */
     size_t pages = in->page_bytes ? kv / in->page_bytes : 0;
     if (pages > (size_t)1 << 30) pages = (size_t)1 << 30;
     p->n_pages = (int)pages;
     p->kv_bytes = pages * in->page_bytes;
+    /* what the cap left (without it the pages take all but a page's remainder) */
+    size_t left = capped ? rest - p->snapshot_bytes - p->kv_bytes : 0;
+    p->spare = in->spare_want < left ? in->spare_want : left;
     size_t ctx = pages * pt;
     p->max_context = (int)(ctx < (size_t)want ? ctx : (size_t)want);
     /* one request of the asked context (or, with no ask, of 4K) must fit */
@@ -91,6 +95,7 @@ void splash_memory_plan_print(const splash_memory_plan *p, strbuf *o) {
     sb_printf(o, "  %-22s %10.1f MiB (%d)\n", "snapshots", (double)p->snapshot_bytes / (double)MIB, p->max_snapshots);
     sb_printf(o, "  %-22s %10.1f MiB (%d pages)\n", "kv pages", (double)p->kv_bytes / (double)MIB, p->n_pages);
     sb_printf(o, "  %-22s %10d tokens\n", "max context", p->max_context);
+    line(o, "spare (model)", p->spare);
     if (p->reason) {
         line(o, "deficit", p->deficit);
         sb_printf(o, "  does not fit: %s\n", p->reason);

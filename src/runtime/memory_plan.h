@@ -8,6 +8,9 @@
  *              budget, and KV pages (the rest)
  *   max context = what one request can hold in the KV pages, at most 256K,
  *              the model's limit or --max-context
+ *   spare    = what the pool leaves when its cap bounds the KV pages, up to
+ *              what the model would use to run faster (model.h,
+ *              splash_model_use_spare): KV pages come first
  *
  * When it does not fit, reason names why (working_set_too_small: the fixed
  * part alone exceeds the budget; kv_pool_does_not_fit: what is left cannot
@@ -32,6 +35,7 @@ typedef struct splash_memory_plan_input {
     int model_context;   /* the model's max positions */
     int max_context;     /* --max-context, 0 = as much as fits (at most 256K) */
     size_t pool_cap;     /* most bytes for KV pages (snapshots have their own allowance), 0 = no cap */
+    size_t spare_want;   /* the model's spare_bytes (model.h), 0 = none */
 } splash_memory_plan_input;
 
 typedef struct splash_memory_plan {
@@ -42,6 +46,7 @@ typedef struct splash_memory_plan {
     size_t snapshot_bytes; int max_snapshots;
     size_t kv_bytes; int n_pages;
     int max_context;
+    size_t spare;        /* granted to the model beyond its needs (<= spare_want) */
     size_t deficit;      /* bytes missing when it does not fit */
     const char *reason;  /* NULL when it fits */
 } splash_memory_plan;

@@ -159,6 +159,11 @@ void *splash_model_device_stream(splash_model *m) {
     return m->ops->device_stream ? m->ops->device_stream(m->impl) : NULL;
 }
 
+int splash_model_use_spare(splash_model *m, size_t bytes, size_t *used, splash_error *err) {
+    *used = 0;
+    return m->ops->use_spare ? m->ops->use_spare(m->impl, bytes, used, err) : SPLASH_OK;
+}
+
 const void *splash_model_device_weight(splash_model *m, const void *data) {
     return m->ops->device_weight && data ? m->ops->device_weight(m->impl, data) : NULL;
 }

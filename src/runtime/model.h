@@ -72,6 +72,10 @@ typedef struct splash_model_needs {
     int max_top;              /* most entries a TOP row may ask for (<= SPLASH_MAX_TOP; 0: no TOP rows) */
     int hidden;               /* width of tap / embedding rows */
     int max_positions;
+    /* Memory the model would use to run faster, beyond weight_bytes and
+     * scratch_bytes, if the memory plan has it to spare
+     * (splash_model_use_spare; 0: none). */
+    size_t spare_bytes;
 } splash_model_needs;
 
 /* Row flags. */
@@ -203,6 +207,17 @@ void *splash_model_device_stream(splash_model *m);
  * there instead of uploading its own (runtime/draft.h, bind_model: the
  * DFlash drafts' lm_head, ~0.7 GB on the 27B). */
 const void *splash_model_device_weight(splash_model *m, const void *data);
+
+/* Hands the model up to `bytes` of memory beyond its needs
+ * (needs->spare_bytes: the CUDA model keeps its prefill GEMM's weights in
+ * fp16 there, so no forward expands them from q4); 0 releases what an
+ * earlier call took.  The model takes whole pieces in its own order while
+ * they fit (bounded also by what its device has free), and sets *used to
+ * what it took; a model without such a use, or an allocation refused, takes
+ * nothing and is not an error.  Results are the same either way.  Between
+ * forwards only (the engine calls it once, after its memory plan:
+ * memory_plan.h, spare). */
+int splash_model_use_spare(splash_model *m, size_t bytes, size_t *used, splash_error *err);
 
 /* Waits until the model's queued device work has run (a commit returns
  * before its work on the GPU is done; the next forward waits for it anyway):

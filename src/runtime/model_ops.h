@@ -26,6 +26,7 @@ typedef struct splash_model_ops {
     void *(*device_stream)(void *impl);      /* NULL: none (splash_model_device_stream) */
     int (*finish)(void *impl);               /* NULL: nothing queued, ever (splash_model_finish) */
     const void *(*device_weight)(void *impl, const void *data); /* NULL: none (splash_model_device_weight) */
+    int (*use_spare)(void *impl, size_t bytes, size_t *used, splash_error *err); /* NULL: none */
 } splash_model_ops;
 
 #endif

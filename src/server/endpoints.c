@@ -87,7 +87,7 @@ void srv_status(const srv_request *q, srv_reply *r) {
               ",\"pool\":{\"pages_total\":%d,\"pages_free\":%d,\"page_tokens\":%d,\"slots_total\":%d,\"slots_free\":%d}"
               ",\"queue\":{\"active\":%d,\"queued\":%d,\"max_lanes\":%d,\"max_queued\":%d}"
               ",\"plan\":{\"budget_bytes\":%zu,\"fixed_bytes\":%zu,\"scratch_bytes\":%zu,\"kv_bytes\":%zu"
-              ",\"snapshot_bytes\":%zu,\"max_snapshots\":%d}"
+              ",\"snapshot_bytes\":%zu,\"max_snapshots\":%d,\"spare_bytes\":%zu}"
               ",\"cache\":{\"prefix_cache\":true,\"pages_cached\":%d,\"pages_pinned\":%d,\"lookups\":%llu"
               ",\"hits\":%llu,\"cached_tokens\":%llu,\"prefill_tokens\":%llu,\"pages_evicted\":%llu"
               ",\"snapshots_held\":%d,\"snapshot_bytes\":%zu,\"snapshots_taken\":%llu,\"snapshots_evicted\":%llu"
@@ -97,7 +97,7 @@ void srv_status(const srv_request *q, srv_reply *r) {
               splash_engine_max_context(s->engine), splash_now() - s->started, st.weight_bytes, st.pool_bytes,
               st.pages_total, st.pages_free, st.page_tokens, st.slots_total, st.slots_free, st.active, st.queued,
               st.max_lanes, st.max_queue, st.plan_budget, st.plan_fixed, st.plan_scratch, st.plan_kv_bytes,
-              st.plan_snapshot_bytes, st.plan_max_snapshots, st.pages_cached, st.pages_pinned,
+              st.plan_snapshot_bytes, st.plan_max_snapshots, st.plan_spare_bytes, st.pages_cached, st.pages_pinned,
               (unsigned long long)st.cache_lookups, (unsigned long long)st.cache_hits,
               (unsigned long long)st.cached_tokens, (unsigned long long)st.prefill_tokens,
               (unsigned long long)st.pages_evicted, st.snapshots_held, st.snapshot_bytes,

@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 extern "C" {
@@ -102,6 +103,13 @@ cudaError_t cudaGetDeviceCount(int *n) {
     return cudaSuccess;
 }
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+/* The "device" is host memory: what the host has free. */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    const long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES), all = sysconf(_SC_PHYS_PAGES);
+    *free_bytes = avail > 0 && page > 0 ? (size_t)avail * (size_t)page : 0;
+    *total_bytes = all > 0 && page > 0 ? (size_t)all * (size_t)page : 0;
+    return cudaSuccess;
+}
 /* Graphs: the emulated ops run as they are called, so nothing can be
  * captured; a capture fails and the model takes its eager path (what it does
  * on a GPU when a capture fails).  The rest is never reached. */
@@ -229,7 +237,7 @@ extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *mem, int cap_cols
     xp->x8 = (int8_t *)mem, xp->cap_cols = cap_cols;
     return 0;
 }
-static int g_early_loads; /* splash_q4_early_loads: where loads go changes nothing on the host */
+static int g_early_loads = 1; /* splash_q4_early_loads (on, as on the device): where loads go changes nothing on the host */
 extern "C" int splash_q4_early_loads(void) { return g_early_loads; }
 extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; }
 extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx, struct CUstream_st *) {
@@ -566,7 +574,7 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
 /* ---- Gated DeltaNet ------------------------------------------------------------------------ */
 
 extern "C" int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_cuda_gdn_lane *lanes, int n_lanes,
-                                    int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy,
+                                    int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy, int,
                                     struct CUstream_st *) {
     for (int i = 0; i < n_lanes; i++) {
         const splash_cuda_gdn_lane *l = &lanes[i];

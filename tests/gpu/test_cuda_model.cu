@@ -355,6 +355,34 @@ static void case_tensor(Fixture *f, Side *s, const char *how, float *lc, float *
     report_exact(f->tag, what, !memcmp(lc, lg, sizeof(float) * 70 * f->V));
 }
 
+/* The cuBLASLt side with its GEMM's fp16 weights resident
+ * (splash_model_use_spare): a prefill's logits the same to the bit as with
+ * every matrix expanded before its product, with all copies made, with what
+ * half their bytes hold (the rest expanded), and after releasing them. */
+static void case_f16_copies(Fixture *f, float *lc, float *lg) {
+    Side *s = &f->bl;
+    const size_t want = s->nd->spare_bytes;
+    if (!want) {
+        printf("NOTE %s: no fp16 copies to check (no q4 matrix on cuBLASLt)\n", f->tag);
+        return;
+    }
+    reset(f, 0);
+    run1(f, s, 0, 0, f->T, SPLASH_LANE_PREFILL, lc);
+    const size_t grant[3] = {want, want / 2, 0};
+    const char *name[3] = {"all", "half", "none"};
+    for (int i = 0; i < 3; i++) {
+        splash_error err = {0, {0}};
+        size_t used = 1;
+        if (splash_model_use_spare(s->m, grant[i], &used, &err)) die("use_spare", &err);
+        reset(f, 0);
+        run1(f, s, 0, 0, f->T, SPLASH_LANE_PREFILL, lg);
+        const int took = i == 0 ? used == want : i == 1 ? used > 0 && used <= want / 2 : used == 0;
+        char what[64];
+        snprintf(what, sizeof what, "cuBLASLt: fp16 copies %s = expanded", name[i]);
+        report_exact(f->tag, what, took && !memcmp(lc, lg, sizeof(float) * (size_t)f->T * (size_t)f->V));
+    }
+}
+
 /* Prefill P on both sides (reported), then VERIFY blocks of `block` rows,
  * accepting 1..block rows by a fixed pattern (all of them when all = 1). */
 static void case_blocks(Fixture *f, int P, int block, int all, const char *what, float *lc, float *lg) {
@@ -589,6 +617,7 @@ int main(int argc, char **argv) {
         case_prefill(f, lc, lg);
         case_tensor(f, &f->tc, "tensor cores", lc, lg);
         case_tensor(f, &f->bl, "cuBLASLt", lc, lg);
+        case_f16_copies(f, lc, lg);
         case_blocks(f, 130, 1, 1, "decode 1 x 70 (verify+commit)", lc, lg);
         case_blocks(f, 130, 7, 0, "verify 7, accept 1..7", lc, lg);
         case_lanes(f, lc, lg);

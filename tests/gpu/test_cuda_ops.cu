@@ -690,7 +690,7 @@ static void test_gdn_conv(const Shape *s, const GdnLaneSpec *ls, int nl) {
     splash_cuda_gdn_lane *dl = (splash_cuda_gdn_lane *)dmalloc(nl * sizeof *gl);
     up(dl, gl, nl * sizeof *gl);
     poison(dy, N * 4);
-    int rc = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, NULL);
+    int rc = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, 0, NULL);
     down(got, dy, N * 4);
     down(gst, dst, NS * 4);
     double err = rc ? INFINITY : max2(rel_err(got, ref, N), rel_err(gst, rst, NS));
@@ -699,8 +699,24 @@ static void test_gdn_conv(const Shape *s, const GdnLaneSpec *ls, int nl) {
     for (int i = 0; i < nl && o < (int)sizeof sh; i++)
         o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d%s", i ? "," : " ", ls[i].n_rows,
                       ls[i].update == 1 ? "" : ls[i].update ? "v-" : "v");
-    double us = time_us([&](int) { return splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, NULL); });
+    /* early (lanes, taps and states read before the programmatic wait; below 8 rows a
+     * lane its own kernel) = plain, outputs and states to the bit */
+    {
+        float *got2 = (float *)malloc(N * 4), *gst2 = (float *)malloc(NS * 4);
+        up(dst, st, NS * 4);
+        poison(dy, N * 4);
+        int rc2 = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, 1, NULL);
+        down(got2, dy, N * 4);
+        down(gst2, dst, NS * 4);
+        report("gdn_conv early = plain (exact)", sh,
+               rc2 || memcmp(got2, got, N * 4) || memcmp(gst2, gst, NS * 4) ? INFINITY : 0.0, 0, -1, 0);
+        free(got2), free(gst2);
+    }
+    double us = time_us([&](int) { return splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, 0, NULL); });
     report("gdn_conv (+state)", sh, err, 2e-6, us, 2.0 * N * 4 + 2.0 * NS * 4 + (double)K * C * 4);
+    double us_early =
+        time_us([&](int) { return splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, dy, C, 1, NULL); });
+    report("gdn_conv early (+state)", sh, err, 2e-6, us_early, 2.0 * N * 4 + 2.0 * NS * 4 + (double)K * C * 4);
 
     /* y = NULL: the state update alone (commit), every lane advancing */
     up(dst, st, NS * 4);
@@ -712,7 +728,7 @@ static void test_gdn_conv(const Shape *s, const GdnLaneSpec *ls, int nl) {
         row += ls[i].n_rows;
     }
     up(dl, gl, nl * sizeof *gl);
-    rc = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, NULL, 0, NULL);
+    rc = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, NULL, 0, 0, NULL);
     down(gst, dst, NS * 4);
     err = rc ? INFINITY : (memcmp(gst, rst, NS * 4) ? INFINITY : 0.0);
     report("gdn_conv_advance (exact)", sh, err, 0, -1, 0);

@@ -207,6 +207,36 @@ static void test_memory_plan(void **st) {
     assert_true(p.deficit > 0);
 }
 
+/* The model's spare wish gets only what the KV cap leaves: nothing when the
+ * pages take the whole pool, the wish or the rest (whichever is less) when
+ * the cap bounds them; the pages and snapshots do not change with it. */
+static void test_memory_plan_spare(void **st) {
+    (void)st;
+    const size_t MiB = 1u << 20;
+    splash_memory_plan_input in = {.available = 8192 * MiB, .weight_bytes = 4096 * MiB, .scratch_bytes = 256 * MiB,
+                                   .page_bytes = 2 * MiB, .state_bytes = 64 * MiB, .page_tokens = 32, .lanes = 4,
+                                   .model_context = 262144, .spare_want = 1024 * MiB};
+    splash_memory_plan p, q;
+    assert_int_equal(splash_memory_plan_make(&in, &p), 0); /* no cap: every byte to pages */
+    assert_int_equal(p.spare, 0);
+    in.pool_cap = 1000 * MiB;
+    assert_int_equal(splash_memory_plan_make(&in, &p), 0);
+    const size_t left = p.pool - p.slot_bytes - p.snapshot_bytes - p.kv_bytes;
+    assert_int_equal(p.kv_bytes, 1000 * MiB);
+    assert_true(left > 1024 * MiB);
+    assert_int_equal(p.spare, 1024 * MiB); /* the wish, all of it */
+    in.spare_want = (size_t)64 << 30;
+    assert_int_equal(splash_memory_plan_make(&in, &q), 0);
+    assert_int_equal(q.spare, left); /* the rest, no more */
+    assert_int_equal(q.kv_bytes, p.kv_bytes);
+    assert_int_equal(q.snapshot_bytes, p.snapshot_bytes);
+    strbuf b;
+    sb_init(&b);
+    splash_memory_plan_print(&q, &b);
+    assert_non_null(strstr(b.data, "spare (model)"));
+    sb_free(&b);
+}
+
 /* ---- on the fixtures ------------------------------------------------------------ */
 
 typedef struct fx {
@@ -409,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_tree_match_and_lru),
         cmocka_unit_test(test_churn_no_leak),
         cmocka_unit_test(test_memory_plan),
+        cmocka_unit_test(test_memory_plan_spare),
         cmocka_unit_test(test_batch_invariance_dense),
         cmocka_unit_test(test_batch_invariance_moe),
         cmocka_unit_test(test_restore_dense),

@@ -121,8 +121,65 @@ __device__ __forceinline__ void conv_rows_window(const ConvArgs &a, const float 
     }
 }
 
-template <bool kWindow>
+/* The early form (splash_cuda_gdn_conv's `early`) of a launch of fewer than
+ * kConvWindowRows rows a lane (one chunk): the lane, the taps and the state's
+ * K - 1 rows are read between launch_dependents and the wait, so their loads
+ * overlap the product still running, then the rows as conv_rows_direct (the
+ * same operations on the same values: the same bits) and the state update.
+ * Rows and taps unrolled so the state stays in registers. */
+__device__ __forceinline__ void conv_early(const ConvArgs &a, int c) {
+    const splash_cuda_gdn_lane ln = a.lanes[blockIdx.y];
+    const int K = a.K, keep = K - 1, C = a.C;
+    float w[SPLASH_CUDA_GDN_MAX_K], st[SPLASH_CUDA_GDN_MAX_K - 1];
+#pragma unroll
+    for (int k = 0; k < SPLASH_CUDA_GDN_MAX_K; k++) w[k] = k < K ? a.wT[(size_t)k * C + c] : 0.f;
+#pragma unroll
+    for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++) st[s] = s < keep ? ln.conv_state[(size_t)s * C + c] : 0.f;
+    pdl_wait();
+    const float *x = a.x + (size_t)ln.first_row * a.ldx + c;
+    const int n = ln.n_rows;
+    /* input row j of the lane (j < 0: state slot keep + j) */
+    auto in = [&](int j) {
+        if (j >= 0) return x[(size_t)j * a.ldx];
+        float v = 0.f;
+#pragma unroll
+        for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++)
+            if (s == keep + j) v = st[s];
+        return v;
+    };
+    if (a.y) {
+        float *y = a.y + (size_t)ln.first_row * a.ldy + c;
+#pragma unroll
+        for (int t = 0; t < kConvWindowRows - 1; t++) {
+            if (t >= n) break;
+            float acc = 0.f;
+#pragma unroll
+            for (int k = 0; k < SPLASH_CUDA_GDN_MAX_K; k++)
+                if (k < K) {
+                    const float src = in(t - keep + k);
+                    acc = k ? fmaf(w[k], src, acc) : __fmul_rn(w[k], src);
+                }
+            y[(size_t)t * a.ldy] = siluf_(acc);
+        }
+    }
+    if (ln.update_conv && n > 0) {
+        float nv[SPLASH_CUDA_GDN_MAX_K - 1];
+#pragma unroll
+        for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++) nv[s] = s < keep ? in(n - keep + s) : 0.f;
+#pragma unroll
+        for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++)
+            if (s < keep) ln.conv_state[(size_t)s * C + c] = nv[s];
+    }
+}
+
+template <bool kWindow, bool kEarly>
 __global__ void gdn_conv_kernel(const ConvArgs a) {
+    if constexpr (kEarly) {
+        pdl_launch_dependents();
+        const int c = blockIdx.x * kConvThreads + threadIdx.x;
+        if (c < a.C) conv_early(a, c);
+        return;
+    }
     pdl_begin();
     const int c = blockIdx.x * kConvThreads + threadIdx.x;
     if (c >= a.C) return;
@@ -355,7 +412,7 @@ int launch_rec(const RecArgs &ra, cudaStream_t s) {
 } /* namespace */
 
 extern "C" int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_cuda_gdn_lane *lanes, int n_lanes,
-                                    int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy,
+                                    int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy, int early,
                                     struct CUstream_st *stream) {
     if (!wT || !lanes || !x || C < 1 || K < 1 || K > SPLASH_CUDA_GDN_MAX_K || n_lanes < 0 || n_lanes > 65535 ||
         max_lane_rows < 0)
@@ -367,9 +424,11 @@ extern "C" int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_
     KernelLaunch c(dim3((unsigned)((C + kConvThreads - 1) / kConvThreads), (unsigned)n_lanes, (unsigned)chunks),
                    dim3(kConvThreads, 1, 1), 0, (cudaStream_t)stream, 1, pdl_for("gdn_conv"));
     if (max_lane_rows >= kConvWindowRows)
-        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<true>, a));
+        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<true, false>, a));
+    else if (early)
+        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<false, true>, a));
     else
-        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<false>, a));
+        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<false, false>, a));
     return SPLASH_OK;
 }
 

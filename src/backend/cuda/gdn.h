@@ -68,9 +68,13 @@ typedef struct splash_cuda_gdn_lane {
 /* y[r][c] = silu(sum_k wT[k][c] * in(t - K + 1 + k)[c]) for every lane row
  * (y NULL: no output, the state update only).  wT: the conv weight
  * transposed to [K][C], as the CPU keeps it.  max_lane_rows >= every lane's
- * n_rows.  y must not alias x. */
+ * n_rows.  y must not alias x.  early = 1: the caller's word that no kernel
+ * still running may write the lanes, wT or the conv states (the launch
+ * before is a q4 product, which waits for all before it: q4_matmul.h,
+ * splash_q4_early_loads), so a launch of fewer than 8 rows a lane reads
+ * them before its programmatic wait; the same results either way. */
 int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_cuda_gdn_lane *lanes, int n_lanes,
-                         int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy,
+                         int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy, int early,
                          struct CUstream_st *stream);
 
 /* g[r][h] = neg_a[h] * softplus(a[r][h] + dt_bias[h]); beta[r][h] = sigmoid(b[r][h]). */

@@ -1376,14 +1376,14 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
     return picked(w, xp, y, 1, stream);
 }
 
-/* 0 until set; SPLASH_CUDA_EARLY=1 in the environment sets it at the first
- * read (an A/B switch: docs/cuda.md, "Session 26"). */
+/* On unless set off; SPLASH_CUDA_EARLY=0 in the environment turns it off at
+ * the first read (an A/B switch: docs/cuda.md, "Session 27"). */
 static int g_early_loads = -1; /* benign race: every thread computes the same value */
 
 extern "C" int splash_q4_early_loads(void) {
     if (g_early_loads < 0) {
         const char *e = getenv("SPLASH_CUDA_EARLY");
-        g_early_loads = e && atoi(e) == 1;
+        g_early_loads = !(e && atoi(e) == 0);
     }
     return g_early_loads;
 }

@@ -190,8 +190,8 @@ int splash_q4_plan_group(void);
  * kernels before: the RMS preparation's norm factors here (w, which no
  * kernel may then write: the model's stored factors), the GDN
  * recurrence's state and weights where the model knows the chain allows it
- * (splash_cuda_gdn_args.early).  Off unless SPLASH_CUDA_EARLY=1 (read at the
- * first call) or set: an A/B switch, the same results either way. */
+ * (splash_cuda_gdn_args.early).  On unless SPLASH_CUDA_EARLY=0 (read at the
+ * first call) or set off: an A/B switch, the same results either way. */
 int splash_q4_early_loads(void);
 void splash_q4_set_early_loads(int on);
 int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts, int32_t *plan, struct CUstream_st *stream);

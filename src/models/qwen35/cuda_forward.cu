@@ -111,9 +111,10 @@ static int q4_gemm_rows(qc_model *m, const float *x, size_t ldx, int r0, int r1,
             rc = splash_q4_gemm(&w->q4, &m->gx, y, p[j].add, m->stream);
             continue;
         }
-        rc = splash_q4_expand_f16(&w->q4, m->wexp, m->stream);
+        const uint16_t *w16 = w->w16 ? w->w16 : m->wexp; /* resident (splash_model_use_spare), or expanded now */
+        rc = w->w16 ? 0 : splash_q4_expand_f16(&w->q4, m->wexp, m->stream);
         if (!rc)
-            rc = splash_cuda_blas_gemm(m->blas, m->wexp, w->rows, w->cols, m->gx.hi, R, m->gx.alpha,
+            rc = splash_cuda_blas_gemm(m->blas, w16, w->rows, w->cols, m->gx.hi, R, m->gx.alpha,
                                        m->gx.alpha + (p[j].add ? 2 : 1), y, m->blas_ws, m->stream);
     }
     return rc;

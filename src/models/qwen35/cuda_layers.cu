@@ -127,10 +127,19 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
         QC_TRY(f, splash_cuda_scatter_rows(gb, ldab, map, R, save + C + Hv, m->vsave_row, (int)Hv, m->stream));
     }
 
+    /* The states and weights read before the conv's and the recurrence's
+     * programmatic waits (splash_q4_early_loads): only when the last launch
+     * before the conv without the attribute is a q4 product (it starts after
+     * every earlier kernel, every writer of these states among them, has
+     * completed; the verify's scatters after it write none of them), i.e. no
+     * bulk prefill rows on the GEMM and q4 inputs. */
+    const int q4_in = L->gdn_in.rows ? L->gdn_in.is_q4
+                                     : L->in_qkv.is_q4 && L->in_z.is_q4 && L->in_b.is_q4 && L->in_a.is_q4;
+    const int early = splash_q4_early_loads() && q4_in && !f->n_bulk;
     const splash_cuda_gdn_lane *lanes =
         (const splash_cuda_gdn_lane *)(m->desc_dev + m->plan.glanes) + (size_t)gi * m->max_lanes;
     QC_TRY(f, splash_cuda_gdn_conv(L->conv_t, (int)C, d->conv_kernel, lanes, f->b->n_lanes, f->max_lane_rows, qkv,
-                                   ldqkv, mixed, C, m->stream));
+                                   ldqkv, mixed, C, early, m->stream));
     splash_cuda_gdn_args a;
     memset(&a, 0, sizeof a);
     a.hk = d->hk, a.hv = d->hv, a.dk = d->dk, a.dv = d->dv;
@@ -139,14 +148,7 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
     a.z = z, a.ldz = ldz, a.norm_w = L->gnorm, a.y = y, a.ldy = VD;
     a.eps = d->rms_eps;
-    /* The states and weights read before the recurrence's programmatic wait
-     * (splash_q4_early_loads): only when the last launch before the conv is a
-     * q4 product of 16 rows (launched without the attribute: every earlier
-     * kernel, every writer of these states among them, has completed before
-     * it starts), i.e. no bulk prefill rows on the GEMM and q4 inputs. */
-    const int q4_in = L->gdn_in.rows ? L->gdn_in.is_q4
-                                     : L->in_qkv.is_q4 && L->in_z.is_q4 && L->in_b.is_q4 && L->in_a.is_q4;
-    a.early = splash_q4_early_loads() && q4_in && !f->n_bulk;
+    a.early = early;
     if (f->n_rec) {
         a.lanes = lanes, a.n_lanes = f->n_rec;
         QC_TRY(f, splash_cuda_gdn_recurrent(&a, m->stream));

@@ -39,20 +39,115 @@ static void *carve(bump *b, size_t bytes) {
 }
 #define CARVE_F(b, n) ((float *)carve(b, (size_t)(n) * sizeof(float)))
 
+/* A layer's matrices that a product may name (a stack's parts are empty,
+ * rows 0, when the stack is used). */
+enum { LAYER_MATS = 21 };
+static void layer_matrices(qc_layer *L, qc_matrix **mats) {
+    qc_matrix *all[LAYER_MATS] = {&L->q_proj, &L->k_proj, &L->v_proj, &L->o_proj, &L->in_qkv, &L->in_z,
+                                  &L->in_b, &L->in_a, &L->out_proj, &L->gate, &L->up, &L->down,
+                                  &L->router, &L->shared_gate, &L->shared_up, &L->shared_down,
+                                  &L->shared_expert_gate, &L->attn_in, &L->gdn_in, &L->ffn_in, &L->gates_in};
+    memcpy(mats, all, sizeof all);
+}
+
 /* The most weights of a q4 matrix cuBLASLt may take (qc_blas_shape): the
  * size of its fp16 expansion; 0: none. */
-static size_t gemm_weights_max(const qc_model *m) {
+static size_t gemm_weights_max(qc_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->d.n_layers; i++) {
-        const qc_layer *L = &m->w.layers[i];
-        const qc_matrix *mats[] = {&L->q_proj, &L->k_proj, &L->v_proj, &L->o_proj, &L->in_qkv, &L->in_z,
-                                   &L->in_b, &L->in_a, &L->out_proj, &L->gate, &L->up, &L->down,
-                                   &L->router, &L->shared_gate, &L->shared_up, &L->shared_down,
-                                   &L->shared_expert_gate, &L->attn_in, &L->gdn_in, &L->ffn_in, &L->gates_in};
-        for (size_t j = 0; j < sizeof mats / sizeof *mats; j++)
+        qc_matrix *mats[LAYER_MATS];
+        layer_matrices(&m->w.layers[i], mats);
+        for (int j = 0; j < LAYER_MATS; j++)
             if (qc_blas_shape(m, mats[j])) n = maxz(n, (size_t)mats[j]->rows * (size_t)mats[j]->cols);
     }
     return n;
+}
+
+/* ---- the GEMM's weights kept in fp16 (model.h, splash_model_use_spare) ---------- */
+
+/* Bytes of a matrix's resident fp16 expansion; 0 for one cuBLASLt never takes. */
+static size_t f16_copy_bytes(const qc_model *m, const qc_matrix *w) {
+    return m->wexp && qc_blas_shape(m, w) ? align256((size_t)w->rows * (size_t)w->cols * sizeof(uint16_t)) : 0;
+}
+
+static size_t f16_copies_want(qc_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->d.n_layers; i++) {
+        qc_matrix *mats[LAYER_MATS];
+        layer_matrices(&m->w.layers[i], mats);
+        for (int j = 0; j < LAYER_MATS; j++) n += f16_copy_bytes(m, mats[j]);
+    }
+    return n;
+}
+
+static void drop_f16_copies(qc_model *m) {
+    for (int i = 0; i < m->d.n_layers; i++) {
+        qc_matrix *mats[LAYER_MATS];
+        layer_matrices(&m->w.layers[i], mats);
+        for (int j = 0; j < LAYER_MATS; j++) mats[j]->w16 = nullptr;
+    }
+    if (m->f16_copies) cudaFree(m->f16_copies);
+    m->f16_copies = nullptr;
+}
+
+/* cuBLASLt's matrices, layer by layer (one that no longer fits skipped),
+ * each expanded once here instead of before every bulk product: in 4 layers
+ * of a 27B 4K forward the expansions cost 1.64 of 29.3 ms (session 23's
+ * trace).  The same kernel writes the same fp16 values, so the products give
+ * the same results.  Within `bytes` and what the device has free less a
+ * margin; a refused allocation takes nothing.  SPLASH_CUDA_F16_COPIES=0
+ * takes nothing (an A/B switch). */
+static int c_use_spare(void *impl, size_t bytes, size_t *used, splash_error *err) {
+    qc_model *m = (qc_model *)impl;
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    *used = 0;
+    cudaError_t e = cudaStreamSynchronize(s); /* no forward may still read the copies dropped here */
+    if (e != cudaSuccess) return splash_fail(err, SPLASH_E_IO, "fp16 copies: %s", cudaGetErrorString(e));
+    drop_f16_copies(m);
+    const char *v = getenv("SPLASH_CUDA_F16_COPIES");
+    if (!bytes || !m->wexp || (v && !strcmp(v, "0"))) return 0;
+    size_t free_b = 0, total_b = 0;
+    const size_t margin = (size_t)512 << 20;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    const size_t room = free_b > margin ? free_b - margin : 0;
+    if (bytes > room) bytes = room;
+    size_t take = 0;
+    for (int pass = 0; pass < 2; pass++) { /* sizes, then places and expansions */
+        uint8_t *base = (uint8_t *)m->f16_copies;
+        size_t off = 0;
+        for (int i = 0; i < m->d.n_layers; i++) {
+            qc_matrix *mats[LAYER_MATS];
+            layer_matrices(&m->w.layers[i], mats);
+            for (int j = 0; j < LAYER_MATS; j++) {
+                const size_t n = f16_copy_bytes(m, mats[j]);
+                if (!n || off + n > (pass ? take : bytes)) continue;
+                if (pass) {
+                    const int rc = splash_q4_expand_f16(&mats[j]->q4, (uint16_t *)(base + off), m->stream);
+                    if (rc) {
+                        drop_f16_copies(m);
+                        return splash_fail(err, rc, "fp16 copy of a %d x %d matrix", mats[j]->rows, mats[j]->cols);
+                    }
+                    mats[j]->w16 = (const uint16_t *)(base + off);
+                }
+                off += n;
+            }
+        }
+        if (!pass) {
+            if (!off || cudaMalloc(&m->f16_copies, off) != cudaSuccess) {
+                (void)cudaGetLastError();
+                m->f16_copies = nullptr;
+                return 0;
+            }
+            take = off;
+        }
+    }
+    if ((e = cudaStreamSynchronize(s)) != cudaSuccess) {
+        drop_f16_copies(m);
+        return splash_fail(err, SPLASH_E_IO, "fp16 copies: %s", cudaGetErrorString(e));
+    }
+    qc_graphs_clear(&m->graphs); /* a captured forward would still expand into wexp: correct, but slower */
+    *used = take;
+    return 0;
 }
 
 static void plan_scratch(qc_model *m, bump *b) {
@@ -179,6 +274,7 @@ static void c_free(void *impl) {
     if (!m) return;
     if (m->stream) cudaStreamSynchronize((cudaStream_t)m->stream);
     free_attach(m);
+    drop_f16_copies(m);
     if (m->scratch) cudaFree(m->scratch);
     if (m->commit_host) cudaFreeHost(m->commit_host);
     splash_cuda_moe_scratch_free(&m->moe);
@@ -322,6 +418,7 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
     if (m->needs.max_top > SPLASH_MAX_TOP) m->needs.max_top = SPLASH_MAX_TOP;
     m->needs.hidden = d->hidden;
     m->needs.max_positions = d->max_positions;
+    m->needs.spare_bytes = f16_copies_want(m);
     *impl = m;
     return 0;
 fail:
@@ -477,7 +574,7 @@ static int replay_kernels(void *ctx) {
         float *conv = m->commit_conv + (size_t)b * QWEN35_MAX_VERIFY_ROWS * C;
         const float *save = m->vsave + ((size_t)gi * m->verify_cap + (size_t)r->first) * m->vsave_row;
         int rc = splash_cuda_gdn_conv(L->conv_t, C, d->conv_kernel, m->commit_dev + gi, 1, r->n, save, m->vsave_row,
-                                      conv, (size_t)C, bs);
+                                      conv, (size_t)C, 0, bs);
         if (rc) return rc;
         splash_cuda_gdn_args a;
         memset(&a, 0, sizeof a);
@@ -593,5 +690,5 @@ static const void *c_device_weight(void *impl, const void *data) {
 
 extern "C" const splash_model_ops qwen35_cuda_ops = {
     c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_snapshot, c_restore,
-    c_device_taps, c_device_stream, c_finish, c_device_weight,
+    c_device_taps, c_device_stream, c_finish, c_device_weight, c_use_spare,
 };

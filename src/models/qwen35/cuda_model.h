@@ -74,6 +74,8 @@ typedef struct qc_matrix {
     int part_row[4];               /* a stack's parts: the first row of each (cuda_weights.cu) */
     splash_q4_matrix q4;
     splash_cuda_dense_matrix dense;
+    const uint16_t *w16;           /* q4 kept expanded to fp16 for cuBLASLt (splash_model_use_spare: inside
+                                      qc_model.f16_copies), or NULL: expanded into wexp before each product */
 } qc_matrix;
 
 /* One layer; every pointer is device memory inside qc_weights.dev. */
@@ -287,6 +289,7 @@ typedef struct qc_model {
                                       max_rows < QWEN35_CHUNKED_MIN_ROWS) */
     splash_cuda_blas *blas;        /* cuBLASLt (blas.h) when it loaded and the GEMM is on, else NULL */
     uint16_t *wexp;                /* [the largest GEMM matrix] fp16: a q4 matrix expanded for blas (NULL: none) */
+    void *f16_copies;              /* the matrices' resident fp16 expansions (qc_matrix.w16), or NULL */
     void *blas_ws;                 /* SPLASH_CUDA_BLAS_WORKSPACE bytes */
     int blas_min_rows;             /* QC_BLAS_MIN_ROWS, or SPLASH_CUDA_BLAS_MIN_ROWS (tests) */
     size_t blas_min_weights;       /* QC_BLAS_MIN_WEIGHTS, or SPLASH_CUDA_BLAS_MIN_WEIGHTS (tests) */
