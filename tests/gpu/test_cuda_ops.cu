@@ -699,7 +699,7 @@ static void test_gdn_conv(const Shape *s, const GdnLaneSpec *ls, int nl) {
     for (int i = 0; i < nl && o < (int)sizeof sh; i++)
         o += snprintf(sh + o, sizeof sh - (size_t)o, "%s%d%s", i ? "," : " ", ls[i].n_rows,
                       ls[i].update == 1 ? "" : ls[i].update ? "v-" : "v");
-    /* early (lanes, taps and states read before the programmatic wait; below 8 rows a
+    /* early (lanes, taps and states read before the programmatic wait; up to 16 rows a
      * lane its own kernel) = plain, outputs and states to the bit */
     {
         float *got2 = (float *)malloc(N * 4), *gst2 = (float *)malloc(NS * 4);
@@ -1964,12 +1964,14 @@ static void test_errors(void) {
 /* Every GDN op at every shape. */
 static void test_gdn(void) {
     const GdnLaneSpec lanes[4] = {{1, 1}, {16, 0}, {2, 1}, {100, 1}};
+    const GdnLaneSpec few[4] = {{1, 1}, {16, 0}, {2, 1}, {5, 1}}; /* <= 16 rows a lane: the early conv's launches */
     const GdnLaneSpec rec[4] = {{1, 1}, {16, 0}, {40, 1}, {8, 2}};
     const int chunk_rows[3] = {200, 64, 5}, chunk_rows_big[2] = {130, 1};
     for (int i = 0; i < n_shapes(); i++) {
         const Shape *sh = shape_at(i);
         const int big = sh->hidden > 1024;
         test_gdn_conv(sh, lanes, 4);
+        test_gdn_conv(sh, few, 4);
         test_gdn_gates(sh, 16);
         test_gdn_recurrent(sh, rec, 4);
         test_gdn_chunked(sh, big ? chunk_rows_big : chunk_rows, big ? 2 : 3, big ? 1024 : 256);

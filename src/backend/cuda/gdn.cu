@@ -4,7 +4,10 @@
  * oldest first (first tap a product, then fmaf), as gdn_conv.c, then SiLU.
  * Launches of 8 or more rows a lane keep the taps and the last K - 1 inputs in
  * registers and load 8 rows' inputs at once; fewer rows (decode) load them
- * where they are used, which measured faster there.
+ * where they are used, which measured faster there.  A launch whose caller
+ * allows early loads (decode and verify behind a q4 product) of at most 16
+ * rows a lane takes conv_early instead: taps and state read before the
+ * programmatic wait, every row's input at once after it.
  * Only rows < K-1 read the conv state and they are all in chunk 0, whose
  * block also writes the new state after its own reads: no block reads state
  * that another writes.
@@ -47,6 +50,8 @@ constexpr int kConvThreads = 128;
 constexpr int kConvChunk = 64; /* rows per conv block; >= K - 1 */
 constexpr int kConvAhead = 8;  /* rows whose inputs a conv thread loads before using them */
 constexpr int kConvWindowRows = 8; /* launches with this many rows a lane or more take the window */
+constexpr int kConvEarlyRows = 16; /* early launches (conv_early) of at most this many rows a lane */
+constexpr int kConvEarlyK = 4;     /* and this K (the models') */
 constexpr int kSlices = 4;     /* threads per state column */
 constexpr int kRecRows = 16;   /* rows a recurrence block prepares at once */
 constexpr int kRecCols = 32;   /* state columns a recurrence block owns */
@@ -121,54 +126,55 @@ __device__ __forceinline__ void conv_rows_window(const ConvArgs &a, const float 
     }
 }
 
-/* The early form (splash_cuda_gdn_conv's `early`) of a launch of fewer than
- * kConvWindowRows rows a lane (one chunk): the lane, the taps and the state's
- * K - 1 rows are read between launch_dependents and the wait, so their loads
- * overlap the product still running, then the rows as conv_rows_direct (the
- * same operations on the same values: the same bits) and the state update.
- * Rows and taps unrolled so the state stays in registers. */
+/* The early form (splash_cuda_gdn_conv's `early`) of a launch of at most
+ * kConvEarlyRows rows a lane (one chunk), for the models' K = 4: the lane,
+ * the taps and the state's K - 1 rows are read between launch_dependents and
+ * the wait, so their loads overlap the kernels still running; after the wait
+ * every row's input at once, then the rows as conv_rows_direct (the same
+ * operations on the same values: the same bits) and the state update.  K a
+ * constant and the rows unrolled, so taps, state and inputs stay in
+ * registers. */
+template <int K>
 __device__ __forceinline__ void conv_early(const ConvArgs &a, int c) {
+    constexpr int keep = K - 1;
     const splash_cuda_gdn_lane ln = a.lanes[blockIdx.y];
-    const int K = a.K, keep = K - 1, C = a.C;
-    float w[SPLASH_CUDA_GDN_MAX_K], st[SPLASH_CUDA_GDN_MAX_K - 1];
+    const int C = a.C;
+    float w[K], st[keep];
 #pragma unroll
-    for (int k = 0; k < SPLASH_CUDA_GDN_MAX_K; k++) w[k] = k < K ? a.wT[(size_t)k * C + c] : 0.f;
+    for (int k = 0; k < K; k++) w[k] = a.wT[(size_t)k * C + c];
 #pragma unroll
-    for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++) st[s] = s < keep ? ln.conv_state[(size_t)s * C + c] : 0.f;
+    for (int s = 0; s < keep; s++) st[s] = ln.conv_state[(size_t)s * C + c];
     pdl_wait();
     const float *x = a.x + (size_t)ln.first_row * a.ldx + c;
     const int n = ln.n_rows;
-    /* input row j of the lane (j < 0: state slot keep + j) */
-    auto in = [&](int j) {
-        if (j >= 0) return x[(size_t)j * a.ldx];
-        float v = 0.f;
+    float xv[kConvEarlyRows];
 #pragma unroll
-        for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++)
-            if (s == keep + j) v = st[s];
-        return v;
-    };
+    for (int t = 0; t < kConvEarlyRows; t++) xv[t] = t < n ? x[(size_t)t * a.ldx] : 0.f;
     if (a.y) {
         float *y = a.y + (size_t)ln.first_row * a.ldy + c;
 #pragma unroll
-        for (int t = 0; t < kConvWindowRows - 1; t++) {
+        for (int t = 0; t < kConvEarlyRows; t++) {
             if (t >= n) break;
             float acc = 0.f;
 #pragma unroll
-            for (int k = 0; k < SPLASH_CUDA_GDN_MAX_K; k++)
-                if (k < K) {
-                    const float src = in(t - keep + k);
-                    acc = k ? fmaf(w[k], src, acc) : __fmul_rn(w[k], src);
-                }
+            for (int k = 0; k < K; k++) { /* oldest tap first, input t - keep + k (< 0: state) */
+                const float src = t - keep + k < 0 ? st[t + k] : xv[t - keep + k];
+                acc = k ? fmaf(w[k], src, acc) : __fmul_rn(w[k], src);
+            }
             y[(size_t)t * a.ldy] = siluf_(acc);
         }
     }
     if (ln.update_conv && n > 0) {
-        float nv[SPLASH_CUDA_GDN_MAX_K - 1];
+        /* slot s takes input n - keep + s (< 0: the state's slot n + s), read again where it
+         * lies (a register picked by the runtime n would put the arrays in local memory) */
+        float nv[keep];
 #pragma unroll
-        for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++) nv[s] = s < keep ? in(n - keep + s) : 0.f;
+        for (int s = 0; s < keep; s++) {
+            const int j = n - keep + s;
+            nv[s] = j >= 0 ? x[(size_t)j * a.ldx] : ln.conv_state[(size_t)(keep + j) * C + c];
+        }
 #pragma unroll
-        for (int s = 0; s < SPLASH_CUDA_GDN_MAX_K - 1; s++)
-            if (s < keep) ln.conv_state[(size_t)s * C + c] = nv[s];
+        for (int s = 0; s < keep; s++) ln.conv_state[(size_t)s * C + c] = nv[s];
     }
 }
 
@@ -177,7 +183,7 @@ __global__ void gdn_conv_kernel(const ConvArgs a) {
     if constexpr (kEarly) {
         pdl_launch_dependents();
         const int c = blockIdx.x * kConvThreads + threadIdx.x;
-        if (c < a.C) conv_early(a, c);
+        if (c < a.C) conv_early<kConvEarlyK>(a, c);
         return;
     }
     pdl_begin();
@@ -423,10 +429,10 @@ extern "C" int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_
     ConvArgs a = {wT, lanes, x, y, ldx, ldy, C, K};
     KernelLaunch c(dim3((unsigned)((C + kConvThreads - 1) / kConvThreads), (unsigned)n_lanes, (unsigned)chunks),
                    dim3(kConvThreads, 1, 1), 0, (cudaStream_t)stream, 1, pdl_for("gdn_conv"));
-    if (max_lane_rows >= kConvWindowRows)
-        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<true, false>, a));
-    else if (early)
+    if (early && K == kConvEarlyK && max_lane_rows <= kConvEarlyRows)
         SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<false, true>, a));
+    else if (max_lane_rows >= kConvWindowRows)
+        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<true, false>, a));
     else
         SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_conv_kernel<false, false>, a));
     return SPLASH_OK;

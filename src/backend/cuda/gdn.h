@@ -71,8 +71,8 @@ typedef struct splash_cuda_gdn_lane {
  * n_rows.  y must not alias x.  early = 1: the caller's word that no kernel
  * still running may write the lanes, wT or the conv states (the launch
  * before is a q4 product, which waits for all before it: q4_matmul.h,
- * splash_q4_early_loads), so a launch of fewer than 8 rows a lane reads
- * them before its programmatic wait; the same results either way. */
+ * splash_q4_early_loads), so a launch of at most 16 rows a lane (K = 4)
+ * reads them before its programmatic wait; the same results either way. */
 int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_cuda_gdn_lane *lanes, int n_lanes,
                          int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy, int early,
                          struct CUstream_st *stream);

@@ -563,6 +563,11 @@ static int replay_kernels(void *ctx) {
     const cudaStream_t s = (cudaStream_t)m->stream;
     const int C = d->conv_dim, Hv = d->hv;
     const int nb = d->n_gdn < QC_COMMIT_BRANCHES ? d->n_gdn : QC_COMMIT_BRANCHES;
+    /* Early loads (splash_q4_early_loads): a branch's first kernel waits for the fork in
+     * full, and each later one follows the layer before's recurrence, which writes only that
+     * layer's delta state; the lanes, taps, this layer's conv and delta states and the saved
+     * rows were all written before the fork. */
+    const int early = splash_q4_early_loads();
     SPLASH_CUDA_TRY(cudaEventRecord((cudaEvent_t)m->commit_fork, s));
     for (int b = 0; b < nb; b++)
         SPLASH_CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)m->commit_streams[b], (cudaEvent_t)m->commit_fork, 0));
@@ -574,7 +579,7 @@ static int replay_kernels(void *ctx) {
         float *conv = m->commit_conv + (size_t)b * QWEN35_MAX_VERIFY_ROWS * C;
         const float *save = m->vsave + ((size_t)gi * m->verify_cap + (size_t)r->first) * m->vsave_row;
         int rc = splash_cuda_gdn_conv(L->conv_t, C, d->conv_kernel, m->commit_dev + gi, 1, r->n, save, m->vsave_row,
-                                      conv, (size_t)C, 0, bs);
+                                      conv, (size_t)C, early, bs);
         if (rc) return rc;
         splash_cuda_gdn_args a;
         memset(&a, 0, sizeof a);
@@ -584,6 +589,7 @@ static int replay_kernels(void *ctx) {
         a.a = save + C, a.b = save + C + Hv, a.ldab = m->vsave_row;
         a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
         a.eps = d->rms_eps;
+        a.early = early;
         if ((rc = splash_cuda_gdn_recurrent(&a, bs))) return rc;
     }
     for (int b = 0; b < nb; b++) {
