@@ -443,6 +443,40 @@ static void test_package(const char *dir, const char *name, int has_draft) {
     check(total > 0 && agree >= 0.75 * total, name, "CUDA ~ CPU (greedy tokens)", msg);
 }
 
+/* The memory plan's spare memory reaches the model (memory_plan.h, model.h): with every
+ * q4 matrix on cuBLASLt (the fixtures' prompts and matrices are below the served minimums)
+ * the model wants its GEMM's weights in fp16, the plan's KV cap leaves room, and the engine
+ * hands it over; a 120-token prompt (one prefill forward on cuBLASLt) then gives the tokens
+ * and rows of an engine without the copies (SPLASH_CUDA_F16_COPIES=0). */
+static void test_spare(const char *dir, const char *name) {
+    char pkg[1024], msg[160];
+    snprintf(pkg, sizeof pkg, "%s/%s", dir, name);
+    static int32_t prompt[120];
+    for (int i = 0; i < 120; i++) prompt[i] = (int32_t)((i * 173 + 11) % 511) + 1;
+    setenv("SPLASH_CUDA_BLAS_MIN_ROWS", "64", 1);
+    setenv("SPLASH_CUDA_BLAS_MIN_WEIGHTS", "1", 1);
+    Job with, without;
+    size_t spare[2];
+    for (int i = 0; i < 2; i++) {
+        if (i) setenv("SPLASH_CUDA_F16_COPIES", "0", 1);
+        Job *j = i ? &without : &with;
+        memset(j, 0, sizeof *j);
+        j->prompt = prompt, j->n_prompt = 120;
+        splash_engine *e = start(pkg, "cuda", 1, NULL);
+        splash_engine_stats st;
+        splash_engine_get_stats(e, &st);
+        spare[i] = st.plan_spare_bytes;
+        run(e, j, 1);
+        splash_engine_free(e);
+    }
+    unsetenv("SPLASH_CUDA_F16_COPIES");
+    unsetenv("SPLASH_CUDA_BLAS_MIN_ROWS");
+    unsetenv("SPLASH_CUDA_BLAS_MIN_WEIGHTS");
+    snprintf(msg, sizeof msg, "%zu bytes taken, %zu with the switch off", spare[0], spare[1]);
+    check(spare[0] > 0 && spare[1] == 0, name, "plan's spare to the model", msg);
+    check(with.n_out > 0 && same(&with, &without, 1), name, "fp16 copies = expanded (tokens, rows)", NULL);
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : getenv("SPLASH_TEST_PACKAGES");
     if (!dir) {
@@ -458,6 +492,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 40; i++) g_other[p][i] = (int32_t)((p * 53 + i * 197 + 3) % 511) + 1;
     test_package(dir, "engine-dflash", 1);
     test_package(dir, "engine-moe", 0);
+    test_spare(dir, "engine-moe");
     printf("%s\n", g_fail ? "FAILED" : "all checks passed");
     return g_fail ? 1 : 0;
 }
