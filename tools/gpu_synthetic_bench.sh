@@ -5,12 +5,16 @@
 #                                            into .carry/splash-bin.txz)
 #   tools/gpu_synthetic_bench.sh [--shape 27b|35b-a3b] [--depths 4,8] [--prompt 256[,32768]] [--decode 32]
 #                                [--graphs 0,1] [--gemm 0,1] [--synthetic] [--prefill] [--rounds N]
+#                                [--random-route]
 #                                (CARRY_TXZ="a.txz b.txz": several builds)
 #       (the GPU machine, carrying .carry)
 # Another commit's bench_cpu for CARRY_TXZ: tools/prepare_ref_bench.sh REF NAME (.carry/NAME.txz).
 # --synthetic: `bench_cpu --make-synthetic` instead: every tensor of the package over one random
 # 0.7 GB blob (no checkpoint, no quantising), so the full depth (--depths 64 / 40) takes seconds to
 # make and its time is measured, not fitted; a single depth prints no fit.
+# --random-route (35b-a3b): bench_cpu's --random-route, the router's logits replaced by a hash of
+# (layer, row) so a verify's rows take distinct experts; a synthetic package's own router sends
+# every row to the same ones (its hidden states share one direction), the optimistic extreme.
 # --prefill: the prefill is what is timed (2 decode steps, one verify repetition: their columns
 # are then rough).
 # --rounds N: with several builds, each runs N times, interleaved (round 1 in CARRY_TXZ's order,
@@ -35,7 +39,7 @@
 # packages (KV pages int8, as served).  Logs and the fitted table in $OUT.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
-SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32 VREPS=9 GRAPHS="1" GEMMS="1" MAKE=--make-random ROUNDS=1
+SHAPE=27b DEPTHS=4,8 PROMPT=256 DECODE=32 VREPS=9 GRAPHS="1" GEMMS="1" MAKE=--make-random ROUNDS=1 ROUTE=()
 DEVICE=${DEVICE:-cuda}       # DEVICE=cpu with MAKE_ARGS="--vocab 2048": a check of this script without a GPU
 MAKE_ARGS=${MAKE_ARGS:-}
 while [ $# -gt 0 ]; do
@@ -49,7 +53,8 @@ while [ $# -gt 0 ]; do
     --synthetic) MAKE=--make-synthetic; shift ;;
     --prefill) DECODE=2 VREPS=1; shift ;;
     --rounds) ROUNDS=$2; shift 2 ;;
-    *) sed -n '2,28p' "$0"; exit 2 ;;
+    --random-route) ROUTE=(--random-route); shift ;;
+    *) sed -n '2,39p' "$0"; exit 2 ;;
     esac
 done
 case "$SHAPE" in 27b) FULL=64 ;; 35b-a3b) FULL=40 ;; *) echo "--shape 27b or 35b-a3b"; exit 2 ;; esac
@@ -114,7 +119,8 @@ for L in ${DEPTHS//,/ }; do
     for TAG in $ORDER; do
         LOG=$OUT/bench-$SHAPE-$L-p$N-g$G-e$E-$TAG-r$R.log
         SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E run_bench --model "$P" --device "$DEVICE" --act int8 --kv-format int8 --no-bandwidth \
-            --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps "$VREPS" > "$LOG" 2>&1 || { tail -5 "$LOG"; exit 1; }
+            --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps "$VREPS" ${ROUTE[@]+"${ROUTE[@]}"} > "$LOG" 2>&1 ||
+            { tail -5 "$LOG"; exit 1; }
         echo "$TAG (round $R): depth $L, prompt $N, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
         grep -E "^(cuda|int8|read per|decode|prefill)" "$LOG"
     done
@@ -128,10 +134,11 @@ for N in ${PROMPT//,/ }; do
 for G in ${GRAPHS//,/ }; do
 for E in ${GEMMS//,/ }; do
 for TAG in $TAGS; do
-python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" "$E" "$N" "$TAG" "$ROUNDS" <<'PY'
+python3 - "$OUT" "$SHAPE" "$FULL" "${DEPTHS//,/ }" "$G" "$E" "$N" "$TAG" "$ROUNDS" "${#ROUTE[@]}" <<'PY'
 import re, statistics, sys
 out, shape, full, depths, g, e, n, tag = sys.argv[1], sys.argv[2], int(sys.argv[3]), [int(x) for x in sys.argv[4].split()], sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 rounds = int(sys.argv[9])
+route = ", random route" if int(sys.argv[10]) else ""
 rows = {}
 for L in depths:
     per = []  # each round's figures; the table takes their medians
@@ -148,7 +155,7 @@ for L in depths:
               "; 16 " + " / ".join(f"{p['v16']:.3f}" for p in per) + "; 4 x 8 " + " / ".join(f"{p['v4x8']:.2f}" for p in per))
 a, b = depths[0], depths[-1]
 fit = [] if a == b else [(f"{full} (fit)", {k: rows[a][k] + (rows[b][k] - rows[a][k]) * (full - a) / (b - a) for k in rows[a]})]
-print(f"| {tag}: {shape}, prompt {n}, graphs {g}, gemm {e}{f', median of {rounds} rounds' if rounds > 1 else ''} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | 4 lanes x 8 / 1 | prefill tokens/s |")
+print(f"| {tag}: {shape}{route}, prompt {n}, graphs {g}, gemm {e}{f', median of {rounds} rounds' if rounds > 1 else ''} | layers | decode ms/token | tokens/s | MB read/token | % of 4.3 TB/s | verify 8 / 1 | verify 16 / 1 | 4 lanes x 8 / 1 | prefill tokens/s |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for L, r in sorted(rows.items()) + fit:
     frac = r["mb"] * 1e6 / (r["step"] * 1e-3) / 4.3e12

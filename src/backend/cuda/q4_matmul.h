@@ -188,9 +188,9 @@ int splash_q4_plan_group(void);
  * running can write (weights; states whose writers precede the last launch
  * without the attribute) before their wait, overlapping those loads with the
  * kernels before: the RMS preparation's norm factors here (w, which no
- * kernel may then write: the model's stored factors), the GDN
- * recurrence's state and weights where the model knows the chain allows it
- * (splash_cuda_gdn_args.early).  On unless SPLASH_CUDA_EARLY=0 (read at the
+ * kernel may then write: the model's stored factors), the GDN conv's and
+ * recurrence's states and weights where the model knows the chain allows it
+ * (splash_cuda_gdn_conv's early, splash_cuda_gdn_args.early).  On unless SPLASH_CUDA_EARLY=0 (read at the
  * first call) or set off: an A/B switch, the same results either way. */
 int splash_q4_early_loads(void);
 void splash_q4_set_early_loads(int on);

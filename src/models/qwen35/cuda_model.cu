@@ -81,6 +81,7 @@ static size_t f16_copies_want(qc_model *m) {
 }
 
 static void drop_f16_copies(qc_model *m) {
+    if (!m->f16_copies) return; /* no w16 set (and a failed load may have no layers) */
     for (int i = 0; i < m->d.n_layers; i++) {
         qc_matrix *mats[LAYER_MATS];
         layer_matrices(&m->w.layers[i], mats);
