@@ -7,7 +7,8 @@
 #   test_cuda_ops    every other op against the CPU backend (table at the end)
 #   test_cuda_model  the CUDA model against the CPU model through
 #                    splash_model_* on the tiny fixtures (table at the end);
-#                    again with SPLASH_CUDA_EARLY=0 (test_cuda_model_late.log)
+#                    again with SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1
+#                    (test_cuda_model_switched.log)
 #   test_cuda_draft  the DFlash drafts on the GPU against the CPU drafts
 #                    through the draft ops (dense-tiny + dflash-tiny /
 #                    dflash2-tiny, q4 and bf16; table at the end)
@@ -359,11 +360,14 @@ if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
         SPLASH_ROOT="$PWD" step "$OUT/$t.log" "$B/$t" "$PACKAGES" || rc=1
         show_model_test "$OUT/$t.log"
     done
-    # the same model checks with every load after the programmatic wait (SPLASH_CUDA_EARLY=0,
-    # q4_matmul.h): the default moves some before it, and both must give the checked results
-    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0)"
-    SPLASH_CUDA_EARLY=0 SPLASH_ROOT="$PWD" step "$OUT/test_cuda_model_late.log" "$B/test_cuda_model" "$PACKAGES" || rc=1
-    show_model_test "$OUT/test_cuda_model_late.log"
+    # the same model checks with the A/B switches of q4_matmul.h the other way round: every load
+    # after the programmatic wait (SPLASH_CUDA_EARLY=0; the default moves some before it) and
+    # the preparations' blocks for the padded rows only (SPLASH_CUDA_PREP_PADDED=1); both
+    # settings must give the checked results
+    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1)"
+    SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1 SPLASH_ROOT="$PWD" step "$OUT/test_cuda_model_switched.log" \
+        "$B/test_cuda_model" "$PACKAGES" || rc=1
+    show_model_test "$OUT/test_cuda_model_switched.log"
     if [ $ENGINE_BUILT = 0 ]; then
         echo "NOTE: test_cuda_engine SKIPPED (its link failed: $OUT/build_engine.log)"
     elif [ -f "$PACKAGES/engine-dflash/manifest.json" ]; then # packed where the tokenizer is

@@ -296,11 +296,12 @@ static void test_all_configs(const char *name, int rows, int cols, uint64_t seed
     int rus[64][3];
     const int nrus = splash_q4_compiled_variants(rus, 64);
     result(nrus > 0 && nrus <= 64, "%d compiled variants", nrus);
-    static const int warps[] = {1, 3, 4, 8}, ks[] = {1, 2, 4, 8}, wks[] = {1, 2, 4, 8}, ms[] = {3, 7, 13};
-    float *base = (float *)malloc(sizeof(float) * 16 * rows);
-    for (int mi = 0; mi < 3; mi++) {
+    static const int warps[] = {1, 3, 4, 8}, ks[] = {1, 2, 4, 8}, wks[] = {1, 2, 4, 8}, ms[] = {1, 3, 7, 13};
+    float *base = (float *)malloc(sizeof(float) * 16 * rows), *y2 = (float *)malloc(sizeof(float) * 16 * rows);
+    const size_t xp_bytes = splash_q4_xprep_bytes(cols);
+    for (int mi = 0; mi < 4; mi++) {
         const int M = ms[mi];
-        int worst_ok = 1, n = 0, nbit = 0, bit_ok = 1;
+        int worst_ok = 1, n = 0, nbit = 0, bit_ok = 1, padded_ok = 1;
         double worst = 0;
         char worst_cfg[64] = "";
         for (int kw = 0; kw < 16; kw++) { /* (ksplit, wk): one arithmetic order each */
@@ -316,7 +317,19 @@ static void test_all_configs(const char *name, int rows, int cols, uint64_t seed
                     }
                     if (ck != 0) continue;
                     int rc;
+                    /* the preparation's blocks for the padded rows only (splash_q4_prep_padded),
+                     * the xprep poisoned first (0xFF: NaN sums, -1 digits) so a read of a row it
+                     * no longer writes shows; then the default, whose result the checks use */
+                    const int was = splash_q4_prep_padded();
+                    SPLASH_CUDA_CHECK(cudaMemset(k.xp_mem, 0xFF, xp_bytes));
+                    splash_q4_set_prep_padded(1);
+                    (void)run_one(&k, M, &c, &rc);
+                    splash_q4_set_prep_padded(was);
+                    memcpy(y2, k.y_host, sizeof(float) * M * rows);
+                    const int rc2 = rc;
+                    SPLASH_CUDA_CHECK(cudaMemset(k.xp_mem, 0xFF, xp_bytes));
                     const double err = run_one(&k, M, &c, &rc);
+                    if (rc2 || rc || memcmp(y2, k.y_host, sizeof(float) * M * rows)) padded_ok = 0;
                     n++;
                     if (rc || err < 0 || err > kTol) {
                         worst_ok = 0;
@@ -341,8 +354,10 @@ static void test_all_configs(const char *name, int rows, int cols, uint64_t seed
                n, worst, worst_cfg);
         result(bit_ok, "%-10s %6dx%-6d M=%-2d %d configs bitwise equal to their (ksplit, wk)'s first", name, rows, cols, M,
                nbit);
+        result(padded_ok, "%-10s %6dx%-6d M=%-2d %d configs: preparation of the padded rows only = of 16 (bitwise)", name,
+               rows, cols, M, n);
     }
-    free(base);
+    free(base), free(y2);
     case_free(&k);
 }
 
@@ -480,6 +495,22 @@ static void test_fused_prep(int cols) {
                 result(!rc && !rc2 && !memcmp(p3, p1, (size_t)M * rows * 4) && !memcmp(y3, yh, (size_t)R * cols * 4),
                        "fused prep rmsnorm, %d rows x %d: early loads %s = %s (bitwise)", R, cols, was ? "off" : "on",
                        was ? "on" : "off");
+            }
+            { /* blocks for the padded rows only (splash_q4_prep_padded), the xprep poisoned first */
+                const int was = splash_q4_prep_padded();
+                splash_q4_set_prep_padded(!was);
+                SPLASH_CUDA_CHECK(cudaMemset(xpm, 0xFF, splash_q4_xprep_bytes(cols)));
+                SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, n * 4));
+                int rc2 = mode == 0 ? splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL)
+                                    : splash_q4_prep_silu_mul(&xp, xd, cols, ud, cols, yd, cols, R, cols, NULL);
+                if (!rc2) rc2 = splash_q4_matmul(&dm, &xp, pd, NULL);
+                splash_q4_set_prep_padded(was);
+                SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+                SPLASH_CUDA_CHECK(cudaMemcpy(p3, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
+                SPLASH_CUDA_CHECK(cudaMemcpy(y3, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
+                result(!rc && !rc2 && !memcmp(p3, p1, (size_t)M * rows * 4) && !memcmp(y3, yh, (size_t)R * cols * 4),
+                       "fused prep %s, %d rows x %d: padded rows only %s = %s (bitwise)", mode ? "silu" : "rmsnorm", R,
+                       cols, was ? "off" : "on", was ? "on" : "off");
             }
             if (!rc) rc = splash_q4_prep_x(&xp, yd, M, cols, cols, NULL);
             if (!rc) rc = splash_q4_matmul(&dm, &xp, pd, NULL);

@@ -194,6 +194,13 @@ int splash_q4_plan_group(void);
  * first call) or set off: an A/B switch, the same results either way. */
 int splash_q4_early_loads(void);
 void splash_q4_set_early_loads(int on);
+/* Whether a preparation of M <= 16 rows (not each_row) launches blocks for
+ * the Mp rows (M padded to 2 / 4 / 8 / 16) a product reads instead of all 16:
+ * a decode step's RMS preparation of the 27B then runs 20 blocks, not 160.
+ * Off unless SPLASH_CUDA_PREP_PADDED=1 (read at the first call) or set: an
+ * A/B switch, the same results either way (test_q4_matmul, every config). */
+int splash_q4_prep_padded(void);
+void splash_q4_set_prep_padded(int on);
 int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts, int32_t *plan, struct CUstream_st *stream);
 
 #ifdef __cplusplus
