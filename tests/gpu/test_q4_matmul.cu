@@ -482,35 +482,34 @@ static void test_fused_prep(int cols) {
             SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
             SPLASH_CUDA_CHECK(cudaMemcpy(p1, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
             SPLASH_CUDA_CHECK(cudaMemcpy(yh, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
-            if (mode == 0) { /* the norm factors read before the programmatic wait or after: the same bits */
-                const int was = splash_q4_early_loads();
-                splash_q4_set_early_loads(!was);
+            /* the preparation and product again under another setting: y and the product
+             * bitwise those of the run above */
+            auto again = [&]() {
                 SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, n * 4));
-                int rc2 = splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL);
+                int rc2 = mode == 0 ? splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL)
+                                    : splash_q4_prep_silu_mul(&xp, xd, cols, ud, cols, yd, cols, R, cols, NULL);
                 if (!rc2) rc2 = splash_q4_matmul(&dm, &xp, pd, NULL);
-                splash_q4_set_early_loads(was);
                 SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
                 SPLASH_CUDA_CHECK(cudaMemcpy(p3, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
                 SPLASH_CUDA_CHECK(cudaMemcpy(y3, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
-                result(!rc && !rc2 && !memcmp(p3, p1, (size_t)M * rows * 4) && !memcmp(y3, yh, (size_t)R * cols * 4),
-                       "fused prep rmsnorm, %d rows x %d: early loads %s = %s (bitwise)", R, cols, was ? "off" : "on",
-                       was ? "on" : "off");
+                return !rc && !rc2 && !memcmp(p3, p1, (size_t)M * rows * 4) && !memcmp(y3, yh, (size_t)R * cols * 4);
+            };
+            if (mode == 0) { /* the norm factors read before the programmatic wait or after */
+                const int was = splash_q4_early_loads();
+                splash_q4_set_early_loads(!was);
+                const int same = again();
+                splash_q4_set_early_loads(was);
+                result(same, "fused prep rmsnorm, %d rows x %d: early loads %s = %s (bitwise)", R, cols,
+                       was ? "off" : "on", was ? "on" : "off");
             }
             { /* blocks for the padded rows only (splash_q4_prep_padded), the xprep poisoned first */
                 const int was = splash_q4_prep_padded();
                 splash_q4_set_prep_padded(!was);
                 SPLASH_CUDA_CHECK(cudaMemset(xpm, 0xFF, splash_q4_xprep_bytes(cols)));
-                SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, n * 4));
-                int rc2 = mode == 0 ? splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL)
-                                    : splash_q4_prep_silu_mul(&xp, xd, cols, ud, cols, yd, cols, R, cols, NULL);
-                if (!rc2) rc2 = splash_q4_matmul(&dm, &xp, pd, NULL);
+                const int same = again();
                 splash_q4_set_prep_padded(was);
-                SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
-                SPLASH_CUDA_CHECK(cudaMemcpy(p3, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
-                SPLASH_CUDA_CHECK(cudaMemcpy(y3, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
-                result(!rc && !rc2 && !memcmp(p3, p1, (size_t)M * rows * 4) && !memcmp(y3, yh, (size_t)R * cols * 4),
-                       "fused prep %s, %d rows x %d: padded rows only %s = %s (bitwise)", mode ? "silu" : "rmsnorm", R,
-                       cols, was ? "off" : "on", was ? "on" : "off");
+                result(same, "fused prep %s, %d rows x %d: padded rows only %s = %s (bitwise)", mode ? "silu" : "rmsnorm",
+                       R, cols, was ? "off" : "on", was ? "on" : "off");
             }
             if (!rc) rc = splash_q4_prep_x(&xp, yd, M, cols, cols, NULL);
             if (!rc) rc = splash_q4_matmul(&dm, &xp, pd, NULL);
