@@ -732,6 +732,11 @@ static void test_gdn_conv(const Shape *s, const GdnLaneSpec *ls, int nl) {
     down(gst, dst, NS * 4);
     err = rc ? INFINITY : (memcmp(gst, rst, NS * 4) ? INFINITY : 0.0);
     report("gdn_conv_advance (exact)", sh, err, 0, -1, 0);
+    up(dst, st, NS * 4); /* the same with early loads */
+    rc = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, dx, C, NULL, 0, 1, NULL);
+    down(gst, dst, NS * 4);
+    err = rc ? INFINITY : (memcmp(gst, rst, NS * 4) ? INFINITY : 0.0);
+    report("gdn_conv_advance early (exact)", sh, err, 0, -1, 0);
     free(wT), free(x), free(st), free(rst), free(ref), free(got), free(gst), free(gl);
     cudaFree(dwT), cudaFree(dx), cudaFree(dst), cudaFree(dy), cudaFree(dl);
 }
