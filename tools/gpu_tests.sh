@@ -8,7 +8,7 @@
 #   test_cuda_model  the CUDA model against the CPU model through
 #                    splash_model_* on the tiny fixtures (table at the end);
 #                    again with SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1
-#                    (test_cuda_model_switched.log)
+#                    SPLASH_CUDA_ATTN_EARLY=1 (test_cuda_model_switched.log)
 #   test_cuda_draft  the DFlash drafts on the GPU against the CPU drafts
 #                    through the draft ops (dense-tiny + dflash-tiny /
 #                    dflash2-tiny, q4 and bf16; table at the end)
@@ -360,13 +360,14 @@ if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
         SPLASH_ROOT="$PWD" step "$OUT/$t.log" "$B/$t" "$PACKAGES" || rc=1
         show_model_test "$OUT/$t.log"
     done
-    # the same model checks with the A/B switches of q4_matmul.h the other way round: every load
-    # after the programmatic wait (SPLASH_CUDA_EARLY=0; the default moves some before it) and
-    # the preparations' blocks for the padded rows only (SPLASH_CUDA_PREP_PADDED=1); both
-    # settings must give the checked results
-    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1)"
-    SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1 SPLASH_ROOT="$PWD" step "$OUT/test_cuda_model_switched.log" \
-        "$B/test_cuda_model" "$PACKAGES" || rc=1
+    # the same model checks with the A/B switches the other way round: every GDN / norm load
+    # after the programmatic wait (SPLASH_CUDA_EARLY=0; the default moves some before it), the
+    # preparations' blocks for the padded rows only (SPLASH_CUDA_PREP_PADDED=1) and the
+    # attention's early loads (SPLASH_CUDA_ATTN_EARLY=1); both settings must give the checked
+    # results
+    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1 SPLASH_CUDA_ATTN_EARLY=1)"
+    SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1 SPLASH_CUDA_ATTN_EARLY=1 SPLASH_ROOT="$PWD" \
+        step "$OUT/test_cuda_model_switched.log" "$B/test_cuda_model" "$PACKAGES" || rc=1
     show_model_test "$OUT/test_cuda_model_switched.log"
     if [ $ENGINE_BUILT = 0 ]; then
         echo "NOTE: test_cuda_engine SKIPPED (its link failed: $OUT/build_engine.log)"

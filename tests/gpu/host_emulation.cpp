@@ -240,6 +240,9 @@ extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *mem, int cap_cols
 static int g_early_loads = 1; /* splash_q4_early_loads (on, as on the device): where loads go changes nothing on the host */
 extern "C" int splash_q4_early_loads(void) { return g_early_loads; }
 extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; }
+static int g_attn_early; /* splash_cuda_attn_early_loads (off, as on the device) */
+extern "C" int splash_cuda_attn_early_loads(void) { return g_attn_early; }
+extern "C" void splash_cuda_set_attn_early_loads(int on) { g_attn_early = on ? 1 : 0; }
 extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx, struct CUstream_st *) {
     if (M < 1 || M > SPLASH_Q4_MAX_M || cols > xp->cap_cols || ldx < cols) return SPLASH_E_INVALID;
     float *d = (float *)xp->x8;
@@ -529,7 +532,7 @@ extern "C" int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, 
 
 extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *pool, int layer,
                                     const splash_cuda_attn_lane *lanes, int n_lanes, int rows, const float *k,
-                                    size_t ldk, const float *v, size_t ldv, struct CUstream_st *) {
+                                    size_t ldk, const float *v, size_t ldv, int, struct CUstream_st *) {
     cpu_kv_layout c = cpu_layout(l);
     cpu_attn_lane *cl = (cpu_attn_lane *)malloc(sizeof *cl * (size_t)(n_lanes ? n_lanes : 1));
     for (int i = 0; i < n_lanes; i++) {

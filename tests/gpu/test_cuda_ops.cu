@@ -370,9 +370,22 @@ static void test_attn_prep(const Shape *s, int rows) {
     down(gq, dq, nq * 4), down(gk, dk, nk * 4), down(gg, dg, nq * 4);
     double err = rc ? INFINITY : max2(rel_err(gq, rq, nq), rel_err(gk, rk, nk));
     if (memcmp(gg, rg, nq * 4)) err = INFINITY; /* the gate is a copy */
-    double us = time_us([&](int) { return splash_cuda_attn_prep(&a, NULL); });
     char sh[64];
     snprintf(sh, sizeof sh, "%s %d rows, %d/%d heads x %d", s->name, rows, H, KV, hd);
+    { /* early (norm factors and rotary angles made before the programmatic wait) = plain, bitwise */
+        float *eq = hfloats(nq), *ek = hfloats(nk), *eg = hfloats(nq);
+        up(dk, k, nk * 4);
+        poison(dq, nq * 4), poison(dg, nq * 4);
+        splash_cuda_attn_prep_args e = a;
+        e.early = 1;
+        const int rc2 = splash_cuda_attn_prep(&e, NULL);
+        down(eq, dq, nq * 4), down(ek, dk, nk * 4), down(eg, dg, nq * 4);
+        report("attn_prep early = plain (exact)", sh,
+               rc2 || memcmp(eq, gq, nq * 4) || memcmp(ek, gk, nk * 4) || memcmp(eg, gg, nq * 4) ? INFINITY : 0.0, 0,
+               -1, 0);
+        free(eq), free(ek), free(eg);
+    }
+    double us = time_us([&](int) { return splash_cuda_attn_prep(&a, NULL); });
     report("attn_prep (norm+rope+gate)", sh, err, 2e-6, us, (nqg + 2.0 * nk + 2.0 * nq) * 4);
 
     /* the DFlash draft's layout: plain q heads (qhs = head_dim) prepared in place; then k alone (heads 0) */
@@ -563,18 +576,23 @@ static void test_kv_write(const Shape *s, int format, const LaneSpec *ls, int nl
     fill_rows(vv, k.rows, w);
     for (int i = 0; i < s->head_dim; i++) vv[i] = 0.f; /* one all-zero head row: scale 0, codes 0 */
     float *dk = dcopy(kk, N), *dv = dcopy(vv, N);
-    cpu_kv_write(&g_cpu, &k.cl, k.pool, 1, k.cl_lanes, nl, kk, w, vv, w);
-    int rc = splash_cuda_kv_write(&k.gl, k.dpool, 1, k.dlanes, nl, k.rows, dk, w, dv, w, NULL);
     const size_t pb = (size_t)k.n_pages * k.cl.page_bytes;
-    uint8_t *got = (uint8_t *)hmalloc(pb);
-    down(got, k.dpool, pb);
-    size_t diff = 0;
-    for (size_t i = 0; i < pb; i++) diff += got[i] != k.pool[i];
-    double err = rc || !layouts_equal(&k.cl, &k.gl) ? INFINITY : (double)diff;
-    double us = time_us([&](int) { return splash_cuda_kv_write(&k.gl, k.dpool, 1, k.dlanes, nl, k.rows, dk, w, dv, w, NULL); });
+    uint8_t *got = (uint8_t *)hmalloc(pb), *before = (uint8_t *)hmalloc(pb);
+    memcpy(before, k.pool, pb); /* the pool as kv_setup uploaded it */
+    cpu_kv_write(&g_cpu, &k.cl, k.pool, 1, k.cl_lanes, nl, kk, w, vv, w);
+    double err = 0;
+    for (int early = 0; early < 2; early++) { /* lanes and pages read after the programmatic wait, then before */
+        if (early) up(k.dpool, before, pb);
+        int rc = splash_cuda_kv_write(&k.gl, k.dpool, 1, k.dlanes, nl, k.rows, dk, w, dv, w, early, NULL);
+        down(got, k.dpool, pb);
+        size_t diff = 0;
+        for (size_t i = 0; i < pb; i++) diff += got[i] != k.pool[i];
+        err = max2(err, rc || !layouts_equal(&k.cl, &k.gl) ? INFINITY : (double)diff);
+    }
+    double us = time_us([&](int) { return splash_cuda_kv_write(&k.gl, k.dpool, 1, k.dlanes, nl, k.rows, dk, w, dv, w, 0, NULL); });
     const double stored = (double)k.rows * s->kv_heads * (2.0 * s->head_dim * k.cl.value_size + (format == SPLASH_KV_INT8 ? 8 : 0));
-    report("kv_write (bytes differ)", sh, err, 0, us, 2.0 * N * 4 + stored);
-    free(kk), free(vv), free(got);
+    report("kv_write, plain and early (bytes differ)", sh, err, 0, us, 2.0 * N * 4 + stored);
+    free(kk), free(vv), free(got), free(before);
     cudaFree(dk), cudaFree(dv);
     kv_free(&k);
 }

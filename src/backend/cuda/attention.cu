@@ -67,14 +67,20 @@ __device__ __forceinline__ const splash_cuda_attn_lane *lane_of_row(const splash
     return nullptr;
 }
 
-/* One warp per (row, kv head, K or V). */
+/* One warp per (row, kv head, K or V).  EARLY (splash_cuda_kv_write's
+ * early): the row's lane and page found before the programmatic wait (the
+ * lanes and page tables: nothing in the chain writes them), so those two
+ * dependent loads overlap the kernel before; every thread still waits. */
+template <bool EARLY>
 __global__ void kv_write_kernel(const KvArgs a) {
-    pdl_begin();
+    if constexpr (EARLY) pdl_launch_dependents();
+    else pdl_begin();
     const int row = blockIdx.x, h = blockIdx.y, isv = blockIdx.z, lane = threadIdx.x;
     const splash_cuda_attn_lane *ln = lane_of_row(a.lanes, a.n_lanes, row);
+    const int pos = ln ? ln->n_past + (row - ln->first_row) : 0;
+    uint8_t *base = ln ? a.pool + (size_t)ln->pages[pos / a.page_tokens] * a.page_bytes + a.layer_off : nullptr;
+    if constexpr (EARLY) pdl_wait();
     if (!ln) return;
-    const int pos = ln->n_past + (row - ln->first_row);
-    uint8_t *base = a.pool + (size_t)ln->pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
     const size_t ri = (size_t)h * a.page_tokens + (size_t)(pos % a.page_tokens);
     const int hd = a.head_dim;
     const float *x = (isv ? a.v + (size_t)row * a.ldv : a.k + (size_t)row * a.ldk) + (size_t)h * hd;
@@ -465,7 +471,7 @@ extern "C" int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, 
 
 extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *pool, int layer,
                                     const splash_cuda_attn_lane *lanes, int n_lanes, int rows, const float *k,
-                                    size_t ldk, const float *v, size_t ldv, struct CUstream_st *stream) {
+                                    size_t ldk, const float *v, size_t ldv, int early, struct CUstream_st *stream) {
     if (!l || !pool || !lanes || !k || !v || layer < 0 || layer >= l->n_layers || n_lanes < 0 || rows < 0 ||
         l->kv_heads > 65535)
         return SPLASH_E_INVALID;
@@ -476,10 +482,18 @@ extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *poo
     a.k_off = l->k_off, a.ks_off = l->ks_off, a.v_off = l->v_off, a.vs_off = l->vs_off;
     a.layer_off = (size_t)layer * l->layer_bytes, a.page_bytes = l->page_bytes;
     a.format = l->format, a.page_tokens = l->page_tokens, a.head_dim = l->head_dim, a.n_lanes = n_lanes;
-    SPLASH_CUDA_TRY(
-        launch_kernel(kv_write_kernel, dim3((unsigned)rows, (unsigned)l->kv_heads, 2), 32, 0, (cudaStream_t)stream, a));
+    SPLASH_CUDA_TRY(launch_kernel(early ? kv_write_kernel<true> : kv_write_kernel<false>,
+                                  dim3((unsigned)rows, (unsigned)l->kv_heads, 2), 32, 0, (cudaStream_t)stream, a));
     return SPLASH_OK;
 }
+
+/* Off until set; SPLASH_CUDA_ATTN_EARLY=1 in the environment turns it on at
+ * the first read (an A/B switch: docs/cuda.md, "Session 27"). */
+static int g_attn_early = -1; /* benign race: every thread computes the same value */
+
+extern "C" int splash_cuda_attn_early_loads(void) { return env_switch(&g_attn_early, "SPLASH_CUDA_ATTN_EARLY", 0); }
+
+extern "C" void splash_cuda_set_attn_early_loads(int on) { g_attn_early = on ? 1 : 0; }
 
 static int split_of(int split) { return split ? split : kSplit; }
 static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }

@@ -73,6 +73,14 @@ typedef struct splash_cuda_kv_layout {
 int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, int n_layers, int kv_heads, int head_dim,
                                int page_tokens);
 
+/* Whether the model's attention kernels read what nothing in their chain
+ * writes before their programmatic waits: attn_prep's norm factors and
+ * rotary angles (rope.h, splash_cuda_attn_prep_args.early) and kv_write's
+ * lanes and pages.  Off unless SPLASH_CUDA_ATTN_EARLY=1 (read at the first
+ * call) or set: an A/B switch, the same results either way. */
+int splash_cuda_attn_early_loads(void);
+void splash_cuda_set_attn_early_loads(int on);
+
 typedef struct splash_cuda_attn_lane {
     const int32_t *pages; /* device: page ids, pages[pos / page_tokens] */
     int n_past;           /* positions before the lane's first row */
@@ -82,10 +90,12 @@ typedef struct splash_cuda_attn_lane {
 
 /* Stores k, v ([rows][kv_heads * head_dim], row strides ldk, ldv) of layer
  * `layer` at positions n_past + r of their lanes.  rows: the row count of k
- * and v (rows of no lane are skipped). */
+ * and v (rows of no lane are skipped).  early = 1: the caller's word that no
+ * kernel still running writes the lanes or their page tables, which are then
+ * read before the programmatic wait; the same results either way. */
 int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *pool, int layer,
                          const splash_cuda_attn_lane *lanes, int n_lanes, int rows, const float *k, size_t ldk,
-                         const float *v, size_t ldv, struct CUstream_st *stream);
+                         const float *v, size_t ldv, int early, struct CUstream_st *stream);
 
 /* split: positions per split (0: SPLASH_CUDA_ATTN_SPLIT), as the call's. */
 size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx, int split);

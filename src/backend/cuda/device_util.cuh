@@ -196,6 +196,17 @@ inline bool pdl_for(const char *name) {
     return true;
 }
 
+/* An A/B switch of the environment (host side), read once into *state
+ * (-1: not yet): `name` set to a number turns it on (nonzero) or off (0),
+ * else it is `on`. */
+inline int env_switch(int *state, const char *name, int on) {
+    if (*state < 0) {
+        const char *e = getenv(name);
+        *state = e && *e ? atoi(e) != 0 : on;
+    }
+    return *state;
+}
+
 /* A launch configuration (host side) with the programmatic-dependent-launch
  * attribute (above; pdl false: without) and, for cx > 1, clusters of cx
  * blocks along x: construct in place, launch with cudaLaunchKernelEx(&c.lc,

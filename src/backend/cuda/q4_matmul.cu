@@ -1383,13 +1383,7 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
  * the first read (an A/B switch: docs/cuda.md, "Session 27"). */
 static int g_early_loads = -1; /* benign race: every thread computes the same value */
 
-extern "C" int splash_q4_early_loads(void) {
-    if (g_early_loads < 0) {
-        const char *e = getenv("SPLASH_CUDA_EARLY");
-        g_early_loads = !(e && atoi(e) == 0);
-    }
-    return g_early_loads;
-}
+extern "C" int splash_q4_early_loads(void) { return env_switch(&g_early_loads, "SPLASH_CUDA_EARLY", 1); }
 
 extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; }
 
@@ -1397,13 +1391,7 @@ extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; 
  * the first read (an A/B switch: docs/cuda.md, "Session 27"). */
 static int g_prep_padded = -1; /* benign race, as g_early_loads */
 
-extern "C" int splash_q4_prep_padded(void) {
-    if (g_prep_padded < 0) {
-        const char *e = getenv("SPLASH_CUDA_PREP_PADDED");
-        g_prep_padded = e && atoi(e) == 1;
-    }
-    return g_prep_padded;
-}
+extern "C" int splash_q4_prep_padded(void) { return env_switch(&g_prep_padded, "SPLASH_CUDA_PREP_PADDED", 0); }
 
 extern "C" void splash_q4_set_prep_padded(int on) { g_prep_padded = on ? 1 : 0; }
 

@@ -41,12 +41,42 @@ __global__ void rope_kernel(float *x, size_t ldx, int head_dim, int half, const 
     }
 }
 
+/* EARLY (splash_cuda_attn_prep_args.early): this thread's norm factors and
+ * its rotary pairs' cos and sin are made between launch_dependents and the
+ * wait, while the product before still runs (weights and positions); the
+ * same operations on the same values as after it.  A thread's indices are
+ * threadIdx.x + q blockDim.x: at most kPrepPer of head_dim (the launch's
+ * threads are >= head_dim / 4) and kPrepRot of the rotary half. */
+constexpr int kPrepPer = 4, kPrepRot = 2;
+
+template <bool EARLY>
 __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
-    pdl_begin();
-    extern __shared__ float buf[]; /* [head_dim] */
-    __shared__ float red[32];
     const int r = blockIdx.y, j = blockIdx.x, hd = a.head_dim;
     const bool is_q = j < a.heads;
+    const int half = a.rot_dim / 2;
+    float e_f[kPrepPer], e_c[kPrepRot], e_s[kPrepRot];
+    if constexpr (EARLY) {
+        pdl_launch_dependents();
+        const float *w = is_q ? a.q_norm : a.k_norm;
+#pragma unroll
+        for (int q = 0; q < kPrepPer; q++) {
+            const int i = threadIdx.x + q * blockDim.x;
+            e_f[q] = i < hd ? __fadd_rn(a.norm_offset, w[i]) : 0.f;
+        }
+        const float p = half ? (float)a.pos[r] : 0.f;
+#pragma unroll
+        for (int q = 0; q < kPrepRot; q++) {
+            const int i = threadIdx.x + q * blockDim.x;
+            float sn = 0.f, cs = 1.f; /* scalars: sincosf through array elements put them in local memory */
+            if (i < half) sincosf(__fmul_rn(p, a.inv_freq[i]), &sn, &cs);
+            e_s[q] = sn, e_c[q] = cs;
+        }
+        pdl_wait();
+    } else {
+        pdl_begin();
+    }
+    extern __shared__ float buf[]; /* [head_dim] */
+    __shared__ float red[32];
     const float *src;
     float *dst;
     const float *w;
@@ -71,16 +101,31 @@ __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
     }
     ss = block_sum(ss, red); /* ends with a barrier: buf is complete */
     const float rs = 1.0f / sqrtf(ss / (float)hd + a.eps);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x)
-        buf[i] = __fmul_rn(__fmul_rn(buf[i], rs), __fadd_rn(a.norm_offset, w[i]));
+    if constexpr (EARLY) {
+#pragma unroll
+        for (int q = 0; q < kPrepPer; q++) {
+            const int i = threadIdx.x + q * blockDim.x;
+            if (i < hd) buf[i] = __fmul_rn(__fmul_rn(buf[i], rs), e_f[q]);
+        }
+    } else {
+        for (int i = threadIdx.x; i < hd; i += blockDim.x)
+            buf[i] = __fmul_rn(__fmul_rn(buf[i], rs), __fadd_rn(a.norm_offset, w[i]));
+    }
     __syncthreads();
-    const int half = a.rot_dim / 2;
-    const float p = half ? (float)a.pos[r] : 0.f;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const float ang = __fmul_rn(p, a.inv_freq[i]);
-        float s, c;
-        sincosf(ang, &s, &c);
-        rotate_pair(buf[i], buf[i + half], c, s, &dst[i], &dst[i + half]);
+    if constexpr (EARLY) {
+#pragma unroll
+        for (int q = 0; q < kPrepRot; q++) {
+            const int i = threadIdx.x + q * blockDim.x;
+            if (i < half) rotate_pair(buf[i], buf[i + half], e_c[q], e_s[q], &dst[i], &dst[i + half]);
+        }
+    } else {
+        const float p = half ? (float)a.pos[r] : 0.f;
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            const float ang = __fmul_rn(p, a.inv_freq[i]);
+            float s, c;
+            sincosf(ang, &s, &c);
+            rotate_pair(buf[i], buf[i + half], c, s, &dst[i], &dst[i + half]);
+        }
     }
     for (int i = a.rot_dim + threadIdx.x; i < hd; i += blockDim.x) dst[i] = buf[i];
 }
@@ -122,7 +167,8 @@ extern "C" int splash_cuda_attn_prep(const splash_cuda_attn_prep_args *a, struct
         return SPLASH_E_INVALID;
     if (a->rows == 0) return SPLASH_OK;
     const int threads = a->head_dim >= 512 ? 256 : a->head_dim >= 128 ? 128 : 64;
-    SPLASH_CUDA_TRY(launch_kernel(attn_prep_kernel, dim3((unsigned)(a->heads + a->kv_heads), (unsigned)a->rows),
+    SPLASH_CUDA_TRY(launch_kernel(a->early ? attn_prep_kernel<true> : attn_prep_kernel<false>,
+                                  dim3((unsigned)(a->heads + a->kv_heads), (unsigned)a->rows),
                                   threads, (size_t)a->head_dim * sizeof(float), (cudaStream_t)stream, *a));
     return SPLASH_OK;
 }

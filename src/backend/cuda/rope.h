@@ -59,6 +59,10 @@ typedef struct splash_cuda_attn_prep_args {
     const float *inv_freq;  /* [rot_dim / 2] (splash_cuda_rope_inv_freq) */
     const int32_t *pos;     /* [rows] */
     int rows, heads, kv_heads, head_dim, rot_dim; /* heads 0: k only; rot_dim 0: no rotary */
+    /* 1: the caller's word that no kernel still running writes q_norm, k_norm, inv_freq or pos,
+     * so the norm factors and the rotary's cos and sin are made before the programmatic wait
+     * (splash_cuda_attn_early_loads); the same results either way */
+    int early;
 } splash_cuda_attn_prep_args;
 
 int splash_cuda_attn_prep(const splash_cuda_attn_prep_args *a, struct CUstream_st *stream);

@@ -76,10 +76,15 @@ int qc_attn_layer(qc_fwd *f, const qc_layer *L) {
     pa.inv_freq = m->w.inv_freq;
     pa.pos = qc_desc_i32(m, m->plan.pos);
     pa.rows = R, pa.heads = d->heads, pa.kv_heads = d->kv_heads, pa.head_dim = hd, pa.rot_dim = d->rotary_dim;
+    /* the norms and inv_freq are weights and the positions, lanes and page tables the
+     * descriptor's (uploaded before the forward): no kernel writes them */
+    const int early = splash_cuda_attn_early_loads();
+    pa.early = early;
     QC_TRY(f, splash_cuda_attn_prep(&pa, m->stream));
 
     const splash_cuda_attn_lane *whole = (const splash_cuda_attn_lane *)(m->desc_dev + m->plan.alanes);
-    QC_TRY(f, splash_cuda_kv_write(&m->kv, m->kv_pool, L->index, whole, f->b->n_lanes, R, k, ldk, v, ldk, m->stream));
+    QC_TRY(f, splash_cuda_kv_write(&m->kv, m->kv_pool, L->index, whole, f->b->n_lanes, R, k, ldk, v, ldk, early,
+                                   m->stream));
 
     const splash_cuda_attn_lane *cut = (const splash_cuda_attn_lane *)(m->desc_dev + m->plan.clanes);
     for (int c = 0; c < f->n_chunks; c++) {
