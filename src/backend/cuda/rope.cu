@@ -51,13 +51,11 @@ constexpr int kPrepPer = 4, kPrepRot = 2;
 
 template <bool EARLY>
 __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
-    const int r = blockIdx.y, j = blockIdx.x, hd = a.head_dim;
-    const bool is_q = j < a.heads;
-    const int half = a.rot_dim / 2;
     float e_f[kPrepPer], e_c[kPrepRot], e_s[kPrepRot];
     if constexpr (EARLY) {
         pdl_launch_dependents();
-        const float *w = is_q ? a.q_norm : a.k_norm;
+        const int r = blockIdx.y, hd = a.head_dim, half = a.rot_dim / 2;
+        const float *w = (int)blockIdx.x < a.heads ? a.q_norm : a.k_norm;
 #pragma unroll
         for (int q = 0; q < kPrepPer; q++) {
             const int i = threadIdx.x + q * blockDim.x;
@@ -77,6 +75,8 @@ __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
     }
     extern __shared__ float buf[]; /* [head_dim] */
     __shared__ float red[32];
+    const int r = blockIdx.y, j = blockIdx.x, hd = a.head_dim;
+    const bool is_q = j < a.heads;
     const float *src;
     float *dst;
     const float *w;
@@ -112,6 +112,7 @@ __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
             buf[i] = __fmul_rn(__fmul_rn(buf[i], rs), __fadd_rn(a.norm_offset, w[i]));
     }
     __syncthreads();
+    const int half = a.rot_dim / 2;
     if constexpr (EARLY) {
 #pragma unroll
         for (int q = 0; q < kPrepRot; q++) {
