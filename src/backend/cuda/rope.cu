@@ -65,7 +65,7 @@ __global__ void attn_prep_kernel(const splash_cuda_attn_prep_args a) {
 #pragma unroll
         for (int q = 0; q < kPrepRot; q++) {
             const int i = threadIdx.x + q * blockDim.x;
-            float sn = 0.f, cs = 1.f; /* scalars: sincosf through array elements put them in local memory */
+            float sn = 0.f, cs = 1.f; /* into scalars, as the plain path */
             if (i < half) sincosf(__fmul_rn(p, a.inv_freq[i]), &sn, &cs);
             e_s[q] = sn, e_c[q] = cs;
         }
