@@ -475,23 +475,21 @@ static void test_fused_prep(int cols) {
     for (int mode = 0; mode < 2; mode++)
         for (int t = 0; t < 4; t++) {
             const int R = rs[t], M = R < 16 ? R : 16;
-            SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, n * 4));
-            int rc = mode == 0 ? splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL)
-                               : splash_q4_prep_silu_mul(&xp, xd, cols, ud, cols, yd, cols, R, cols, NULL);
-            if (!rc) rc = splash_q4_matmul(&dm, &xp, pd, NULL);
-            SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
-            SPLASH_CUDA_CHECK(cudaMemcpy(p1, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
-            SPLASH_CUDA_CHECK(cudaMemcpy(yh, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
-            /* the preparation and product again under another setting: y and the product
-             * bitwise those of the run above */
-            auto again = [&]() {
+            /* the fused preparation and the product; y and the product's M rows to the host */
+            auto run = [&](float *p_out, float *y_out) {
                 SPLASH_CUDA_CHECK(cudaMemset(yd, 0xFF, n * 4));
-                int rc2 = mode == 0 ? splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL)
-                                    : splash_q4_prep_silu_mul(&xp, xd, cols, ud, cols, yd, cols, R, cols, NULL);
-                if (!rc2) rc2 = splash_q4_matmul(&dm, &xp, pd, NULL);
+                int r = mode == 0 ? splash_q4_prep_rmsnorm(&xp, xd, cols, wd, 1e-6f, yd, cols, R, cols, NULL)
+                                  : splash_q4_prep_silu_mul(&xp, xd, cols, ud, cols, yd, cols, R, cols, NULL);
+                if (!r) r = splash_q4_matmul(&dm, &xp, pd, NULL);
                 SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
-                SPLASH_CUDA_CHECK(cudaMemcpy(p3, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
-                SPLASH_CUDA_CHECK(cudaMemcpy(y3, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
+                SPLASH_CUDA_CHECK(cudaMemcpy(p_out, pd, (size_t)M * rows * 4, cudaMemcpyDeviceToHost));
+                SPLASH_CUDA_CHECK(cudaMemcpy(y_out, yd, (size_t)R * cols * 4, cudaMemcpyDeviceToHost));
+                return r;
+            };
+            int rc = run(p1, yh);
+            /* again under another setting: y and the product bitwise those of the run above */
+            auto again = [&]() {
+                const int rc2 = run(p3, y3);
                 return !rc && !rc2 && !memcmp(p3, p1, (size_t)M * rows * 4) && !memcmp(y3, yh, (size_t)R * cols * 4);
             };
             if (mode == 0) { /* the norm factors read before the programmatic wait or after */
