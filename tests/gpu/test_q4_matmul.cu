@@ -317,12 +317,13 @@ static void test_all_configs(const char *name, int rows, int cols, uint64_t seed
                     }
                     if (ck != 0) continue;
                     int rc;
-                    /* the preparation's blocks for the padded rows only (splash_q4_prep_padded),
-                     * the xprep poisoned first (0xFF: NaN sums, -1 digits) so a read of a row it
-                     * no longer writes shows; then the default, whose result the checks use */
+                    /* the preparation's blocks the other way round (splash_q4_prep_padded: by
+                     * default for the padded rows only, else all 16), the xprep poisoned first
+                     * (0xFF: NaN sums, -1 digits) so a read of a row a setting does not write
+                     * shows; then the default, whose result the checks use, poisoned too */
                     const int was = splash_q4_prep_padded();
                     SPLASH_CUDA_CHECK(cudaMemset(k.xp_mem, 0xFF, xp_bytes));
-                    splash_q4_set_prep_padded(1);
+                    splash_q4_set_prep_padded(!was);
                     (void)run_one(&k, M, &c, &rc);
                     splash_q4_set_prep_padded(was);
                     memcpy(y2, k.y_host, sizeof(float) * M * rows);
@@ -500,7 +501,8 @@ static void test_fused_prep(int cols) {
                 result(same, "fused prep rmsnorm, %d rows x %d: early loads %s = %s (bitwise)", R, cols,
                        was ? "off" : "on", was ? "on" : "off");
             }
-            { /* blocks for the padded rows only (splash_q4_prep_padded), the xprep poisoned first */
+            { /* the preparation's blocks the other way round (splash_q4_prep_padded), the xprep
+               * poisoned first */
                 const int was = splash_q4_prep_padded();
                 splash_q4_set_prep_padded(!was);
                 SPLASH_CUDA_CHECK(cudaMemset(xpm, 0xFF, splash_q4_xprep_bytes(cols)));

@@ -487,11 +487,11 @@ extern "C" int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *poo
     return SPLASH_OK;
 }
 
-/* Off until set; SPLASH_CUDA_ATTN_EARLY=1 in the environment turns it on at
- * the first read (an A/B switch: docs/cuda.md, "Session 27"). */
+/* On unless set; SPLASH_CUDA_ATTN_EARLY=0 in the environment turns it off at
+ * the first read (an A/B switch: docs/cuda.md, "Session 28"). */
 static int g_attn_early = -1; /* benign race: every thread computes the same value */
 
-extern "C" int splash_cuda_attn_early_loads(void) { return env_switch(&g_attn_early, "SPLASH_CUDA_ATTN_EARLY", 0); }
+extern "C" int splash_cuda_attn_early_loads(void) { return env_switch(&g_attn_early, "SPLASH_CUDA_ATTN_EARLY", 1); }
 
 extern "C" void splash_cuda_set_attn_early_loads(int on) { g_attn_early = on ? 1 : 0; }
 

@@ -76,7 +76,7 @@ int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, int n_layer
 /* Whether the model's attention kernels read what nothing in their chain
  * writes before their programmatic waits: attn_prep's norm factors and
  * rotary angles (rope.h, splash_cuda_attn_prep_args.early) and kv_write's
- * lanes and pages.  Off unless SPLASH_CUDA_ATTN_EARLY=1 (read at the first
+ * lanes and pages.  On unless SPLASH_CUDA_ATTN_EARLY=0 (read at the first
  * call) or set: an A/B switch, the same results either way. */
 int splash_cuda_attn_early_loads(void);
 void splash_cuda_set_attn_early_loads(int on);

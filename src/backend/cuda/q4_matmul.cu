@@ -1202,8 +1202,8 @@ static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaSt
     /* the RMS norm's rows past the prepared ones: a launch of their own */
     const int bulk = mode == PREP_RMS && a.rows > a.prep_rows ? a.rows - a.prep_rows : 0;
     /* grid rows: every row of data past the prepared ones (y only: SILU, X), else the prepared
-     * 16; or (splash_q4_prep_padded) only the Mp rows a product reads (Mp == prep_rows but for
-     * an M below 16, where the blocks of rows Mp..15 wrote zero sums no kernel reads) */
+     * 16; by default (splash_q4_prep_padded) only the Mp rows a product reads (Mp == prep_rows
+     * but for an M below 16, where the blocks of rows Mp..15 wrote zero sums no kernel reads) */
     const int grid_rows = a.rows > a.prep_rows && !bulk ? a.rows : splash_q4_prep_padded() ? a.Mp : a.prep_rows;
     const dim3 grid((unsigned)((a.cols / 64 + kPrepGroupsPerBlock - 1) / kPrepGroupsPerBlock), (unsigned)grid_rows);
     void (*const fn)(PrepArgs) = mode == PREP_X     ? q4_prep_kernel<PREP_X, false>
@@ -1387,11 +1387,11 @@ extern "C" int splash_q4_early_loads(void) { return env_switch(&g_early_loads, "
 
 extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; }
 
-/* Off until set; SPLASH_CUDA_PREP_PADDED=1 in the environment turns it on at
- * the first read (an A/B switch: docs/cuda.md, "Session 27"). */
+/* On unless set; SPLASH_CUDA_PREP_PADDED=0 in the environment turns it off at
+ * the first read (an A/B switch: docs/cuda.md, "Session 28"). */
 static int g_prep_padded = -1; /* benign race, as g_early_loads */
 
-extern "C" int splash_q4_prep_padded(void) { return env_switch(&g_prep_padded, "SPLASH_CUDA_PREP_PADDED", 0); }
+extern "C" int splash_q4_prep_padded(void) { return env_switch(&g_prep_padded, "SPLASH_CUDA_PREP_PADDED", 1); }
 
 extern "C" void splash_q4_set_prep_padded(int on) { g_prep_padded = on ? 1 : 0; }
 

@@ -197,7 +197,7 @@ void splash_q4_set_early_loads(int on);
 /* Whether a preparation of M <= 16 rows (not each_row) launches blocks for
  * the Mp rows (M padded to 2 / 4 / 8 / 16) a product reads instead of all 16:
  * a decode step's RMS preparation of the 27B then runs 20 blocks, not 160.
- * Off unless SPLASH_CUDA_PREP_PADDED=1 (read at the first call) or set: an
+ * On unless SPLASH_CUDA_PREP_PADDED=0 (read at the first call) or set: an
  * A/B switch, the same results either way (test_q4_matmul, every config). */
 int splash_q4_prep_padded(void);
 void splash_q4_set_prep_padded(int on);
