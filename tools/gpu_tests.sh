@@ -7,8 +7,9 @@
 #   test_cuda_ops    every other op against the CPU backend (table at the end)
 #   test_cuda_model  the CUDA model against the CPU model through
 #                    splash_model_* on the tiny fixtures (table at the end);
-#                    again with SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1
-#                    SPLASH_CUDA_ATTN_EARLY=1 (test_cuda_model_switched.log)
+#                    again with SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0
+#                    SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0
+#                    (test_cuda_model_switched.log)
 #   test_cuda_draft  the DFlash drafts on the GPU against the CPU drafts
 #                    through the draft ops (dense-tiny + dflash-tiny /
 #                    dflash2-tiny, q4 and bf16; table at the end)
@@ -184,6 +185,12 @@ if [ $EMULATE = 1 ]; then
         SPLASH_ROOT="$PWD" "$B/emu/$t" "$B/test-packages" >"$OUT/${t}_emulated.log" 2>&1 || rc=1
         show_model_test "$OUT/${t}_emulated.log"
     done
+    # the MoE layers' sum in a launch of its own instead of the next norm's (the one switch
+    # the emulation reads: it changes what the model calls, not how an op computes)
+    stamp "run: test_cuda_model (emulated, SPLASH_CUDA_MOE_NORM=0)"
+    SPLASH_CUDA_MOE_NORM=0 SPLASH_ROOT="$PWD" "$B/emu/test_cuda_model" "$B/test-packages" \
+        >"$OUT/test_cuda_model_switched_emulated.log" 2>&1 || rc=1
+    show_model_test "$OUT/test_cuda_model_switched_emulated.log"
     if [ -f "$B/test-packages/engine-dflash/manifest.json" ]; then
         stamp "run: test_cuda_engine (emulated)"
         "$B/emu/test_cuda_engine" "$B/test-packages" >"$OUT/test_cuda_engine_emulated.log" 2>&1 || rc=1
@@ -362,11 +369,13 @@ if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
     done
     # the same model checks with the A/B switches the other way round: every GDN / norm load
     # after the programmatic wait (SPLASH_CUDA_EARLY=0; the default moves some before it), the
-    # preparations' blocks for the padded rows only (SPLASH_CUDA_PREP_PADDED=1) and the
-    # attention's early loads (SPLASH_CUDA_ATTN_EARLY=1); both settings must give the checked
-    # results
-    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1 SPLASH_CUDA_ATTN_EARLY=1)"
-    SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=1 SPLASH_CUDA_ATTN_EARLY=1 SPLASH_ROOT="$PWD" \
+    # preparations' blocks for all 16 prepared rows (SPLASH_CUDA_PREP_PADDED=0; the default
+    # launches the padded rows only) and the attention's loads after the wait
+    # (SPLASH_CUDA_ATTN_EARLY=0) and the MoE layers' sum in a launch of its own
+    # (SPLASH_CUDA_MOE_NORM=0; the default adds it in the next norm's); both settings must
+    # give the checked results
+    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0)"
+    SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0 SPLASH_ROOT="$PWD" \
         step "$OUT/test_cuda_model_switched.log" "$B/test_cuda_model" "$PACKAGES" || rc=1
     show_model_test "$OUT/test_cuda_model_switched.log"
     if [ $ENGINE_BUILT = 0 ]; then

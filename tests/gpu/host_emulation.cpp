@@ -240,7 +240,16 @@ extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *mem, int cap_cols
 static int g_early_loads = 1; /* splash_q4_early_loads (on, as on the device): where loads go changes nothing on the host */
 extern "C" int splash_q4_early_loads(void) { return g_early_loads; }
 extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; }
-static int g_attn_early; /* splash_cuda_attn_early_loads (off, as on the device) */
+static int g_moe_norm = -1; /* splash_q4_moe_norm: as on the device, SPLASH_CUDA_MOE_NORM=0 turns it off */
+extern "C" int splash_q4_moe_norm(void) {
+    if (g_moe_norm < 0) {
+        const char *e = getenv("SPLASH_CUDA_MOE_NORM");
+        g_moe_norm = e && *e ? atoi(e) != 0 : 1;
+    }
+    return g_moe_norm;
+}
+extern "C" void splash_q4_set_moe_norm(int on) { g_moe_norm = on ? 1 : 0; }
+static int g_attn_early = 1; /* splash_cuda_attn_early_loads (on, as on the device) */
 extern "C" int splash_cuda_attn_early_loads(void) { return g_attn_early; }
 extern "C" void splash_cuda_set_attn_early_loads(int on) { g_attn_early = on ? 1 : 0; }
 extern "C" int splash_q4_prep_x(splash_q4_xprep *xp, const float *x, int M, int cols, int ldx, struct CUstream_st *) {
@@ -709,28 +718,31 @@ extern "C" int splash_cuda_moe_scratch_init(splash_cuda_moe_scratch *s, int max_
     s->h1 = (float *)malloc(sizeof(float) * (size_t)max_rows * inter);
     s->h2 = (float *)malloc(sizeof(float) * (size_t)max_rows * inter);
     s->mo = (float *)malloc(sizeof(float) * (size_t)max_rows * hidden);
+    s->smo = (float *)malloc(sizeof(float) * SPLASH_Q4_MAX_M * (top_k + 1) * hidden); /* the grouped step's slots */
     return 0;
 }
 extern "C" void splash_cuda_moe_scratch_free(splash_cuda_moe_scratch *s) {
     if (!s->dev) return;
-    free(s->dev), free(s->mx), free(s->h1), free(s->h2), free(s->mo);
+    free(s->dev), free(s->mx), free(s->h1), free(s->h2), free(s->mo), free(s->smo);
     memset(s, 0, sizeof *s);
 }
 
 /* The experts of k slots a row, each expert's rows together (ascending id):
- * the host-driven step's arithmetic, which every step matches. */
+ * the host-driven step's arithmetic, which every step matches.  fo NULL: each
+ * slot's output (unweighted) into s->smo instead, for splash_cuda_moe_sum (a
+ * row's slots ascend by id, so its sum there is the one made here). */
 static int emu_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up, const splash_q4_matrix *down, int E,
                        const int32_t *idx, const float *w, int rows, int k, const float *xn, size_t ldx, float *fo,
                        size_t ldf, splash_cuda_moe_scratch *s) {
     const int H = s->hidden, I = s->inter;
-    for (int r = 0; r < rows; r++) memset(fo + r * ldf, 0, sizeof(float) * H);
-    int *er = (int *)malloc(sizeof(int) * rows);
+    for (int r = 0; fo && r < rows; r++) memset(fo + r * ldf, 0, sizeof(float) * H);
+    int *er = (int *)malloc(sizeof(int) * rows), *es = (int *)malloc(sizeof(int) * rows);
     float *ew = (float *)malloc(sizeof(float) * rows);
     for (int e = 0; e < E; e++) {
         int n = 0;
         for (int r = 0; r < rows; r++)
             for (int kk = 0; kk < k; kk++)
-                if (idx[r * k + kk] == e) er[n] = r, ew[n++] = w[r * k + kk];
+                if (idx[r * k + kk] == e) er[n] = r, es[n] = r * k + kk, ew[n++] = w[r * k + kk];
         if (!n) continue;
         for (int i = 0; i < n; i++) memcpy(s->mx + (size_t)i * H, xn + er[i] * ldx, sizeof(float) * H);
         splash_tensor g = view(SPLASH_Q4, gate[e].rows, gate[e].cols, gate[e].codes);
@@ -741,9 +753,12 @@ static int emu_experts(const splash_q4_matrix *gate, const splash_q4_matrix *up,
         for (int i = 0; i < n; i++) cpu_silu_mul(s->h1 + (size_t)i * I, s->h2 + (size_t)i * I, I, s->h1 + (size_t)i * I);
         cpu_matmul(ctx(), &d, n, s->h1, I, s->mo, H);
         for (int i = 0; i < n; i++)
-            for (int c = 0; c < H; c++) fo[er[i] * ldf + c] = fo[er[i] * ldf + c] + s->mo[(size_t)i * H + c] * ew[i];
+            if (fo)
+                for (int c = 0; c < H; c++) fo[er[i] * ldf + c] = fo[er[i] * ldf + c] + s->mo[(size_t)i * H + c] * ew[i];
+            else
+                memcpy(s->smo + (size_t)es[i] * H, s->mo + (size_t)i * H, sizeof(float) * H);
     }
-    free(er), free(ew);
+    free(er), free(es), free(ew);
     return 0;
 }
 
@@ -792,9 +807,24 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
                                                struct CUstream_st *) {
     if (rows > SPLASH_Q4_MAX_M || xp->M != rows || k < 1 || k > s->top_k + 1) return SPLASH_E_INVALID;
     int rc = emu_experts(gate, up, down, E, idx, w, rows, k, (const float *)xp->x8, (size_t)xp->cols, fo, ldf, s);
-    for (int r = 0; x && !rc && r < rows; r++)
+    for (int r = 0; fo && x && !rc && r < rows; r++)
         for (int c = 0; c < s->hidden; c++) x[r * ldx + c] = fo[r * ldf + c] + x[r * ldx + c];
     return rc;
+}
+
+extern "C" int splash_cuda_moe_sum(const splash_q4_moe_sum *ms, int rows, int H, float *x, size_t ldx,
+                                   struct CUstream_st *) {
+    if (!ms || !ms->mo || !ms->w || !ms->fo || rows < 0 || H < 1 || ms->K < 1 || ms->ldm != (size_t)H ||
+        ms->ldf < (size_t)H || (x && ldx < (size_t)H))
+        return SPLASH_E_INVALID;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < H; c++) {
+            float f = 0.f;
+            for (int kk = 0; kk < ms->K; kk++) f = f + ms->mo[(size_t)(r * ms->K + kk) * H + c] * ms->w[r * ms->K + kk];
+            ms->fo[r * ms->ldf + c] = f;
+            if (x) x[r * ldx + c] = f + x[r * ldx + c];
+        }
+    return 0;
 }
 
 extern "C" void splash_cuda_rope_inv_freq(float *inv, int rot_dim, double theta) {
@@ -807,6 +837,13 @@ extern "C" int splash_q4_prep_rmsnorm(splash_q4_xprep *xp, const float *x, size_
                                       float *y, size_t ldy, int rows, int cols, struct CUstream_st *s) {
     int rc = splash_cuda_rmsnorm(x, ldx, 0, y, ldy, 0, w, 0.f, cols, rows, 1, eps, s);
     return rc ? rc : splash_q4_prep_x(xp, y, rows < SPLASH_Q4_MAX_M ? rows : SPLASH_Q4_MAX_M, cols, (int)ldy, s);
+}
+extern "C" int splash_q4_prep_rmsnorm_moe(splash_q4_xprep *xp, float *x, size_t ldx, const splash_q4_moe_sum *ms,
+                                          const float *w, float eps, float *y, size_t ldy, int rows, int cols,
+                                          struct CUstream_st *s) {
+    if (rows < 1 || rows > SPLASH_Q4_MAX_M || !ms || ms->K > SPLASH_Q4_MOE_SUM_MAX_K) return SPLASH_E_INVALID;
+    int rc = splash_cuda_moe_sum(ms, rows, cols, x, ldx, s);
+    return rc ? rc : splash_q4_prep_rmsnorm(xp, x, ldx, w, eps, y, ldy, rows, cols, s);
 }
 /* ... and rows [r0, r1) of y as the uniform preparation (above), with the power of two from the bound
  * sqrt(cols) max|w| (+1%) rather than the rows' largest |y| (q4_matmul.cu's rms_gemm_scale) */

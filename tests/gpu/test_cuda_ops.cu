@@ -1494,6 +1494,92 @@ static void test_moe(const Shape *s, int rows) {
     cudaFree(dlog), cudaFree(dw), cudaFree(didx), cudaFree(dxn), cudaFree(dfo);
 }
 
+/* The MoE layer's weighted sum added by the next RMS preparation
+ * (splash_q4_prep_rmsnorm_moe) against the sum's own launch then
+ * splash_q4_prep_rmsnorm: fo, x, y and a q4 product of the prepared rows
+ * equal to the bit, with early loads on and off, the xprep poisoned before
+ * each (H past 4,096: refused as unsupported).  Then both timed. */
+static void test_prep_rmsnorm_moe(int H, int rows, int K) {
+    char sh[64];
+    snprintf(sh, sizeof sh, "H %d, %d rows x %d slots", H, rows, K);
+    const size_t NH = (size_t)rows * H, MO = (size_t)rows * K * H;
+    float *mo = hfloats(MO), *w = hfloats((size_t)rows * K), *x = hfloats(NH), *nw = hfloats(H);
+    fill(mo, MO, -1.f, 1.f), fill(w, (size_t)rows * K, 0.f, 0.5f), fill(x, NH, -2.f, 2.f), fill(nw, H, 0.5f, 1.5f);
+    float *dmo = dcopy(mo, MO), *dw = dcopy(w, (size_t)rows * K), *dnw = dcopy(nw, H);
+    float *dx[2] = {dfloats(NH), dfloats(NH)}, *dfo[2] = {dfloats(NH), dfloats(NH)}, *dy[2] = {dfloats(NH), dfloats(NH)};
+    const int P = 256; /* the product's rows */
+    Q4 q;
+    q4_make(&q, P, H);
+    float *dp[2] = {dfloats((size_t)16 * P), dfloats((size_t)16 * P)};
+    const size_t xpb = splash_q4_xprep_bytes(H);
+    void *xpm = dmalloc(xpb);
+    splash_q4_xprep xp;
+    splash_q4_xprep_init(&xp, xpm, H);
+    /* path 0: the sum's launch, then the norm's; path 1: the one launch */
+    auto run = [&](int path) {
+        const splash_q4_moe_sum ms = {dmo, (size_t)H, dw, K, dfo[path], (size_t)H};
+        int rc = path ? splash_q4_prep_rmsnorm_moe(&xp, dx[path], H, &ms, dnw, kEps, dy[path], H, rows, H, NULL)
+                      : splash_cuda_moe_sum(&ms, rows, H, dx[path], H, NULL);
+        if (!rc && !path) rc = splash_q4_prep_rmsnorm(&xp, dx[path], H, dnw, kEps, dy[path], H, rows, H, NULL);
+        return rc;
+    };
+    float *h[2][4];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) h[i][j] = hfloats(j == 3 ? (size_t)rows * P : NH);
+    auto outputs = [&](int path, float **o) {
+        const int rc = splash_q4_matmul(&q.dm, &xp, dp[path], NULL);
+        down(o[0], dfo[path], NH * 4), down(o[1], dx[path], NH * 4), down(o[2], dy[path], NH * 4);
+        down(o[3], dp[path], (size_t)rows * P * 4);
+        return rc;
+    };
+    const int was = splash_q4_early_loads();
+    double err = 0;
+    if (H > 4096) {
+        up(dx[1], x, NH * 4);
+        const splash_q4_moe_sum ms = {dmo, (size_t)H, dw, K, dfo[1], (size_t)H};
+        err = splash_q4_prep_rmsnorm_moe(&xp, dx[1], H, &ms, dnw, kEps, dy[1], H, rows, H, NULL) == SPLASH_E_UNSUPPORTED
+                  ? 0 : INFINITY;
+        report("prep_rmsnorm_moe refused (exact)", sh, err, 0, -1, 0);
+    } else {
+        for (int early = 0; early < 2; early++) {
+            splash_q4_set_early_loads(early);
+            for (int path = 0; path < 2; path++) {
+                up(dx[path], x, NH * 4);
+                poison(dfo[path], NH * 4), poison(dy[path], NH * 4), poison(xpm, xpb);
+                if (run(path) || outputs(path, h[path])) err = INFINITY;
+            }
+            for (int j = 0; j < 4; j++)
+                if (memcmp(h[0][j], h[1][j], (j == 3 ? (size_t)rows * P : NH) * 4)) err = INFINITY;
+        }
+        splash_q4_set_early_loads(was);
+        /* and against the host: x + the sum in k order, then the norm (the CPU's rmsnorm) */
+        float *rx = hfloats(NH), *ry = hfloats(NH);
+        for (int r = 0; r < rows; r++)
+            for (int c = 0; c < H; c++) {
+                float f = 0.f;
+                for (int k = 0; k < K; k++) f += mo[((size_t)r * K + k) * H + c] * w[(size_t)r * K + k];
+                rx[(size_t)r * H + c] = f + x[(size_t)r * H + c];
+            }
+        for (int r = 0; r < rows; r++) cpu_rmsnorm(rx + (size_t)r * H, nw, H, kEps, ry + (size_t)r * H);
+        err = max2(err, max2(rel_err(h[1][1], rx, NH), rel_err(h[1][2], ry, NH)));
+        report("prep_rmsnorm_moe = sum, then prep_rmsnorm (bits)", sh, err, 1e-6, -1, 0);
+        free(rx), free(ry);
+        up(dx[0], x, NH * 4), up(dx[1], x, NH * 4);
+        const double bytes = (double)(MO + 3 * NH) * 4;
+        double us = time_us([&](int) { return run(0); });
+        report("moe_sum, then prep_rmsnorm (2 launches)", sh, 0, 0, us, bytes);
+        us = time_us([&](int) { return run(1); });
+        report("prep_rmsnorm_moe (1 launch)", sh, 0, 0, us, bytes);
+    }
+    for (int i = 0; i < 2; i++) {
+        cudaFree(dx[i]), cudaFree(dfo[i]), cudaFree(dy[i]), cudaFree(dp[i]);
+        for (int j = 0; j < 4; j++) free(h[i][j]);
+    }
+    q4_free(&q);
+    cudaFree(xpm), cudaFree(dmo), cudaFree(dw), cudaFree(dnw);
+    free(mo), free(w), free(x), free(nw);
+}
+
 /* The plan's layout (q4_plan.cuh) on the host, one slot at a time: a slot
  * whose rank among its expert's slots is a multiple of gmax leads a group of
  * the next gmax slots of that expert, groups numbered in slot order. */
@@ -2111,6 +2197,12 @@ int main(int argc, char **argv) {
     test_moe(&kTinyMoe, 40); /* every row on expert 3: groups of 16, 16, 8 */
     test_moe(&kTinyMoe, 100); /* expert 3 in two tiles of the GEMM step */
     test_moe(&kMoeK8, 2100);  /* the GEMM step in chunks of 2,048 rows */
+    test_prep_rmsnorm_moe(128, 5, 3);   /* one block a row (a cluster of one) */
+    test_prep_rmsnorm_moe(640, 3, 9);   /* 10 groups: a cluster of 2, the second block's 2 */
+    test_prep_rmsnorm_moe(2048, 1, 9);  /* the 35B-A3B's decode row */
+    test_prep_rmsnorm_moe(2048, 16, 9); /* and 16-row verify */
+    test_prep_rmsnorm_moe(4096, 7, 16); /* a cluster of 8, the most slots */
+    test_prep_rmsnorm_moe(8192, 2, 9);  /* refused */
     test_route_plan_wide();
     test_group_plan();
     test_route_edges(256);

@@ -420,8 +420,8 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
                                                const splash_q4_xprep *xp, float *fo,
                                                size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
                                                struct CUstream_st *stream) {
-    if (!gate || !up || !down || !idx || !w || !xp || !fo || !s || !s->dev || rows < 0 || rows > kGroup ||
-        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || ldf < (size_t)s->hidden || K < 1 ||
+    if (!gate || !up || !down || !idx || !w || !xp || !s || !s->dev || rows < 0 || rows > kGroup ||
+        n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || (fo && ldf < (size_t)s->hidden) || K < 1 ||
         K > s->top_k + 1 || (x && ldx < (size_t)s->hidden))
         return SPLASH_E_INVALID;
     if (!rows) return SPLASH_OK;
@@ -430,16 +430,26 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
     size_t sg, sd;
     int rc = expert_strides(gate, up, down, n_experts, H, I, &sg, &sd);
     if (rc) return rc;
-    const cudaStream_t st = (cudaStream_t)stream;
     /* gate and up of every (row, k) slot in one launch, x row = slot / K */
     rc = splash_q4_matmul_grouped(gate, up, n_experts, sg, idx, plan, S, K, xp, s->sg, s->su, (size_t)I, stream);
     if (!rc) rc = splash_q4_prep_silu_mul_rows(&s->xs, s->sg, I, s->su, I, s->sg, I, S, I, stream);
     if (!rc)
         rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, plan, S, 1, &s->xs, s->smo, nullptr, (size_t)H,
                                       stream);
-    if (rc) return rc;
-    SPLASH_CUDA_TRY(launch_kernel(combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0, st, fo,
-                                  ldf, s->smo, nullptr, w, H, K, x, ldx));
+    if (rc || !fo) return rc; /* fo NULL: the sum is the caller's (splash_q4_prep_rmsnorm_moe) */
+    const splash_q4_moe_sum ms = {s->smo, (size_t)H, w, K, fo, ldf};
+    return splash_cuda_moe_sum(&ms, rows, H, x, ldx, stream);
+}
+
+extern "C" int splash_cuda_moe_sum(const splash_q4_moe_sum *ms, int rows, int H, float *x, size_t ldx,
+                                   struct CUstream_st *stream) {
+    if (!ms || !ms->mo || !ms->w || !ms->fo || rows < 0 || rows > 65535 || H < 1 || ms->K < 1 ||
+        ms->ldm < (size_t)H || ms->ldf < (size_t)H || (x && ldx < (size_t)H))
+        return SPLASH_E_INVALID;
+    if (!rows) return SPLASH_OK;
+    if (ms->ldm != (size_t)H) return SPLASH_E_UNSUPPORTED; /* the kernel's slots are H apart */
+    SPLASH_CUDA_TRY(launch_kernel(combine_kernel, dim3((unsigned)((H + 255) / 256), (unsigned)rows), 256, 0,
+                                  (cudaStream_t)stream, ms->fo, ms->ldf, ms->mo, nullptr, ms->w, H, ms->K, x, ldx));
     return SPLASH_OK;
 }
 

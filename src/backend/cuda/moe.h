@@ -128,7 +128,10 @@ int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splash_q4_matrix
  * experts must be laid out as the loader does (every stride equal; else
  * SPLASH_E_UNSUPPORTED).  fo: the same bits as splash_cuda_moe_experts
  * (every product and the sum in its order).  x (not NULL): x += fo after,
- * the residual, as splash_cuda_moe_shared_add adds it.  plan (not NULL: the
+ * the residual, as splash_cuda_moe_shared_add adds it.  fo NULL: no sum (3
+ * launches); the slots' outputs stay in s->smo (rows * k rows of s->hidden
+ * floats) for splash_cuda_moe_sum or splash_q4_prep_rmsnorm_moe, which must
+ * run before the next step uses s.  plan (not NULL: the
  * route's over these idx, or splash_q4_group_plan's): the slots grouped by
  * expert, each expert read once per 4 of its slots (the host-driven step:
  * once per 16 of its rows; without a plan, once per slot). */
@@ -137,6 +140,11 @@ int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q
                                     const int32_t *plan, int rows, int k, const splash_q4_xprep *xp, float *fo,
                                     size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
                                     struct CUstream_st *stream);
+
+/* The step's weighted sum alone: ms->fo[r] = sum over k of ms->mo[(r K + k)
+ * H ..] ms->w[r K + k], k ascending from 0; x (not NULL) += fo[r].  ms->ldm
+ * must be H (SPLASH_E_UNSUPPORTED otherwise). */
+int splash_cuda_moe_sum(const splash_q4_moe_sum *ms, int rows, int H, float *x, size_t ldx, struct CUstream_st *stream);
 
 /* The same step for the rows of bulk prefill lanes, on the tensor-core
  * GEMM (q4_gemm.h: fp16-grade, not the bits of the steps above), device-

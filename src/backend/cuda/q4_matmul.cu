@@ -693,6 +693,7 @@ struct PrepArgs {
     const float *x, *u, *w; /* x (SILU: g); u (SILU); w (RMS factors) */
     size_t ldx, ldu, ldy;
     float *y;               /* RMS / SILU: the rows made, fp32 */
+    float *x_sum;           /* q4_prep_moe_kernel: x itself, the MoE sum added in place */
     float eps;
     int rows;               /* rows with data (y rows) */
     int M, Mp;              /* rows prepared, and padded to the kernel's 2 / 4 / 8 / 16 (zeros) */
@@ -729,14 +730,20 @@ __device__ __forceinline__ int digit_pos(int j) { return (j & 8) | ((j & 3) << 1
 /* 1 / sqrt(mean(x^2) + eps) of one row, by the whole block (every thread
  * calls it): both RMS kernels take it from here, so a row's factor has the
  * same bits in either. */
-__device__ __forceinline__ float rms_factor(const PrepArgs &a, const float *xr, float *red) {
+template <class Row>
+__device__ __forceinline__ float rms_factor_of(const PrepArgs &a, Row xr, float *red) {
     float ss = 0.f; /* rows need not be 16-byte aligned: scalar loads */
     for (int i = threadIdx.x; i < a.cols / 4; i += kPrepThreads) {
-        const float v0 = xr[4 * i], v1 = xr[4 * i + 1], v2 = xr[4 * i + 2], v3 = xr[4 * i + 3];
+        const float *q = xr(4 * i); /* columns 4i .. 4i + 3 */
+        const float v0 = q[0], v1 = q[1], v2 = q[2], v3 = q[3];
         ss = fmaf(v0, v0, ss), ss = fmaf(v1, v1, ss), ss = fmaf(v2, v2, ss), ss = fmaf(v3, v3, ss);
     }
     ss = block_sum(ss, red);
     return 1.0f / sqrtf(ss / (float)a.cols + a.eps);
+}
+
+__device__ __forceinline__ float rms_factor(const PrepArgs &a, const float *xr, float *red) {
+    return rms_factor_of(a, [xr](int c) { return xr + c; }, red);
 }
 
 /* The power of two of a prefill's fp16 rows (PrepArgs.h16) from a bound on
@@ -760,6 +767,33 @@ __device__ __forceinline__ void rms_gemm_scale(const PrepArgs &a, float *red, fl
 __device__ __forceinline__ void h16_row_done(const PrepArgs &a, int m, float inv) {
     a.h16_inv[m - a.h0] = inv;
     if (m == a.h0) a.h16_alpha[0] = inv, a.h16_alpha[1] = 0.f, a.h16_alpha[2] = 1.f;
+}
+
+/* Group G of prepared row m from its lanes' two values v each (columns c, c
+ * + 1): the group's power of two and digits (the kernel's comment above
+ * XFrag), its sum and 2^-k.  The whole warp calls it. */
+__device__ __forceinline__ void prep_group(const PrepArgs &a, int m, int G, int c, float2 v) {
+    float scale = 1.f, inv = 1.f;
+    const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y))); /* zero for rows >= M */
+    row_pow2_scale(mx, scale, inv, kDigitsTop, 126);
+    /* a NaN or inf of x makes the group's results NaN (fmaxf drops NaNs, and
+     * digits cannot hold either) */
+    const bool bad = __any_sync(0xffffffffu, !(isfinite(v.x) && isfinite(v.y)));
+    if (bad) inv = __int_as_float(0x7fc00000);
+    if (m < a.Mp) {
+        int d0[3], d1[3];
+        digits(bad ? 0 : __float2int_rn(v.x * scale), d0); /* exact scaling: a power of two */
+        digits(bad ? 0 : __float2int_rn(v.y * scale), d1);
+        const int j = c & 15;
+        int8_t *row = a.x8 + (size_t)m * 3 * a.cols + (c - j);
+#pragma unroll
+        for (int d = 0; d < 3; d++) {
+            row[(size_t)d * a.cols + digit_pos(j)] = (int8_t)d0[d];
+            row[(size_t)d * a.cols + digit_pos(j + 1)] = (int8_t)d1[d];
+        }
+    }
+    const float s = warp_sum(v.x + v.y);
+    if ((threadIdx.x & 31) == 0) a.gsum[(size_t)G * a.gstride + m] = s, a.ginv[(size_t)G * a.gstride + m] = inv;
 }
 
 /* EARLY (PREP_RMS, splash_q4_early_loads): the lane's two norm factors are
@@ -813,30 +847,72 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
                 *reinterpret_cast<__half2 *>(a.h16 + (size_t)(m - a.h0) * a.cols + c) =
                     __floats2half2_rn(v.x * hs, v.y * hs);
         }
-        if (m >= a.prep_rows) return;
-        /* the group's power of two and digits (the kernel's comment above XFrag) */
-        float scale = 1.f, inv = 1.f;
-        const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y))); /* zero for rows >= M */
-        row_pow2_scale(mx, scale, inv, kDigitsTop, 126);
-        /* a NaN or inf of x makes the group's results NaN (fmaxf drops NaNs, and
-         * digits cannot hold either) */
-        const bool bad = __any_sync(0xffffffffu, !(isfinite(v.x) && isfinite(v.y)));
-        if (bad) inv = __int_as_float(0x7fc00000);
-        if (m < a.Mp) {
-            int d0[3], d1[3];
-            digits(bad ? 0 : __float2int_rn(v.x * scale), d0); /* exact scaling: a power of two */
-            digits(bad ? 0 : __float2int_rn(v.y * scale), d1);
-            const int j = c & 15;
-            int8_t *row = a.x8 + (size_t)m * 3 * a.cols + (c - j);
-#pragma unroll
-            for (int d = 0; d < 3; d++) {
-                row[(size_t)d * a.cols + digit_pos(j)] = (int8_t)d0[d];
-                row[(size_t)d * a.cols + digit_pos(j + 1)] = (int8_t)d1[d];
-            }
-        }
-        const float s = warp_sum(v.x + v.y);
-        if (lane == 0) a.gsum[(size_t)G * a.gstride + m] = s, a.ginv[(size_t)G * a.gstride + m] = inv;
+        if (m < a.prep_rows) prep_group(a, m, G, c, v);
     }
+}
+
+/* PREP_RMS of x after a MoE layer's weighted sum (splash_q4_prep_rmsnorm_moe):
+ * x += f, f = sum over k of mo[slot r K + k] w[slot], k ascending from 0 (moe.cu's
+ * combine_kernel: the same operations, so the same bits), then the RMS
+ * preparation of the new x as q4_prep_kernel<PREP_RMS> makes it.  The row's
+ * sum of squares needs every column of the new x, and x is updated in place, so
+ * a row's blocks are one cluster: each makes the new x of its own 8 groups into
+ * its shared memory, the row's sum then reads the cluster's shared memory in
+ * rms_factor's order (the same sum), and no block reads a column of x that
+ * another block writes.  EARLY (splash_q4_early_loads): the norm factors, the
+ * slot weights and x itself are read before the programmatic wait, which the
+ * caller allows only behind the layer's last q4 product (the products wait for
+ * every kernel before them, and none after the route writes w or x). */
+template <bool EARLY>
+__global__ void __launch_bounds__(kPrepThreads) q4_prep_moe_kernel(const PrepArgs a, const splash_q4_moe_sum ms) {
+    __shared__ float red[32];
+    __shared__ float xs[kPrepGroupsPerBlock * 64]; /* the new x of this block's groups */
+    cg::cluster_group cluster = cg::this_cluster();
+    const int m = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int G = blockIdx.x * kPrepGroupsPerBlock + warp, c = 64 * G + 2 * lane, own = 64 * warp + 2 * lane;
+    const bool data = m < a.rows, mine = data && G < a.cols / 64; /* uniform in the block / the warp */
+    float2 wn = make_float2(0.f, 0.f), x0 = make_float2(0.f, 0.f);
+    float wk[SPLASH_Q4_MOE_SUM_MAX_K];
+    if constexpr (EARLY) pdl_launch_dependents();
+    else pdl_begin();
+    if (mine) {
+        wn = make_float2(a.w[c], a.w[c + 1]);
+        x0 = make_float2(a.x[(size_t)m * a.ldx + c], a.x[(size_t)m * a.ldx + c + 1]);
+#pragma unroll
+        for (int k = 0; k < SPLASH_Q4_MOE_SUM_MAX_K; k++)
+            if (k < ms.K) wk[k] = ms.w[(size_t)m * ms.K + k];
+    }
+    if constexpr (EARLY) pdl_wait();
+    float2 f = make_float2(0.f, 0.f), v = make_float2(0.f, 0.f);
+    if (mine) {
+        const float *mo = ms.mo + (size_t)m * ms.K * ms.ldm + c;
+#pragma unroll
+        for (int k = 0; k < SPLASH_Q4_MOE_SUM_MAX_K; k++)
+            if (k < ms.K) {
+                f.x = __fadd_rn(f.x, __fmul_rn(mo[(size_t)k * ms.ldm], wk[k]));
+                f.y = __fadd_rn(f.y, __fmul_rn(mo[(size_t)k * ms.ldm + 1], wk[k]));
+            }
+        v = make_float2(__fadd_rn(f.x, x0.x), __fadd_rn(f.y, x0.y));
+        xs[own] = v.x, xs[own + 1] = v.y;
+    }
+    cluster.sync(); /* every block's new x in its shared memory */
+    float rs = 1.f;
+    if (data) /* uniform in the block: block_sum sees every thread */
+        rs = rms_factor_of(a, [&cluster, xsp = &xs[0]](int col) {
+            constexpr int kOwn = kPrepGroupsPerBlock * 64; /* columns a block owns */
+            return cluster.map_shared_rank(xsp, col / kOwn) + col % kOwn;
+        }, red);
+    cluster.sync(); /* no block leaves while another may read its shared memory */
+    if (G >= a.cols / 64) return;
+    if (mine) {
+        float *fr = ms.fo + (size_t)m * ms.ldf + c, *xr = a.x_sum + (size_t)m * a.ldx + c;
+        float *yr = a.y + (size_t)m * a.ldy + c;
+        fr[0] = f.x, fr[1] = f.y;
+        xr[0] = v.x, xr[1] = v.y;
+        v.x = __fmul_rn(__fmul_rn(v.x, rs), wn.x), v.y = __fmul_rn(__fmul_rn(v.y, rs), wn.y); /* norm.h's rmsnorm */
+        yr[0] = v.x, yr[1] = v.y;
+    }
+    if (m < a.prep_rows) prep_group(a, m, G, c, v);
 }
 
 /* The RMS norm's rows past the prepared ones (a prefill's bulk), one block a
@@ -1249,6 +1325,29 @@ extern "C" int splash_q4_prep_rmsnorm_gemm(splash_q4_xprep *xp, splash_q4_gemm_x
     return rc;
 }
 
+extern "C" int splash_q4_prep_rmsnorm_moe(splash_q4_xprep *xp, float *x, size_t ldx, const splash_q4_moe_sum *ms,
+                                          const float *w, float eps, float *y, size_t ldy, int rows, int cols,
+                                          struct CUstream_st *stream) {
+    if (!xp || !x || !ms || !ms->mo || !ms->w || !ms->fo || !w || !y || rows < 1 || rows > SPLASH_Q4_MAX_M ||
+        cols <= 0 || cols % 64 || cols > xp->cap_cols || ldx < (size_t)cols || ldy < (size_t)cols ||
+        ms->ldm < (size_t)cols || ms->ldf < (size_t)cols || ms->K < 1 || ms->K > SPLASH_Q4_MOE_SUM_MAX_K)
+        return SPLASH_E_INVALID;
+    const int cx = (cols / 64 + kPrepGroupsPerBlock - 1) / kPrepGroupsPerBlock; /* a row's blocks: one cluster */
+    if (cx > 8) return SPLASH_E_UNSUPPORTED;
+    PrepArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = x, a.x_sum = x, a.ldx = ldx, a.w = w, a.eps = eps, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
+    a.M = rows, a.Mp = 2 << mclass(rows), a.prep_rows = SPLASH_Q4_MAX_M;
+    a.gstride = xp->rows_cap;
+    a.x8 = xp->x8, a.gsum = xp->gsum, a.ginv = xp->ginv;
+    const int grid_rows = splash_q4_prep_padded() ? a.Mp : a.prep_rows;
+    KernelLaunch lc(dim3((unsigned)cx, (unsigned)grid_rows), dim3(kPrepThreads), 0, (cudaStream_t)stream, (unsigned)cx);
+    SPLASH_CUDA_TRY(cudaLaunchKernelEx(&lc.lc, splash_q4_early_loads() ? q4_prep_moe_kernel<true> : q4_prep_moe_kernel<false>,
+                                       a, *ms));
+    xp->M = a.M, xp->cols = a.cols;
+    return SPLASH_OK;
+}
+
 /* silu(g) * u prepared as one activation (each_row 0) or row by row (1). */
 static int prep_silu(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu, float *y, size_t ldy,
                      int rows, int cols, int each_row, struct CUstream_st *stream) {
@@ -1394,6 +1493,14 @@ static int g_prep_padded = -1; /* benign race, as g_early_loads */
 extern "C" int splash_q4_prep_padded(void) { return env_switch(&g_prep_padded, "SPLASH_CUDA_PREP_PADDED", 1); }
 
 extern "C" void splash_q4_set_prep_padded(int on) { g_prep_padded = on ? 1 : 0; }
+
+/* On unless set; SPLASH_CUDA_MOE_NORM=0 in the environment turns it off at
+ * the first read (an A/B switch: docs/cuda.md, "Session 28"). */
+static int g_moe_norm = -1; /* benign race, as g_early_loads */
+
+extern "C" int splash_q4_moe_norm(void) { return env_switch(&g_moe_norm, "SPLASH_CUDA_MOE_NORM", 1); }
+
+extern "C" void splash_q4_set_moe_norm(int on) { g_moe_norm = on ? 1 : 0; }
 
 extern "C" int splash_q4_plan_group(void) {
     static int g = 0; /* benign race: every thread computes the same value */

@@ -113,6 +113,25 @@ int splash_q4_prep_rmsnorm(splash_q4_xprep *xp, const float *x, size_t ldx, cons
                            size_t ldy, int rows, int cols, struct CUstream_st *stream);
 int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu, float *y,
                             size_t ldy, int rows, int cols, struct CUstream_st *stream);
+/* A MoE layer's weighted sum, left by splash_cuda_moe_experts_grouped (fo
+ * NULL) to the RMS preparation that reads the residual next: row r's sum is
+ * f = sum over k < K of mo[(r K + k) ldm ..] w[r K + k], k ascending from 0. */
+#define SPLASH_Q4_MOE_SUM_MAX_K 16
+typedef struct splash_q4_moe_sum {
+    const float *mo; /* [rows * K][ldm] the slots' outputs */
+    size_t ldm;
+    const float *w;  /* [rows][K] the slots' weights */
+    int K;
+    float *fo;       /* [rows][ldf]: f is written here too, as the sum's own launch writes it */
+    size_t ldf;
+} splash_q4_moe_sum;
+/* rmsnorm of x after x += f (ms), in one launch: x, fo, y and xp as the sum's
+ * launch (splash_cuda_moe_sum) then splash_q4_prep_rmsnorm make them, to the
+ * bit.  rows <= 16; SPLASH_E_UNSUPPORTED past 4,096 columns (a row's blocks
+ * are one cluster of at most 8). */
+int splash_q4_prep_rmsnorm_moe(splash_q4_xprep *xp, float *x, size_t ldx, const splash_q4_moe_sum *ms,
+                               const float *w, float eps, float *y, size_t ldy, int rows, int cols,
+                               struct CUstream_st *stream);
 /* silu_mul with every row (up to xp->rows_cap) prepared as its own one-row
  * activation, for splash_q4_matmul_grouped (xdiv 1). */
 int splash_q4_prep_silu_mul_rows(splash_q4_xprep *xp, const float *g, size_t ldg, const float *u, size_t ldu,
@@ -201,6 +220,12 @@ void splash_q4_set_early_loads(int on);
  * A/B switch, the same results either way (test_q4_matmul, every config). */
 int splash_q4_prep_padded(void);
 void splash_q4_set_prep_padded(int on);
+/* Whether the model leaves a MoE layer's weighted sum of rows <= 16 to the
+ * next RMS preparation (splash_q4_prep_rmsnorm_moe: one launch instead of
+ * two).  On unless SPLASH_CUDA_MOE_NORM=0 (read at the first call) or set:
+ * an A/B switch, the same results either way. */
+int splash_q4_moe_norm(void);
+void splash_q4_set_moe_norm(int on);
 int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts, int32_t *plan, struct CUstream_st *stream);
 
 #ifdef __cplusplus

@@ -330,7 +330,21 @@ static int norm_rows(qc_fwd *f, const float *in, const float *factor, int rows, 
     m->xp_src = nullptr;
     m->gx_src = nullptr;
     const qc_rows *b = layer && f->n_bulk == 1 ? &m->bulk[0] : nullptr;
-    if (qc_prep_ok(m, (int)H) && b && m->wexp && b->r1 - b->r0 >= m->blas_min_rows) { /* layer: rows = f->R */
+    const int gemm = qc_prep_ok(m, (int)H) && b && m->wexp && b->r1 - b->r0 >= m->blas_min_rows;
+    if (f->moe_sum_rows && in == m->x && rows == f->moe_sum_rows && !gemm && qc_prep_ok(m, (int)H)) {
+        /* the MoE layer's sum added by the norm's launch (qc_fwd.moe_sum_rows) */
+        const int rc = splash_q4_prep_rmsnorm_moe(&m->xp, m->x, H, &f->moe_sum, factor, m->d.rms_eps, out, H, rows,
+                                                  (int)H, m->stream);
+        if (rc != SPLASH_E_UNSUPPORTED) {
+            f->moe_sum_rows = 0;
+            QC_TRY(f, rc);
+            m->xp_src = out, m->xp_ld = H;
+            return 0;
+        }
+    }
+    int rc = qc_moe_sum_flush(f);
+    if (rc) return rc;
+    if (gemm) { /* layer: rows = f->R */
         QC_TRY(f, splash_q4_prep_rmsnorm_gemm(&m->xp, &m->gx, b->r0, b->r1, in, H, factor, m->d.rms_eps, out, H, rows,
                                               (int)H, m->stream));
         m->xp_src = out, m->xp_ld = H;
@@ -349,6 +363,8 @@ static int norm_rows(qc_fwd *f, const float *in, const float *factor, int rows, 
 static int write_taps(qc_fwd *f, int layer) {
     qc_model *m = f->m;
     const size_t H = (size_t)m->d.hidden;
+    int rc = qc_moe_sum_flush(f); /* the taps are x's rows */
+    if (rc) return rc;
     for (int t = 0; t < m->n_taps; t++)
         if (m->tap_layers[t] == layer)
             QC_TRY(f, splash_cuda_gather_rows(m->x, H, qc_desc_i32(m, m->plan.tap_rows), f->n_tap, m->taps + (size_t)t * H,
@@ -425,10 +441,12 @@ static int copy_head(qc_fwd *f, int k0, int nk) {
  * graph); more: passes of head_cap rows, each copied before the next. */
 static int head(qc_fwd *f) {
     qc_model *m = f->m;
+    int rc = qc_moe_sum_flush(f); /* x complete: the head's rows and what the host may read */
+    if (rc) return rc;
     if (f->n_head <= m->head_cap) return f->n_head ? head_pass(f, 0, f->n_head) : 0;
     for (int k0 = 0; k0 < f->n_head; k0 += m->head_cap) {
         const int nk = f->n_head - k0 < m->head_cap ? f->n_head - k0 : m->head_cap;
-        int rc = head_pass(f, k0, nk);
+        rc = head_pass(f, k0, nk);
         if (!rc) rc = copy_head(f, k0, nk);
         if (rc) return rc;
     }

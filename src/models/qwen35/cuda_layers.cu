@@ -244,9 +244,26 @@ static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, c
         if (rc) return rc;
         m->xp_src = r0 ? nullptr : m->xn, m->xp_ld = H;
     }
-    return splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + shared, idx, w,
-                                           plan, n, (int)K, &m->xp, fo, H, shared ? m->x + (size_t)r0 * H : nullptr, H,
-                                           &m->moe, m->stream);
+    /* the residual's sum left to the next RMS norm (qc_fwd.moe_sum_rows): rows [0, n) */
+    const int defer = shared && !r0 && splash_q4_moe_norm();
+    QC_TRY(f, splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + shared, idx,
+                                              w, plan, n, (int)K, &m->xp, defer ? nullptr : fo, H,
+                                              shared ? m->x + (size_t)r0 * H : nullptr, H, &m->moe, m->stream));
+    if (defer) {
+        const splash_q4_moe_sum ms = {m->moe.smo, H, w, (int)K, fo, H};
+        f->moe_sum = ms, f->moe_sum_rows = n;
+    }
+    return 0;
+}
+
+int qc_moe_sum_flush(qc_fwd *f) {
+    if (!f->moe_sum_rows) return 0;
+    qc_model *m = f->m;
+    const size_t H = (size_t)m->d.hidden;
+    const int rows = f->moe_sum_rows;
+    f->moe_sum_rows = 0;
+    QC_TRY(f, splash_cuda_moe_sum(&f->moe_sum, rows, (int)H, m->x, H, m->stream));
+    return 0;
 }
 
 int qc_moe_layer(qc_fwd *f, const qc_layer *L) {

@@ -338,6 +338,12 @@ typedef struct qc_fwd {
                                       adjacent lanes merged: their q4 products run on the GEMM */
     int n_head, n_tap;             /* rows with LOGITS or TOP, with TAPS */
     int n_top;                     /* rows with TOP (the head then keeps each head row's top b->top_k) */
+    /* a MoE layer's weighted sum of rows [0, moe_sum_rows) not yet added to x
+     * (splash_q4_moe_norm): the next RMS norm of x adds it in its own launch
+     * (splash_q4_prep_rmsnorm_moe); anything else that reads x first calls
+     * qc_moe_sum_flush */
+    int moe_sum_rows;
+    splash_q4_moe_sum moe_sum;
     const char *what;              /* the op that failed */
 } qc_fwd;
 
@@ -386,6 +392,9 @@ static inline int qc_prep_ok(const qc_model *m, int cols) {
 }
 
 int qc_forward(void *impl, const splash_batch *b, splash_error *err);
+/* Adds a MoE layer's pending weighted sum (qc_fwd.moe_sum_rows) to x in a
+ * launch of its own; nothing when none is pending. */
+int qc_moe_sum_flush(qc_fwd *f);
 
 /* Graphs: qc_graph_find returns key's entry (made, evicting the least
  * recently used, when new; NULL for a bad key); qc_graph_run runs body(ctx)
