@@ -240,14 +240,18 @@ extern "C" int splash_q4_xprep_init(splash_q4_xprep *xp, void *mem, int cap_cols
 static int g_early_loads = 1; /* splash_q4_early_loads (on, as on the device): where loads go changes nothing on the host */
 extern "C" int splash_q4_early_loads(void) { return g_early_loads; }
 extern "C" void splash_q4_set_early_loads(int on) { g_early_loads = on ? 1 : 0; }
-static int g_moe_norm = -1; /* splash_q4_moe_norm: as on the device, SPLASH_CUDA_MOE_NORM=0 turns it off */
-extern "C" int splash_q4_moe_norm(void) {
-    if (g_moe_norm < 0) {
-        const char *e = getenv("SPLASH_CUDA_MOE_NORM");
-        g_moe_norm = e && *e ? atoi(e) != 0 : 1;
+/* A switch the emulation reads as the device does (device_util.cuh's env_switch; that header
+ * holds device code, which this host file does not compile): the switches that change what the
+ * model calls, not how an op computes. */
+static int emu_switch(int *state, const char *name, int on) {
+    if (*state < 0) {
+        const char *e = getenv(name);
+        *state = e && *e ? atoi(e) != 0 : on;
     }
-    return g_moe_norm;
+    return *state;
 }
+static int g_moe_norm = -1; /* splash_q4_moe_norm: as on the device, SPLASH_CUDA_MOE_NORM=0 turns it off */
+extern "C" int splash_q4_moe_norm(void) { return emu_switch(&g_moe_norm, "SPLASH_CUDA_MOE_NORM", 1); }
 extern "C" void splash_q4_set_moe_norm(int on) { g_moe_norm = on ? 1 : 0; }
 static int g_attn_early = 1; /* splash_cuda_attn_early_loads (on, as on the device) */
 extern "C" int splash_cuda_attn_early_loads(void) { return g_attn_early; }
@@ -648,7 +652,17 @@ static int gdn(const splash_cuda_gdn_args *a, int chunked) {
     }
     return 0;
 }
-extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *) { return gdn(a, 0); }
+extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *s) {
+    if (a->xp && (!a->y || a->xp_rows < 1 || a->xp_rows > SPLASH_Q4_MAX_M)) return SPLASH_E_INVALID;
+    if (a->xp && a->dv % 64) return SPLASH_E_UNSUPPORTED;
+    int rc = gdn(a, 0);
+    /* y's rows prepared as the device's recurrence prepares them (splash_cuda_gdn_args.xp) */
+    if (!rc && a->xp) rc = splash_q4_prep_x(a->xp, a->y, a->xp_rows, a->hv * a->dv, (int)a->ldy, s);
+    return rc;
+}
+static int g_gdn_prep = -1; /* splash_cuda_gdn_prep_out: as on the device, SPLASH_CUDA_GDN_PREP=1 turns it on */
+extern "C" int splash_cuda_gdn_prep_out(void) { return emu_switch(&g_gdn_prep, "SPLASH_CUDA_GDN_PREP", 0); }
+extern "C" void splash_cuda_set_gdn_prep_out(int on) { g_gdn_prep = on ? 1 : 0; }
 extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks) {
     if (!splash_cuda_gdn_chunked_takes(dk, dv)) return 0; /* as the GPU's */
     return (size_t)hv * (3 * 64 * dk + 64 * dv + 64 * 64 + 3 * 64 + 4) * n_lanes * chunks; /* as the GPU's */

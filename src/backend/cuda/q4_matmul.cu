@@ -80,6 +80,7 @@
 #include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 #include "backend/cuda/q4_plan.cuh"
+#include "backend/cuda/q4_prep.cuh"
 #include "backend/cuda/q4_tile.cuh"
 
 namespace cg = cooperative_groups;
@@ -709,24 +710,6 @@ struct PrepArgs {
     int h0, h1;
 };
 
-/* The group's largest |x| scaled into [2^21, 2^22): three signed digits of
- * 8 bits hold any integer of that size. */
-constexpr int kDigitsTop = 22;
-
-/* q = 65536 hi + 256 mid + lo, each digit in [-128, 127] (|q| <= 2^22:
- * |hi| <= 65). */
-__device__ __forceinline__ void digits(int q, int (&d)[3]) {
-    const int lo = ((q + 128) & 255) - 128;
-    const int r = (q - lo) >> 8; /* exact: q - lo is a multiple of 256 */
-    const int mid = ((r + 128) & 255) - 128;
-    d[0] = (r - mid) >> 8, d[1] = mid, d[2] = lo;
-}
-
-/* Where column j of a 16-column chunk is stored: the order in which the
- * kernel's A registers hold the codes (tile_products8), so that a lane's 16
- * bytes are its B registers: 0 4 1 5 2 6 3 7, then 8 12 9 13 10 14 11 15. */
-__device__ __forceinline__ int digit_pos(int j) { return (j & 8) | ((j & 3) << 1) | ((j >> 2) & 1); }
-
 /* 1 / sqrt(mean(x^2) + eps) of one row, by the whole block (every thread
  * calls it): both RMS kernels take it from here, so a row's factor has the
  * same bits in either. */
@@ -767,33 +750,6 @@ __device__ __forceinline__ void rms_gemm_scale(const PrepArgs &a, float *red, fl
 __device__ __forceinline__ void h16_row_done(const PrepArgs &a, int m, float inv) {
     a.h16_inv[m - a.h0] = inv;
     if (m == a.h0) a.h16_alpha[0] = inv, a.h16_alpha[1] = 0.f, a.h16_alpha[2] = 1.f;
-}
-
-/* Group G of prepared row m from its lanes' two values v each (columns c, c
- * + 1): the group's power of two and digits (the kernel's comment above
- * XFrag), its sum and 2^-k.  The whole warp calls it. */
-__device__ __forceinline__ void prep_group(const PrepArgs &a, int m, int G, int c, float2 v) {
-    float scale = 1.f, inv = 1.f;
-    const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y))); /* zero for rows >= M */
-    row_pow2_scale(mx, scale, inv, kDigitsTop, 126);
-    /* a NaN or inf of x makes the group's results NaN (fmaxf drops NaNs, and
-     * digits cannot hold either) */
-    const bool bad = __any_sync(0xffffffffu, !(isfinite(v.x) && isfinite(v.y)));
-    if (bad) inv = __int_as_float(0x7fc00000);
-    if (m < a.Mp) {
-        int d0[3], d1[3];
-        digits(bad ? 0 : __float2int_rn(v.x * scale), d0); /* exact scaling: a power of two */
-        digits(bad ? 0 : __float2int_rn(v.y * scale), d1);
-        const int j = c & 15;
-        int8_t *row = a.x8 + (size_t)m * 3 * a.cols + (c - j);
-#pragma unroll
-        for (int d = 0; d < 3; d++) {
-            row[(size_t)d * a.cols + digit_pos(j)] = (int8_t)d0[d];
-            row[(size_t)d * a.cols + digit_pos(j + 1)] = (int8_t)d1[d];
-        }
-    }
-    const float s = warp_sum(v.x + v.y);
-    if ((threadIdx.x & 31) == 0) a.gsum[(size_t)G * a.gstride + m] = s, a.ginv[(size_t)G * a.gstride + m] = inv;
 }
 
 /* EARLY (PREP_RMS, splash_q4_early_loads): the lane's two norm factors are
