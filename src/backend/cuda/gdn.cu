@@ -502,10 +502,9 @@ extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct C
             cols > SPLASH_Q4_MAX_COLS)
             return SPLASH_E_INVALID;
         if (a->dv % 64) return SPLASH_E_UNSUPPORTED;
-        const int M = a->xp_rows;
         ra.xo.x8 = a->xp->x8, ra.xo.gsum = a->xp->gsum, ra.xo.ginv = a->xp->ginv;
         ra.xo.cols = cols, ra.xo.gstride = a->xp->rows_cap;
-        ra.xo.Mp = M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : 16; /* q4_matmul.cu's padded M */
+        ra.xo.Mp = prep_padded_rows(a->xp_rows);
     }
     const cudaStream_t s = (cudaStream_t)stream;
     int rc2;

@@ -694,7 +694,6 @@ struct PrepArgs {
     const float *x, *u, *w; /* x (SILU: g); u (SILU); w (RMS factors) */
     size_t ldx, ldu, ldy;
     float *y;               /* RMS / SILU: the rows made, fp32 */
-    float *x_sum;           /* q4_prep_moe_kernel: x itself, the MoE sum added in place */
     float eps;
     int rows;               /* rows with data (y rows) */
     int M, Mp;              /* rows prepared, and padded to the kernel's 2 / 4 / 8 / 16 (zeros) */
@@ -820,7 +819,8 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_kernel(const PrepArgs a)
  * caller allows only behind the layer's last q4 product (the products wait for
  * every kernel before them, and none after the route writes w or x). */
 template <bool EARLY>
-__global__ void __launch_bounds__(kPrepThreads) q4_prep_moe_kernel(const PrepArgs a, const splash_q4_moe_sum ms) {
+__global__ void __launch_bounds__(kPrepThreads) q4_prep_moe_kernel(const PrepArgs a, const splash_q4_moe_sum ms,
+                                                                   float *x /* a.x, written */) {
     __shared__ float red[32];
     __shared__ float xs[kPrepGroupsPerBlock * 64]; /* the new x of this block's groups */
     cg::cluster_group cluster = cg::this_cluster();
@@ -861,7 +861,7 @@ __global__ void __launch_bounds__(kPrepThreads) q4_prep_moe_kernel(const PrepArg
     cluster.sync(); /* no block leaves while another may read its shared memory */
     if (G >= a.cols / 64) return;
     if (mine) {
-        float *fr = ms.fo + (size_t)m * ms.ldf + c, *xr = a.x_sum + (size_t)m * a.ldx + c;
+        float *fr = ms.fo + (size_t)m * ms.ldf + c, *xr = x + (size_t)m * a.ldx + c;
         float *yr = a.y + (size_t)m * a.ldy + c;
         fr[0] = f.x, fr[1] = f.y;
         xr[0] = v.x, xr[1] = v.y;
@@ -945,10 +945,6 @@ LaunchFn pick_launch(int r, int u, int s) {
 #undef Q4_V
     return nullptr;
 }
-
-/* The M classes (x rows 1..16): <= 2, 4, 8, 16 rows, class c taking 2 << c
- * rows of x (the prep pads to them) on its own kernel and preset. */
-int mclass(int M) { return M <= 2 ? 0 : M <= 4 ? 1 : M <= 8 ? 2 : 3; }
 
 /* M = 0: grouped, one x row a slot; M = -1: grouped by a plan, up to
  * splash_q4_plan_group() slots a block. */
@@ -1226,7 +1222,7 @@ static int prep(splash_q4_xprep *xp, int mode, PrepArgs &a, int each_row, cudaSt
         a.M = a.Mp = a.prep_rows = a.rows;
     } else {
         a.M = a.rows < SPLASH_Q4_MAX_M ? a.rows : SPLASH_Q4_MAX_M;
-        a.Mp = 2 << mclass(a.M); /* x rows of the kernel's mode (rows past M: zeros) */
+        a.Mp = prep_padded_rows(a.M); /* x rows of the kernel's mode (rows past M: zeros) */
         a.prep_rows = SPLASH_Q4_MAX_M;
     }
     a.gstride = xp->rows_cap;
@@ -1292,14 +1288,14 @@ extern "C" int splash_q4_prep_rmsnorm_moe(splash_q4_xprep *xp, float *x, size_t 
     if (cx > 8) return SPLASH_E_UNSUPPORTED;
     PrepArgs a;
     memset(&a, 0, sizeof a);
-    a.x = x, a.x_sum = x, a.ldx = ldx, a.w = w, a.eps = eps, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
-    a.M = rows, a.Mp = 2 << mclass(rows), a.prep_rows = SPLASH_Q4_MAX_M;
+    a.x = x, a.ldx = ldx, a.w = w, a.eps = eps, a.y = y, a.ldy = ldy, a.rows = rows, a.cols = cols;
+    a.M = rows, a.Mp = prep_padded_rows(rows), a.prep_rows = SPLASH_Q4_MAX_M;
     a.gstride = xp->rows_cap;
     a.x8 = xp->x8, a.gsum = xp->gsum, a.ginv = xp->ginv;
     const int grid_rows = splash_q4_prep_padded() ? a.Mp : a.prep_rows;
     KernelLaunch lc(dim3((unsigned)cx, (unsigned)grid_rows), dim3(kPrepThreads), 0, (cudaStream_t)stream, (unsigned)cx);
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&lc.lc, splash_q4_early_loads() ? q4_prep_moe_kernel<true> : q4_prep_moe_kernel<false>,
-                                       a, *ms));
+                                       a, *ms, x));
     xp->M = a.M, xp->cols = a.cols;
     return SPLASH_OK;
 }

@@ -19,6 +19,12 @@
 
 namespace splash_cuda {
 
+/* The M classes (x rows 1..16): <= 2, 4, 8, 16 rows, class c taking 2 << c
+ * rows of x (the preparation pads to them: prep_padded_rows) on its own
+ * kernel and preset (q4_matmul.cu). */
+__host__ __device__ inline int mclass(int M) { return M <= 2 ? 0 : M <= 4 ? 1 : M <= 8 ? 2 : 3; }
+__host__ __device__ inline int prep_padded_rows(int M) { return 2 << mclass(M); }
+
 /* The group's largest |x| scaled into [2^21, 2^22): three signed digits of
  * 8 bits hold any integer of that size. */
 constexpr int kDigitsTop = 22;
