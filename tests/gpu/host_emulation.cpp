@@ -652,17 +652,7 @@ static int gdn(const splash_cuda_gdn_args *a, int chunked) {
     }
     return 0;
 }
-extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *s) {
-    if (a->xp && (!a->y || a->xp_rows < 1 || a->xp_rows > SPLASH_Q4_MAX_M)) return SPLASH_E_INVALID;
-    if (a->xp && a->dv % 64) return SPLASH_E_UNSUPPORTED;
-    int rc = gdn(a, 0);
-    /* y's rows prepared as the device's recurrence prepares them (splash_cuda_gdn_args.xp) */
-    if (!rc && a->xp) rc = splash_q4_prep_x(a->xp, a->y, a->xp_rows, a->hv * a->dv, (int)a->ldy, s);
-    return rc;
-}
-static int g_gdn_prep = -1; /* splash_cuda_gdn_prep_out: as on the device, SPLASH_CUDA_GDN_PREP=1 turns it on */
-extern "C" int splash_cuda_gdn_prep_out(void) { return emu_switch(&g_gdn_prep, "SPLASH_CUDA_GDN_PREP", 0); }
-extern "C" void splash_cuda_set_gdn_prep_out(int on) { g_gdn_prep = on ? 1 : 0; }
+extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *) { return gdn(a, 0); }
 extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks) {
     if (!splash_cuda_gdn_chunked_takes(dk, dv)) return 0; /* as the GPU's */
     return (size_t)hv * (3 * 64 * dk + 64 * dv + 64 * 64 + 3 * 64 + 4) * n_lanes * chunks; /* as the GPU's */

@@ -40,7 +40,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/gdn.h"
-#include "backend/cuda/q4_prep.cuh"
 
 namespace cg = cooperative_groups;
 using namespace splash_cuda;
@@ -230,7 +229,6 @@ struct RecArgs {
     splash_cuda_gdn_args p;
     float qscale;
     int ns; /* blocks (one cluster) per value head, kRecCols columns each */
-    PrepOut xo; /* PREP: y's rows prepared for out_proj (splash_cuda_gdn_args.xp) */
 };
 
 /* Row-chunk buffers of one block (rows t0 .. t0 + kRecRows - 1 of its lane).
@@ -248,14 +246,8 @@ struct RecSmem {
 
 /* EARLY (splash_cuda_gdn_args.early): the lane, its state and the weights
  * are read between launch_dependents and the wait, so their loads overlap
- * the kernels before; otherwise after both (pdl_begin).  PREP
- * (splash_cuda_gdn_args.xp): each chunk's gated-norm rows also go through
- * q4_prep.cuh's prep_group, a 64-column group by the even block of the two
- * that own it (its own 32 columns and its peer's, through distributed shared
- * memory: sm.o holds y then), a warp a row, lane l on columns 2l and 2l + 1
- * as the preparation kernel's lanes; lane 0's even blocks also write the
- * padded rows [xp_rows, Mp) as zeros. */
-template <int DK, bool EARLY, bool PREP>
+ * the kernels before; otherwise after both (pdl_begin). */
+template <int DK, bool EARLY>
 __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const RecArgs ra) {
     if constexpr (EARLY) pdl_launch_dependents();
     else pdl_begin();
@@ -400,22 +392,9 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
                 const float rs = 1.0f / sqrtf(ss / (float)dv + a.eps);
                 const size_t row = (size_t)ln.first_row + t0 + t, idx = (size_t)h * dv + c0 + cc;
                 const float nw = EARLY ? e_nw : a.norm_w[c0 + cc];
-                const float yv = __fmul_rn(__fmul_rn(nw, __fmul_rn(sm.o[t][cc], rs)), siluf_(sm.z[t][cc]));
-                a.y[row * a.ldy + idx] = yv;
-                if constexpr (PREP) sm.o[t][cc] = yv; /* this thread's own slot: read just above */
+                a.y[row * a.ldy + idx] = __fmul_rn(__fmul_rn(nw, __fmul_rn(sm.o[t][cc], rs)), siluf_(sm.z[t][cc]));
             }
-            if (ra.ns > 1) cluster.sync(); /* the peers are done reading ssq (PREP: every y in sm.o) */
-            if constexpr (PREP) {
-                if (!(rank & 1)) { /* the group of columns c0 .. c0 + 63 of head h */
-                    const float *peer = cluster.map_shared_rank(&sm.o[0][0], rank + 1);
-                    const int G = (h * dv + c0) / 64, gc = 64 * G + 2 * lane;
-                    for (int t = warp; t < nt; t += nwarps) {
-                        const float *src = lane < 16 ? &sm.o[t][2 * lane] : peer + t * kRecCols + 2 * lane - 32;
-                        prep_group(ra.xo, ln.first_row + t0 + t, G, gc, make_float2(src[0], src[1]));
-                    }
-                }
-                cluster.sync(); /* the odd blocks' y read before the next chunk rewrites sm.o */
-            }
+            if (ra.ns > 1) cluster.sync(); /* the peers are done reading ssq */
         }
         __syncthreads(); /* the chunk's buffers are rewritten by the next */
     }
@@ -425,24 +404,14 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
 #pragma unroll
         for (int j = 0; j < NJ; j++) So[(size_t)(sl + kSlices * j) * dv + c] = S[j];
     }
-    if constexpr (PREP) /* the padded rows: zeros, as the preparation writes them */
-        if (blockIdx.y == 0 && !(rank & 1)) {
-            const int G = (h * dv + c0) / 64;
-            for (int m = a.xp_rows + warp; m < ra.xo.Mp; m += nwarps)
-                prep_group(ra.xo, m, G, 64 * G + 2 * lane, make_float2(0.f, 0.f));
-        }
 }
 
 template <int DK>
 int launch_rec(const RecArgs &ra, cudaStream_t s) {
     KernelLaunch c(dim3((unsigned)(ra.p.hv * ra.ns), (unsigned)ra.p.n_lanes, 1), dim3(kRecCols * kSlices, 1, 1), 0, s,
                    (unsigned)ra.ns, pdl_for("gdn_recurrent"));
-    if (ra.p.xp)
-        SPLASH_CUDA_TRY(ra.p.early ? cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, true, true>, ra)
-                                   : cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, false, true>, ra));
-    else
-        SPLASH_CUDA_TRY(ra.p.early ? cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, true, false>, ra)
-                                   : cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, false, false>, ra));
+    SPLASH_CUDA_TRY(ra.p.early ? cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, true>, ra)
+                               : cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, false>, ra));
     return SPLASH_OK;
 }
 
@@ -495,33 +464,11 @@ extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct C
     ra.p = *a;
     ra.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */
     ra.ns = (a->dv + kRecCols - 1) / kRecCols;
-    memset(&ra.xo, 0, sizeof ra.xo);
-    if (a->xp) {
-        const int cols = a->hv * a->dv;
-        if (!a->y || a->xp_rows < 1 || a->xp_rows > SPLASH_Q4_MAX_M || cols > a->xp->cap_cols ||
-            cols > SPLASH_Q4_MAX_COLS)
-            return SPLASH_E_INVALID;
-        if (a->dv % 64) return SPLASH_E_UNSUPPORTED;
-        ra.xo.x8 = a->xp->x8, ra.xo.gsum = a->xp->gsum, ra.xo.ginv = a->xp->ginv;
-        ra.xo.cols = cols, ra.xo.gstride = a->xp->rows_cap;
-        ra.xo.Mp = prep_padded_rows(a->xp_rows);
-    }
     const cudaStream_t s = (cudaStream_t)stream;
-    int rc2;
     switch (a->dk) {
-    case 32: rc2 = launch_rec<32>(ra, s); break;
-    case 64: rc2 = launch_rec<64>(ra, s); break;
-    case 128: rc2 = launch_rec<128>(ra, s); break;
+    case 32: return launch_rec<32>(ra, s);
+    case 64: return launch_rec<64>(ra, s);
+    case 128: return launch_rec<128>(ra, s);
     default: return SPLASH_E_UNSUPPORTED;
     }
-    if (!rc2 && a->xp) a->xp->M = a->xp_rows, a->xp->cols = a->hv * a->dv;
-    return rc2;
 }
-
-/* Off until set; SPLASH_CUDA_GDN_PREP=1 in the environment turns it on at the
- * first read (an A/B switch: docs/cuda.md, "Session 28"). */
-static int g_gdn_prep = -1; /* benign race: every thread computes the same value */
-
-extern "C" int splash_cuda_gdn_prep_out(void) { return env_switch(&g_gdn_prep, "SPLASH_CUDA_GDN_PREP", 0); }
-
-extern "C" void splash_cuda_set_gdn_prep_out(int on) { g_gdn_prep = on ? 1 : 0; }

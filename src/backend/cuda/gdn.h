@@ -47,8 +47,6 @@
 
 #include <stddef.h>
 
-#include "backend/cuda/q4_matmul.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -110,14 +108,6 @@ typedef struct splash_cuda_gdn_args {
      * device_util.cuh) holds no writer of those states: then every writer
      * has completed.  Same results either way. */
     int early;
-    /* splash_cuda_gdn_recurrent with y: y's rows also prepared in xp for the
-     * q4 product that reads them next (out_proj), exactly as
-     * splash_q4_prep_x(xp, y, xp_rows, hv * dv, ldy) prepares them: the
-     * lanes' rows are the forward's rows [0, xp_rows), xp_rows <= 16, and dv
-     * a multiple of 64 (SPLASH_E_UNSUPPORTED otherwise; then nothing is
-     * launched).  NULL: y only.  Sets xp->M and xp->cols as the prep does. */
-    splash_q4_xprep *xp;
-    int xp_rows;
 } splash_cuda_gdn_args;
 
 /* The checks both GDN cores make of their arguments: SPLASH_E_INVALID (a
@@ -125,13 +115,6 @@ typedef struct splash_cuda_gdn_args {
  * or norm_w), SPLASH_E_UNSUPPORTED (dv > SPLASH_CUDA_GDN_MAX_DV), else OK. */
 int splash_cuda_gdn_args_check(const splash_cuda_gdn_args *a);
 int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *stream);
-/* Whether the model has the recurrence prepare out_proj's input
- * (splash_cuda_gdn_args.xp) instead of a preparation launch of its own.
- * Off unless SPLASH_CUDA_GDN_PREP=1 (read at the first call) or set: an A/B
- * switch, the same results either way (prepared in session 28, not yet
- * measured). */
-int splash_cuda_gdn_prep_out(void);
-void splash_cuda_set_gdn_prep_out(int on);
 
 /* The same function by chunks of SPLASH_CUDA_GDN_CHUNK rows (the UT
  * transform of gdn_chunked.c: a triangular solve inside the chunk, one

@@ -2,8 +2,9 @@
  * (splash_q4_xprep, q4_matmul.h) made from a warp's values: the group's power
  * of two, x's three 8-bit digits in the product's order, the group's sum and
  * 2^-k.  The preparations of q4_matmul.cu make every group through it; a
- * kernel that produces a product's input (the GDN recurrence's gated norm,
- * gdn.cu) may make it too, with the same bits.
+ * kernel that produces a product's input may make it too, with the same bits
+ * (session 28 had the GDN recurrence do so: measured no faster, removed;
+ * docs/cuda.md).
  *
  * Device-only C++; every function is inline.
  */

@@ -154,16 +154,10 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     a.z = z, a.ldz = ldz, a.norm_w = L->gnorm, a.y = y, a.ldy = VD;
     a.eps = d->rms_eps;
     a.early = early;
-    /* out_proj's input prepared by the recurrence (splash_cuda_gdn_prep_out):
-     * every row on it, one product launch of them all, q4 */
-    const int prep = splash_cuda_gdn_prep_out() && f->n_rec && !f->n_chunked && !f->n_bulk && R <= SPLASH_Q4_MAX_M &&
-                     L->out_proj.is_q4 && qc_prep_ok(m, (int)VD) && d->dv % 64 == 0;
-    if (prep) a.xp = &m->xp, a.xp_rows = R;
     if (f->n_rec) {
         a.lanes = lanes, a.n_lanes = f->n_rec;
         QC_TRY(f, splash_cuda_gdn_recurrent(&a, m->stream));
     }
-    if (prep) m->xp_src = y, m->xp_ld = VD; /* the product then skips its preparation */
     if (f->n_chunked) {
         a.lanes = lanes + f->n_rec, a.n_lanes = f->n_chunked;
         a.ws = m->gdn_ws, a.ws_floats = m->gdn_ws_floats, a.max_lane_rows = f->max_lane_rows;
