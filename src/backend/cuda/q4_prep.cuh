@@ -44,19 +44,12 @@ __device__ __forceinline__ void digits(int q, int (&d)[3]) {
  * bytes are its B registers: 0 4 1 5 2 6 3 7, then 8 12 9 13 10 14 11 15. */
 __device__ __forceinline__ int digit_pos(int j) { return (j & 8) | ((j & 3) << 1) | ((j >> 2) & 1); }
 
-/* Where a preparation writes (an xprep's arrays and shape): prep_group
- * takes this or any type with these fields (q4_matmul.cu's PrepArgs). */
-struct PrepOut {
-    int8_t *x8;   /* [rows_cap][3][cols] */
-    float *gsum, *ginv; /* [cols / 64][gstride] */
-    int cols;
-    int Mp;       /* rows whose digits are written (a product's padded M) */
-    int gstride;  /* the xprep's rows_cap */
-};
-
 /* Group G of prepared row m from its lanes' two values v each (columns c =
  * 64 G + 2 lane, c + 1): the group's power of two and digits (q4_matmul.cu's
- * comment above XFrag), its sum and 2^-k.  The whole warp calls it. */
+ * comment above XFrag), its sum and 2^-k.  The whole warp calls it.  o: where
+ * it writes, any type with an xprep's x8 [rows_cap][3][cols], gsum and ginv
+ * [cols / 64][gstride], cols and Mp (the rows whose digits are written: a
+ * product's padded M); q4_matmul.cu's PrepArgs. */
 template <class Out>
 __device__ __forceinline__ void prep_group(const Out &o, int m, int G, int c, float2 v) {
     float scale = 1.f, inv = 1.f;
