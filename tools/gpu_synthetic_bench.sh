@@ -22,7 +22,7 @@
 # fixed order misled by ~1.5% (session 21: the same two builds 8.810 vs 8.657 ms, then 8.810 vs
 # 8.818); the per-round times are printed too.
 # VARIANTS="base: pdl_conv:SPLASH_CUDA_PDL_OFF=gdn_conv ...": the first build run once per entry
-# (tag:VAR=VALUE, VAR=VALUE optional), with that variable set: an A/B of a runtime switch, timed
+# (tag:VAR=VALUE, VAR=VALUE optional, several joined by +), with those set: an A/B of runtime switches, timed
 # like several builds (interleaved, medians); an entry that names another carried build (its
 # tarball's name, no colon: "main") runs that build as it is, in the same rounds.
 # For each depth L: `bench_cpu --make-random --shape S --layers L` writes a random bf16 checkpoint
@@ -98,8 +98,9 @@ run_bench() { # the tag's bench_cpu with its own libraries (a bench-only tarball
     if [ ! -d "$l" ]; then
         for t in ${BUILD:-} $TAGS; do [ -d "$W/$t/bin/lib" ] && l=$W/$t/bin/lib && break; done
     fi
-    local e=${VAR_ENV[$TAG]:-}
-    env ${e:+"$e"} LD_LIBRARY_PATH="$l${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$b" "$@"
+    local -a e=()
+    [ -n "${VAR_ENV[$TAG]:-}" ] && IFS='+' read -ra e <<<"${VAR_ENV[$TAG]}" # A=1+B=2: both set
+    env ${e[@]+"${e[@]}"} LD_LIBRARY_PATH="$l${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$b" "$@"
 }
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
 for L in ${DEPTHS//,/ }; do
