@@ -2087,16 +2087,57 @@ static void test_gdn(void) {
     }
 }
 
+/* Section 3: KV write and attention (--attention: alone). */
+static void test_attention_all(void) {
+    const LaneSpec tiny[3] = {{0, 5}, {40, 1}, {100, 16}};
+    const int fmts[3] = {SPLASH_KV_INT8, SPLASH_KV_BF16, SPLASH_KV_F32};
+    for (int f = 0; f < 3; f++) {
+        test_kv_write(&kTiny, fmts[f], tiny, 3);
+        test_attention(&kTiny, fmts[f], tiny, 3, f == 0, 1e-5, 0);
+    }
+    /* a lane's rows across a split's end (128; the long split's 4,096): in one
+     * block, vectors of one split (written by the split kernel) beside longer ones */
+    const LaneSpec edge[2] = {{120, 16}, {4090, 12}};
+    test_attention(&kTiny, SPLASH_KV_INT8, edge, 2, 1, 1e-5, 0);
+    const LaneSpec moe_tiny[2] = {{7, 16}, {63, 2}};
+    test_attention(&kTinyMoe, SPLASH_KV_INT8, moe_tiny, 2, 1, 1e-5, 0);
+    test_attention(&kTinyMoe, SPLASH_KV_BF16, moe_tiny, 2, 0, 1e-5, 0);
+    if (!g_quick) {
+        /* 2047 and 3000 (16 and 24 splits of 128) alone take the small combine, in the
+         * batch (5000: 40 splits) the wide one: the lane-alone check holds them equal */
+        const LaneSpec dec[5] = {{37, 1}, {700, 1}, {2047, 1}, {3000, 1}, {5000, 1}};
+        const LaneSpec ver[2] = {{300, 16}, {4000, 16}};
+        const LaneSpec mix[2] = {{1000, 16}, {10, 1}};
+        const LaneSpec dec32k[1] = {{32767, 1}};
+        const LaneSpec ver32k[1] = {{32752, 16}};
+        const LaneSpec edge27[2] = {{120, 16}, {4090, 12}};
+        for (int f = 0; f < 2; f++) {
+            const int fmt = f ? SPLASH_KV_BF16 : SPLASH_KV_INT8;
+            test_kv_write(&k27B, fmt, ver, 2);
+            test_attention(&k27B, fmt, dec, 5, 0, 1e-5, 0);
+            test_attention(&k27B, fmt, ver, 2, 1, 1e-5, 0);
+            test_attention(&k35B, fmt, mix, 2, 1, 1e-5, 0);
+        }
+        test_attention(&k27B, SPLASH_KV_INT8, edge27, 2, 1, 1e-5, 0);
+        test_attention(&kHd128, SPLASH_KV_INT8, ver, 2, 1, 1e-5, 0);
+        test_attention(&kHd128, SPLASH_KV_INT8, mix, 2, 0, 1e-5, 0);
+        test_attention(&k27B, SPLASH_KV_INT8, dec32k, 1, 0, 1e-5, 1);
+        test_attention(&k27B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
+        test_attention(&k35B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
+    }
+}
+
 int main(int argc, char **argv) {
-    int moe_only = 0, gdn_only = 0, dense_only = 0;
+    int moe_only = 0, gdn_only = 0, dense_only = 0, attn_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) g_quick = 1;
         else if (!strcmp(argv[i], "--no-timing")) g_notime = 1;
         else if (!strcmp(argv[i], "--moe")) moe_only = 1;
         else if (!strcmp(argv[i], "--gdn")) gdn_only = 1;
         else if (!strcmp(argv[i], "--dense")) dense_only = 1;
+        else if (!strcmp(argv[i], "--attention")) attn_only = 1;
         else {
-            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing] [--moe | --gdn | --dense]\n");
+            fprintf(stderr, "usage: test_cuda_ops [--quick] [--no-timing] [--moe | --gdn | --dense | --attention]\n");
             return 2;
         }
     }
@@ -2126,6 +2167,11 @@ int main(int argc, char **argv) {
         print_table();
         return g_fail ? 1 : 0;
     }
+    if (attn_only) { /* KV write and attention alone (an attention switch's check) */
+        test_attention_all();
+        print_table();
+        return g_fail ? 1 : 0;
+    }
     if (dense_only) { /* dense_matmul alone */
         test_dense_all();
         print_table();
@@ -2152,42 +2198,7 @@ int main(int argc, char **argv) {
     }
 
     /* 3. KV write and attention */
-    {
-        const LaneSpec tiny[3] = {{0, 5}, {40, 1}, {100, 16}};
-        const int fmts[3] = {SPLASH_KV_INT8, SPLASH_KV_BF16, SPLASH_KV_F32};
-        for (int f = 0; f < 3; f++) {
-            test_kv_write(&kTiny, fmts[f], tiny, 3);
-            test_attention(&kTiny, fmts[f], tiny, 3, f == 0, 1e-5, 0);
-        }
-        /* a lane's rows across a split's end (128; the long split's 4,096): in one
-         * block, vectors of one split (written by the split kernel) beside longer ones */
-        const LaneSpec edge[2] = {{120, 16}, {4090, 12}};
-        test_attention(&kTiny, SPLASH_KV_INT8, edge, 2, 1, 1e-5, 0);
-        const LaneSpec moe_tiny[2] = {{7, 16}, {63, 2}};
-        test_attention(&kTinyMoe, SPLASH_KV_INT8, moe_tiny, 2, 1, 1e-5, 0);
-        test_attention(&kTinyMoe, SPLASH_KV_BF16, moe_tiny, 2, 0, 1e-5, 0);
-    }
-    if (!g_quick) {
-        const LaneSpec dec[4] = {{37, 1}, {700, 1}, {2047, 1}, {5000, 1}};
-        const LaneSpec ver[2] = {{300, 16}, {4000, 16}};
-        const LaneSpec mix[2] = {{1000, 16}, {10, 1}};
-        const LaneSpec dec32k[1] = {{32767, 1}};
-        const LaneSpec ver32k[1] = {{32752, 16}};
-        const LaneSpec edge27[2] = {{120, 16}, {4090, 12}};
-        for (int f = 0; f < 2; f++) {
-            const int fmt = f ? SPLASH_KV_BF16 : SPLASH_KV_INT8;
-            test_kv_write(&k27B, fmt, ver, 2);
-            test_attention(&k27B, fmt, dec, 4, 0, 1e-5, 0);
-            test_attention(&k27B, fmt, ver, 2, 1, 1e-5, 0);
-            test_attention(&k35B, fmt, mix, 2, 1, 1e-5, 0);
-        }
-        test_attention(&k27B, SPLASH_KV_INT8, edge27, 2, 1, 1e-5, 0);
-        test_attention(&kHd128, SPLASH_KV_INT8, ver, 2, 1, 1e-5, 0);
-        test_attention(&kHd128, SPLASH_KV_INT8, mix, 2, 0, 1e-5, 0);
-        test_attention(&k27B, SPLASH_KV_INT8, dec32k, 1, 0, 1e-5, 1);
-        test_attention(&k27B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
-        test_attention(&k35B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
-    }
+    test_attention_all();
 
     /* 4. GDN */
     test_gdn();

@@ -364,14 +364,14 @@ __global__ void __launch_bounds__(kCombineDims * kCombineGroups) attn_combine_ke
  * (head, row), a thread a dim walking the row's splits in order, each warp
  * finding the splits' max and sum itself (lane s the split s).  The same
  * operations in the same order as attn_combine_kernel's for such rows (its
- * groups hold one split each and are added in split order, starting from
- * +0; its block_sum's total is warp 0's shuffle tree plus zeros), so the
+ * group g sums splits g and g + 16, the groups are added in order starting
+ * from +0; its block_sum's total is warp 0's shuffle tree plus zeros), so the
  * same bits, without that kernel's 1,024 threads a (head, row, 64 dims),
  * most of them idle here: a 2,048-row 27B prefill chunk launched 208K such
  * blocks, 1.2 ms of a 4K prefill's 32.8 (session 22's trace; 0.12 ms with
  * this kernel).  Decode and verify gain too (27B, 1K context: a step 6.421 ->
  * 6.366 ms, verify 16 12.71 -> 12.37; session 23). */
-constexpr int kCombineSmallSplits = 16;
+constexpr int kCombineSmallSplits = 2 * kCombineGroups; /* a warp's lanes hold the splits' max and sum */
 
 __global__ void attn_combine_small_kernel(const CombineArgs a) {
     pdl_begin();
@@ -391,9 +391,11 @@ __global__ void attn_combine_small_kernel(const CombineArgs a) {
     for (int s = 0; s < kCombineSmallSplits; s++) o[s] = s < ns ? a.part_o[(s * stride + base) * hd + d] : 0.f;
     float v = 0.f;
 #pragma unroll
-    for (int s = 0; s < kCombineSmallSplits; s++) {
-        const float fs = __shfl_sync(kFull, f, s);
-        if (s < ns) v += fmaf(o[s], fs, 0.f);
+    for (int s = 0; s < kCombineGroups; s++) { /* group s: splits s, s + 16, as attn_combine_kernel's thread sg = s */
+        const float f0 = __shfl_sync(kFull, f, s), f1 = __shfl_sync(kFull, f, s + kCombineGroups);
+        float gs = fmaf(o[s], f0, 0.f);
+        if (s + kCombineGroups < ns) gs = fmaf(o[s + kCombineGroups], f1, gs);
+        if (s < ns) v += gs;
     }
     v *= 1.0f / lsum;
     if (a.gate) v = __fmul_rn(v, sigmoidf_(a.gate[(size_t)row * a.ldg + (size_t)h * hd + d]));
@@ -495,7 +497,22 @@ extern "C" int splash_cuda_attn_early_loads(void) { return env_switch(&g_attn_ea
 
 extern "C" void splash_cuda_set_attn_early_loads(int on) { g_attn_early = on ? 1 : 0; }
 
-static int split_of(int split) { return split ? split : kSplit; }
+/* The default split, SPLASH_CUDA_ATTN_SPLIT unless the environment's
+ * SPLASH_CUDA_ATTN_SPLIT (a multiple of 64 up to 4,096) names another at the
+ * first read: an A/B switch (docs/cuda.md, "Session 30").  Read once, so the
+ * workspace's size and every call agree. */
+static int g_split = 0; /* benign race: every thread computes the same value */
+
+static int default_split() {
+    if (!g_split) {
+        const char *e = getenv("SPLASH_CUDA_ATTN_SPLIT");
+        const int v = e && *e ? atoi(e) : 0;
+        g_split = v >= 64 && v <= 4096 && v % 64 == 0 ? v : kSplit;
+    }
+    return g_split;
+}
+
+static int split_of(int split) { return split ? split : default_split(); }
 static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }
 
 extern "C" size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx, int split) {
