@@ -54,7 +54,10 @@ extern "C" {
 
 struct CUstream_st;
 
-#define SPLASH_CUDA_ATTN_SPLIT 128 /* positions per split block by default: fixes the arithmetic */
+/* Positions per split block by default: fixes the arithmetic.  The environment's
+ * SPLASH_CUDA_ATTN_SPLIT (a multiple of 64 up to 4,096, read at its first use)
+ * replaces it for the whole process: an A/B switch (docs/cuda.md, "Session 30"). */
+#define SPLASH_CUDA_ATTN_SPLIT 128
 /* A longer split for prefill rows (splash_cuda_attn_args.split): 32x fewer
  * partials to write and merge, and still thousands of blocks. */
 #define SPLASH_CUDA_ATTN_SPLIT_LONG 4096
