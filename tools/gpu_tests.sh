@@ -23,7 +23,7 @@
 #
 #   tools/gpu_tests.sh [--quick] [--ops] [--sanitize] [--bench]
 #     --quick     test_cuda_ops at the fixtures' shapes only, skip test_q4_matmul
-#     --ops       run test_cuda_ops alone (OPS_ARGS adds its arguments, e.g. --gdn)
+#     --ops       run test_cuda_ops alone (OPS_ARGS adds its arguments, e.g. --gdn, --attention)
 #     --sanitize  also run test_cuda_ops --quick --no-timing,
 #                 test_cuda_model --quick and test_cuda_draft under
 #                 compute-sanitizer (memcheck)
