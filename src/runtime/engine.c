@@ -236,6 +236,7 @@ struct splash_engine {
     splash_gen *qhead, *qtail;
     int n_queued, n_active;
     uint64_t requests_done, prompt_tokens, completion_tokens;
+    uint64_t admissions_deferred; /* admit() found a lane free and too few pages for the next gen */
     double prefill_seconds, decode_seconds;
 };
 
@@ -577,7 +578,11 @@ static void admit(splash_engine *e) {
         lane *free_lane = NULL;
         for (int i = 0; i < e->max_lanes && !free_lane; i++)
             if (!e->lanes[i].g) free_lane = &e->lanes[i];
-        if (!cancelled && (!free_lane || lane_claim(e, free_lane, g))) return;
+        if (!cancelled && !free_lane) return;
+        if (!cancelled && lane_claim(e, free_lane, g)) {
+            e->admissions_deferred++;
+            return;
+        }
         *link = g->next;
         if (e->qtail == g) {
             e->qtail = NULL;
@@ -1552,6 +1557,7 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->slots_total = e->max_lanes;
     s->slots_free = e->max_lanes - e->n_active;
     s->requests_done = e->requests_done;
+    s->admissions_deferred = e->admissions_deferred;
     s->prompt_tokens = e->prompt_tokens;
     s->completion_tokens = e->completion_tokens;
     s->prefill_seconds = e->prefill_seconds;

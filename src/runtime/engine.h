@@ -198,6 +198,7 @@ typedef struct splash_engine_stats {
     int queued, active, max_lanes, max_queue;
     int pages_total, pages_free, page_tokens, slots_total, slots_free; /* pages_free: unused + cached unpinned */
     uint64_t requests_done, prompt_tokens, completion_tokens;
+    uint64_t admissions_deferred; /* times a queued request had a lane free and too few pages (it waited) */
     double prefill_seconds, decode_seconds;
     size_t weight_bytes, pool_bytes;
     /* the memory plan (bytes) */

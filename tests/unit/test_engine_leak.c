@@ -12,7 +12,7 @@
  *     with a stop string; a tenth sampled;
  *   - cancellation from a separate thread at chosen moments: while queued,
  *     during prefill, during decode (and some before submit);
- *   - a pool of 24 KV pages (a long request needs 10), 12 snapshots (the
+ *   - a pool of 20 KV pages (a long request needs 10), 12 snapshots (the
  *     memory plan's budget, set through max_memory), a queue of 10
  *     (submitters retry on "queue full"), 4 lanes, prefill chunks of 64.
  * The model is dense-tiny cut to two layers (one Gated DeltaNet, one full
@@ -54,7 +54,7 @@ enum {
     MAX_OUT = 12,
     LANES = 4,
     QUEUE = 10,
-    POOL_PAGES = 24, /* a 300 + 12 token request needs 10 pages of 32 */
+    POOL_PAGES = 20, /* a 300 + 12 token request needs 10 pages of 32 */
     SNAPSHOTS = 12,  /* recurrent-state snapshots the memory plan allows */
 };
 
@@ -485,11 +485,11 @@ static void test_engine_churn_no_leak(void **st) {
     splash_engine_stats s;
     splash_engine_get_stats(e, &s);
     printf("# %d requests in %.2f s: stop %d, length %d, cancelled %d (queued %d, prefill %d, decode %d; "
-           "%d finished first); queue full %d, waits for pages %d of %d samples; cache hits %d, %llu cached tokens, %llu pages evicted; "
+           "%d finished first); queue full %d, waits for pages %d of %d samples (admissions deferred %llu); cache hits %d, %llu cached tokens, %llu pages evicted; "
            "snapshots taken %llu, restored %llu, evicted %llu; prefill %llu tokens in %.2f s, decode %.2f s\n",
            n, t_run, by_finish[SPLASH_FINISH_STOP], by_finish[SPLASH_FINISH_LENGTH], by_finish[SPLASH_FINISH_CANCELLED],
            by_phase[SPLASH_GEN_QUEUED], by_phase[SPLASH_GEN_PREFILL], by_phase[SPLASH_GEN_DECODE], cancelled_done,
-           atomic_load(&R.queue_full), pool_waits, samples, hits, (unsigned long long)cached, (unsigned long long)s.pages_evicted,
+           atomic_load(&R.queue_full), pool_waits, samples, (unsigned long long)s.admissions_deferred, hits, (unsigned long long)cached, (unsigned long long)s.pages_evicted,
            (unsigned long long)s.snapshots_taken, (unsigned long long)s.snapshots_restored,
            (unsigned long long)s.snapshots_evicted, (unsigned long long)s.prefill_tokens, s.prefill_seconds,
            s.decode_seconds);
@@ -519,7 +519,8 @@ static void test_engine_churn_no_leak(void **st) {
         assert_true(by_finish[SPLASH_FINISH_STOP] > 0 && by_finish[SPLASH_FINISH_LENGTH] > 0);
         assert_true(by_phase[SPLASH_GEN_QUEUED] > 0 && by_phase[SPLASH_GEN_PREFILL] > 0 &&
                     by_phase[SPLASH_GEN_DECODE] > 0);
-        assert_true(atomic_load(&R.queue_full) > 0 && pool_waits > 0);
+        /* the engine's count, not the 2 ms samples above (a wait can fall between them) */
+        assert_true(atomic_load(&R.queue_full) > 0 && s.admissions_deferred > 0);
         assert_true(hits > 0 && s.pages_evicted > 0 && s.snapshots_restored > 0 && s.snapshots_evicted > 0);
     }
 
