@@ -578,10 +578,12 @@ static void admit(splash_engine *e) {
         lane *free_lane = NULL;
         for (int i = 0; i < e->max_lanes && !free_lane; i++)
             if (!e->lanes[i].g) free_lane = &e->lanes[i];
-        if (!cancelled && !free_lane) return;
-        if (!cancelled && lane_claim(e, free_lane, g)) {
-            e->admissions_deferred++;
-            return;
+        if (!cancelled) {
+            if (!free_lane) return;
+            if (lane_claim(e, free_lane, g)) { /* too few pages: it waits */
+                e->admissions_deferred++;
+                return;
+            }
         }
         *link = g->next;
         if (e->qtail == g) {
