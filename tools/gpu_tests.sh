@@ -4,12 +4,14 @@
 # the CUDA model src/models/qwen35/cuda_*.cu; sm_90a, in parallel, -Wall
 # -Wextra; ptxas reports kept), the GPU tests and the q4 benchmark, then runs
 #   test_q4_matmul   the q4 product against an fp64 reference
-#   test_cuda_ops    every other op against the CPU backend (table at the end)
+#   test_cuda_ops    every other op against the CPU backend (table at the end);
+#                    its attention section again with SPLASH_CUDA_ATTN_WIDE=0
+#                    (test_cuda_ops_wide0.log)
 #   test_cuda_model  the CUDA model against the CPU model through
 #                    splash_model_* on the tiny fixtures (table at the end);
 #                    again with SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0
 #                    SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0
-#                    (test_cuda_model_switched.log)
+#                    SPLASH_CUDA_ATTN_WIDE=0 (test_cuda_model_switched.log)
 #   test_cuda_draft  the DFlash drafts on the GPU against the CPU drafts
 #                    through the draft ops (dense-tiny + dflash-tiny /
 #                    dflash2-tiny, q4 and bf16; table at the end)
@@ -361,6 +363,15 @@ grep -E '^FAIL' "$OUT/test_cuda_ops.log" | head -n 30
 sed -n '/^| op /,$p' "$OUT/test_cuda_ops.log"
 # a crash before the table: show the end of the log
 grep -q '^| op ' "$OUT/test_cuda_ops.log" || tail -n 20 "$OUT/test_cuda_ops.log"
+# the attention section again with the int8 verify / prefill rows in attention_int8.cu's own
+# wide layout (SPLASH_CUDA_ATTN_WIDE=0, an A/B switch): both layouts must pass (no timings)
+if [ -z "${OPS_ARGS:-}" ] || [ "${OPS_ARGS:-}" = "--attention" ]; then
+    stamp "run: test_cuda_ops --attention --no-timing (SPLASH_CUDA_ATTN_WIDE=0)"
+    SPLASH_CUDA_ATTN_WIDE=0 step "$OUT/test_cuda_ops_wide0.log" "$B/test_cuda_ops" --attention --no-timing \
+        $([ $QUICK = 1 ] && echo --quick) || rc=1
+    grep -E '^FAIL' "$OUT/test_cuda_ops_wide0.log" | head -n 30
+    grep -E 'checks, ' "$OUT/test_cuda_ops_wide0.log" || tail -n 20 "$OUT/test_cuda_ops_wide0.log"
+fi
 if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
     for t in test_cuda_model test_cuda_draft; do
         stamp "run: $t $PACKAGES"
@@ -372,10 +383,12 @@ if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
     # preparations' blocks for all 16 prepared rows (SPLASH_CUDA_PREP_PADDED=0; the default
     # launches the padded rows only) and the attention's loads after the wait
     # (SPLASH_CUDA_ATTN_EARLY=0) and the MoE layers' sum in a launch of its own
-    # (SPLASH_CUDA_MOE_NORM=0; the default adds it in the next norm's); both settings must
-    # give the checked results
-    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0)"
-    SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0 SPLASH_ROOT="$PWD" \
+    # (SPLASH_CUDA_MOE_NORM=0; the default adds it in the next norm's) and the int8 attention's
+    # verify rows in attention_int8.cu's wide layout (SPLASH_CUDA_ATTN_WIDE=0); both settings
+    # must give the checked results
+    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0 SPLASH_CUDA_ATTN_WIDE=0)"
+    SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0 SPLASH_CUDA_ATTN_WIDE=0 \
+        SPLASH_ROOT="$PWD" \
         step "$OUT/test_cuda_model_switched.log" "$B/test_cuda_model" "$PACKAGES" || rc=1
     show_model_test "$OUT/test_cuda_model_switched.log"
     if [ $ENGINE_BUILT = 0 ]; then

@@ -644,7 +644,9 @@ static void test_attention(const Shape *s, int format, const LaneSpec *ls, int n
         for (int i = 0; i < nl && !bad; i++) {
             splash_cuda_attn_args b = a;
             b.lanes = k.dlanes + i, b.n_lanes = 1, b.layer = 1; /* the batch result's layer (time_us alternates) */
-            b.max_lane_rows = ls[i].n_rows, b.max_ctx = ls[i].n_past + ls[i].n_rows;
+            /* min_lane_rows known here (the batch's 0: not known), so a lane's
+             * call runs only its own layout's kernel, as the model's calls do */
+            b.min_lane_rows = b.max_lane_rows = ls[i].n_rows, b.max_ctx = ls[i].n_past + ls[i].n_rows;
             poison(dO, N * 4);
             bad |= splash_cuda_attention(&b, NULL) != 0;
             down(alone, dO, N * 4);

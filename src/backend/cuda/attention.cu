@@ -512,6 +512,12 @@ static int default_split() {
     return g_split;
 }
 
+/* Whether int8 lanes of more than one n-tile take attention_int8_wide.cu's
+ * kernel: on unless SPLASH_CUDA_ATTN_WIDE=0 (read once), an A/B switch
+ * (docs/cuda.md, "Session 31"). */
+static int g_attn_wide = -1;
+static bool wide_kernel() { return env_switch(&g_attn_wide, "SPLASH_CUDA_ATTN_WIDE", 1); }
+
 static int split_of(int split) { return split ? split : default_split(); }
 static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }
 
@@ -526,7 +532,8 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     const splash_cuda_kv_layout *l = a->layout;
     const int hd = l->head_dim;
     if (a->layer < 0 || a->layer >= l->n_layers || a->n_lanes < 0 || a->n_lanes > 65535 || a->rows < 0 ||
-        a->rows > 65535 || a->max_lane_rows < 0 || a->max_ctx < 0 || a->n_heads < 1 || a->n_heads % l->kv_heads ||
+        a->rows > 65535 || a->max_lane_rows < 0 || a->min_lane_rows < 0 || a->min_lane_rows > a->max_lane_rows ||
+        a->max_ctx < 0 || a->n_heads < 1 || a->n_heads % l->kv_heads ||
         a->n_heads > 65535 || a->split < 0 || a->split % 64 || a->max_ctx > kMaxSplits * split_of(a->split))
         return SPLASH_E_INVALID;
     const int split = split_of(a->split);
@@ -574,10 +581,18 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
      * lane is deep and the blocks fit one wave of them; else one (4 an SM) */
     const long long blocks = (long long)grid.x * grid.y * grid.z;
     k.stage_bufs = G * a->max_lane_rows <= kInt8NTile && blocks <= 2LL * sm_count() ? 2 : 1;
-    int rc;
-    if (int8)
-        rc = attn_int8_split_launch(k, hd, grid, s);
-    else if (hd == 64)
+    k.deep_only = 0;
+    int rc = SPLASH_OK;
+    if (int8) {
+        /* lanes of more than one n-tile to attention_int8_wide.cu (unless
+         * SPLASH_CUDA_ATTN_WIDE=0), the others to attention_int8.cu; a kernel
+         * runs only where the lanes' row counts say it has lanes */
+        const bool any_wide = G * a->max_lane_rows > kInt8NTile;
+        const bool any_deep = a->min_lane_rows < 1 || G * a->min_lane_rows <= kInt8NTile;
+        k.deep_only = any_wide && wide_kernel();
+        if (any_deep || !k.deep_only) rc = attn_int8_split_launch(k, hd, grid, s);
+        if (!rc && k.deep_only) rc = attn_int8_wide_launch(k, hd, grid, s);
+    } else if (hd == 64)
         rc = launch_split_hd<64>(k, grid, qpw, nwarps, s);
     else if (hd == 128)
         rc = launch_split_hd<128>(k, grid, qpw, nwarps, s);

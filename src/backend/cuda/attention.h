@@ -111,6 +111,8 @@ typedef struct splash_cuda_attn_args {
     int n_lanes;
     int rows;                            /* rows of q / out (every lane's rows lie below) */
     int max_lane_rows;                   /* >= every lane's n_rows */
+    int min_lane_rows;                   /* <= every lane's n_rows, or 0 (not known): int8 pages, which of the
+                                            split kernel's layouts the call needs */
     int max_ctx;                         /* >= every lane's n_past + n_rows */
     int n_heads;                         /* query heads, a multiple of kv_heads */
     const float *q;                      /* [rows][n_heads * head_dim] */

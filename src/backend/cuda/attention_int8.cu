@@ -14,7 +14,10 @@
  * memory 64 at a time, 16 at a time through the tensor cores, in one of
  * two layouts chosen by the lane's own query vectors:
  *   wide (more than one n-tile of 8: verify and prefill rows): warp w takes
- *     n-tile w against all the positions;
+ *     n-tile w against all the positions (since session 31 these lanes go to
+ *     attention_int8_wide.cu's kernel, which converts nothing per warp; this
+ *     layout serves them with SPLASH_CUDA_ATTN_WIDE=0, and a launch with
+ *     a.deep_only set skips them);
  *   deep (one n-tile: a decode row, G <= 8): warp w takes positions
  *     16 w .. 16 w + 15 of every 64 with its own online softmax, and at the
  *     end warps 1-3 hand their states to warp 0, which merges them in warp
@@ -60,16 +63,17 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "backend/cuda/attention_int8.cuh"
 #include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/q4_tile.cuh"
 
 using namespace splash_cuda;
+using namespace splash_cuda::int8_attn;
 
 namespace {
 
-constexpr int kStage = 64; /* positions a stage buffer holds */
 constexpr int kWarps = 4;
 constexpr int kPw = 9; /* floats per row of a warp's 16 x 8 P tile */
 
@@ -87,25 +91,6 @@ constexpr size_t smem_words(int qchunk, int bufs) {
            kWarps * 16 * kPw + kWarps;
 }
 
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-    return r;
-}
-
-/* fp16x2 of two biased bytes (x ^ 0x80) placed at bytes 0 and 2: 1024 + u - 1152 = x. */
-__device__ __forceinline__ uint32_t biased_to_f16x2(uint32_t w) {
-    uint32_t r;
-    asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(0x64806480u));
-    return r;
-}
-
-/* One word of 4 int8 (already ^ 0x80808080) -> f16x2 (bytes 0, 1) and (bytes 2, 3). */
-__device__ __forceinline__ void word_pairs(uint32_t u, uint32_t &p01, uint32_t &p23) {
-    p01 = biased_to_f16x2(prmt(u, 0x64646464u, 0x4140));
-    p23 = biased_to_f16x2(prmt(u, 0x64646464u, 0x4342));
-}
-
 /* Byte e of u and byte e of v as f16x2 (u's in the low half), e = 0..3. */
 __device__ __forceinline__ void cross_pairs(uint32_t u, uint32_t v, uint32_t (&p)[4]) {
     const uint32_t lo = prmt(u, v, 0x5140), hi = prmt(u, v, 0x7362); /* u0 v0 u1 v1 | u2 v2 u3 v3 */
@@ -115,38 +100,10 @@ __device__ __forceinline__ void cross_pairs(uint32_t u, uint32_t v, uint32_t (&p
     p[3] = biased_to_f16x2(prmt(hi, 0x64646464u, 0x4342));
 }
 
-/* x -> fp16 hi and lo (x - hi) packed with y's as f16x2 (x low). */
-__device__ __forceinline__ void split_pair(float x, float y, uint32_t &hi, uint32_t &lo) {
-    const __half2 h = __floats2half2_rn(x, y);
-    const __half2 l = __floats2half2_rn(x - __low2float(h), y - __high2float(h));
-    hi = *reinterpret_cast<const uint32_t *>(&h);
-    lo = *reinterpret_cast<const uint32_t *>(&l);
-}
-
-/* A stage buffer's positions s0 .. s0 + kStage - 1 of the split (up to
- * p1), in two steps with a barrier between: stage_rows (threads < kStage: a
- * position's K row address, NULL past p1, and its scales; plain coherent
- * loads, kv_write's), then stage_copy (every thread: the K and V rows as
- * stored by cp.async, zeros past p1, consecutive threads on consecutive
- * 16-byte pieces of a row so the shared stores hit every bank; one group). */
-template <int HD>
-__device__ __forceinline__ void stage_rows(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int s0, int p1,
-                                           const uint8_t **rowp, float *ksc, float *vsc) {
-    const int tid = threadIdx.x;
-    if (tid >= kStage) return;
-    const int pos = s0 + tid;
-    const uint8_t *row = nullptr;
-    float sk = 0.f, sv = 0.f;
-    if (pos < p1) {
-        const size_t lb = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
-        const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
-        row = a.pool + lb + a.k_off + ri * HD;
-        sk = reinterpret_cast<const float *>(a.pool + lb + a.ks_off)[ri];
-        sv = reinterpret_cast<const float *>(a.pool + lb + a.vs_off)[ri];
-    }
-    rowp[tid] = row, ksc[tid] = sk, vsc[tid] = sv;
-}
-
+/* The second step of filling a stage buffer (after stage_rows and a
+ * barrier; every thread): the K and V rows as stored by cp.async, zeros
+ * past p1, consecutive threads on consecutive 16-byte pieces of a row so
+ * the shared stores hit every bank; one group. */
 template <int HD>
 __device__ __forceinline__ void stage_copy(const AttnArgs &a, const uint8_t *const *rowp, uint32_t *Ks, uint32_t *Vs) {
     using GG = Geo<HD>;
@@ -280,17 +237,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
     static_assert((kWarps - 1) * (GG::RP * 4 + 4) * 32 <= kStage * (GG::KW + GG::VW), "merge area");
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int kvh = blockIdx.x / a.n_qchunks, qc = blockIdx.x % a.n_qchunks;
-    const splash_cuda_attn_lane ln = a.lanes[blockIdx.y];
-    const int G = a.group, qv0 = qc * a.qchunk;
-    const int nq = G * ln.n_rows - qv0;
-    if (nq <= 0) return;
-    const int nqb = min(nq, a.qchunk), nqt = (nqb + 7) / 8;
-    const int p0 = blockIdx.z * a.split;
-    const int last_lim = ln.n_past + (qv0 + nqb - 1) / G + 1; /* the block's longest context */
-    if (p0 >= last_lim) return;
-    const int p1 = min(p0 + a.split, last_lim);
-    const int nst = (p1 - p0 + kStage - 1) / kStage;
+    BlockSpan b;
+    if (!block_span(a, a.deep_only, false, b)) return; /* a.deep_only: wide lanes are attention_int8_wide.cu's */
+    const splash_cuda_attn_lane ln = b.ln;
+    const int G = a.group, kvh = b.kvh, qv0 = b.qv0, nqb = b.nqb, nqt = b.nqt, p0 = b.p0, p1 = b.p1, nst = b.nst;
+    const bool deep = b.deep;
 
     /* 1. the first stage (two with two buffers) in flight; meanwhile the
      * split's largest V scale and the query vectors as fp16 hi + lo of
@@ -305,14 +256,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
         else
             cp_async_commit(); /* one group per stage, empty or not: the wait below counts them */
     }
-    float vmax = 0.f;
-    for (int pos = p0 + tid; pos < p1; pos += blockDim.x) {
-        const size_t lb = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
-        const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
-        vmax = fmaxf(vmax, reinterpret_cast<const float *>(a.pool + lb + a.vs_off)[ri]); /* kv_write's: coherent */
-    }
-    vmax = warp_max(vmax);
-    if (lane == 0) red[warp] = vmax;
+    split_vmax(a, ln, kvh, p0, p1, red);
     for (int qi = warp; qi < nqt * 8; qi += kWarps) {
         float v[HD / 32];
         float mx = 0.f;
@@ -347,7 +291,6 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
      * softmax, and the warps' states merge in warp order at the end; wide:
      * warp w takes n-tile w against every m-tile.  Either way a query
      * vector's arithmetic depends on its own lane and the split alone. */
-    const bool deep = G * ln.n_rows <= kInt8NTile;
     const int nt = deep ? 0 : warp;        /* the warp's n-tile */
     const bool active = deep || warp < nqt; /* wide: warp = its n-tile */
     TileState<HD> ts;
@@ -438,39 +381,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_int8_kernel(const AttnArgs a
      * when the split is the query vector's whole context, its output: the
      * combine's operations on one split (o / l, then the gate), so the same
      * bits */
-#pragma unroll
-    for (int c = 0; c < 2; c++) {
-        const int q = qa + c;
-        if (q >= nqb) continue;
-        const int qv = qv0 + q, r = qv / G, h = kvh * G + qv % G;
-        if ((c ? lim1 : lim0) <= a.split) { /* its only split is split 0 */
-            if (blockIdx.z) continue; /* a later split of the block's longer rows: nothing of this vector */
-            const size_t row = (size_t)(ln.first_row + r);
-            float *o = a.out + row * a.ldo + (size_t)h * HD;
-            const float *gt = a.gate ? a.gate + row * a.ldg + (size_t)h * HD : nullptr;
-            const float il = 1.0f / (c ? l1 : l0);
-#pragma unroll
-            for (int d = 0; d < GG::RP; d++) {
-                const int dim = 64 * (d >> 2) + 4 * g + (d & 3);
-                float v0 = __fmul_rn(O[d][c], pinv) * il, v1 = __fmul_rn(O[d][2 + c], pinv) * il;
-                if (gt) v0 = __fmul_rn(v0, sigmoidf_(gt[dim])), v1 = __fmul_rn(v1, sigmoidf_(gt[dim + 32]));
-                o[dim] = v0, o[dim + 32] = v1;
-            }
-            continue;
-        }
-        const size_t idx = ((size_t)blockIdx.z * a.rows + (size_t)(ln.first_row + r)) * a.n_heads + h;
-        float *o = a.part_o + idx * HD;
-#pragma unroll
-        for (int d = 0; d < GG::RP; d++) {
-            const int dim = 64 * (d >> 2) + 4 * g + (d & 3);
-            o[dim] = __fmul_rn(O[d][c], pinv);
-            o[dim + 32] = __fmul_rn(O[d][2 + c], pinv);
-        }
-        if (g == 0) {
-            a.part_ml[2 * idx] = c ? m1 : m0;
-            a.part_ml[2 * idx + 1] = c ? l1 : l0;
-        }
-    }
+    const auto dim = [g](int d, int h) { return 64 * (d >> 2) + 4 * g + (d & 3) + 32 * h; };
+    if (qa < nqb) write_vector<HD>(a, ln, kvh, qv0 + qa, lim0, blockIdx.z, O, 0, pinv, m0, l0, g == 0, dim);
+    if (qa + 1 < nqb) write_vector<HD>(a, ln, kvh, qv0 + qa + 1, lim1, blockIdx.z, O, 1, pinv, m1, l1, g == 0, dim);
 }
 
 template <int HD>

@@ -30,6 +30,7 @@ struct AttnArgs {
     int qchunk, n_qchunks; /* query vectors per block, blocks per (lane, kv head) */
     int split;             /* positions per split block (a multiple of 64) */
     int stage_bufs;        /* the int8 kernel's stage buffers: 1 or 2 (attention.cu chooses) */
+    int deep_only;         /* attention_int8.cu skips lanes of more than one n-tile (the wide kernel's) */
     /* the int8 kernel: a query vector whose whole context is one split (ctx
      * <= split) gets its final output here, gated; the combine skips it */
     float *out;
@@ -45,8 +46,12 @@ constexpr int kInt8NTile = 8;
 constexpr int kInt8MaxQ = 4 * kInt8NTile;
 
 /* The int8 kernel over grid (kv_heads * n_qchunks, lanes, splits);
- * a.qchunk a multiple of 8, <= kInt8MaxQ; head_dim 64, 128 or 256. */
+ * a.qchunk a multiple of 8, <= kInt8MaxQ; head_dim 64, 128 or 256.
+ * attn_int8_split_launch: every lane (a.deep_only: the deep ones);
+ * attn_int8_wide_launch (attention_int8_wide.cu): the lanes of more than
+ * one n-tile, the others' blocks return at once. */
 int attn_int8_split_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
+int attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
 
 } /* namespace splash_cuda */
 

@@ -248,7 +248,7 @@ static size_t build_desc(qc_fwd *f) {
             qc_chunk *c = &m->chunks[f->n_chunks];
             splash_cuda_attn_lane *out = cl + (size_t)f->n_chunks * m->max_lanes;
             c->r0 = r0, c->r1 = r1, c->split = bulk ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
-            c->n_lanes = c->max_lane_rows = c->max_ctx = 0;
+            c->n_lanes = c->min_lane_rows = c->max_lane_rows = c->max_ctx = 0;
             for (int i = 0; i < b->n_lanes; i++) {
                 const int a0 = al[i].first_row > c->r0 ? al[i].first_row : c->r0;
                 const int a1 = al[i].first_row + al[i].n_rows < c->r1 ? al[i].first_row + al[i].n_rows : c->r1;
@@ -259,6 +259,7 @@ static size_t build_desc(qc_fwd *f) {
                 o->first_row = a0 - c->r0;
                 o->n_rows = a1 - a0;
                 if (o->n_rows > c->max_lane_rows) c->max_lane_rows = o->n_rows;
+                if (!c->min_lane_rows || o->n_rows < c->min_lane_rows) c->min_lane_rows = o->n_rows;
                 if (o->n_past + o->n_rows > c->max_ctx) c->max_ctx = o->n_past + o->n_rows;
             }
             f->n_chunks++;

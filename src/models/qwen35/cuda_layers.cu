@@ -93,7 +93,8 @@ int qc_attn_layer(qc_fwd *f, const qc_layer *L) {
         memset(&a, 0, sizeof a);
         a.layout = &m->kv, a.pool = m->kv_pool, a.layer = L->index;
         a.lanes = cut + (size_t)c * m->max_lanes, a.n_lanes = ch->n_lanes;
-        a.rows = ch->r1 - ch->r0, a.max_lane_rows = ch->max_lane_rows, a.max_ctx = ch->max_ctx;
+        a.rows = ch->r1 - ch->r0, a.min_lane_rows = ch->min_lane_rows, a.max_lane_rows = ch->max_lane_rows;
+        a.max_ctx = ch->max_ctx;
         a.n_heads = d->heads;
         a.q = q + (size_t)ch->r0 * qw, a.ldq = qw;
         a.gate = m->agate + (size_t)ch->r0 * qw, a.ldg = qw;

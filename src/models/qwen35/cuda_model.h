@@ -175,7 +175,7 @@ typedef struct qc_desc_plan {
 
 /* One attention call: batch rows [r0, r1) and the lanes that own them. */
 typedef struct qc_chunk {
-    int r0, r1, n_lanes, max_lane_rows, max_ctx;
+    int r0, r1, n_lanes, min_lane_rows, max_lane_rows, max_ctx;
     int split;                     /* splash_cuda_attn_args.split: 0, or the long split for bulk-prefill rows */
 } qc_chunk;
 

@@ -1,0 +1,160 @@
+/* attention_int8.cuh - what the int8 split kernel's two files share: its
+ * deep layout (attention_int8.cu: decode rows, and every lane when
+ * SPLASH_CUDA_ATTN_WIDE=0) and its wide layout (attention_int8_wide.cu:
+ * verify and prefill rows).  The stage of kStage positions, the rows'
+ * addresses and scales, the split's largest V scale, the int8 -> fp16
+ * conversion, the fp16 hi / lo split of P, and a query vector's partial (or
+ * final output) at the end.  Both layouts write the partials attention.cu's
+ * combine merges.
+ *
+ * Device-only C++; every function is inline.
+ */
+#ifndef SPLASH_CUDA_ATTENTION_INT8_CUH
+#define SPLASH_CUDA_ATTENTION_INT8_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/attention_split.cuh"
+#include "backend/cuda/device_util.cuh"
+
+namespace splash_cuda {
+namespace int8_attn {
+
+constexpr int kStage = 64; /* positions a stage buffer holds */
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+    return r;
+}
+
+/* fp16x2 of two biased bytes (x ^ 0x80) placed at bytes 0 and 2: 1024 + u - 1152 = x. */
+__device__ __forceinline__ uint32_t biased_to_f16x2(uint32_t w) {
+    uint32_t r;
+    asm("sub.f16x2 %0, %1, %2;" : "=r"(r) : "r"(w), "r"(0x64806480u));
+    return r;
+}
+
+/* One word of 4 int8 (already ^ 0x80808080) -> f16x2 (bytes 0, 1) and (bytes 2, 3). */
+__device__ __forceinline__ void word_pairs(uint32_t u, uint32_t &p01, uint32_t &p23) {
+    p01 = biased_to_f16x2(prmt(u, 0x64646464u, 0x4140));
+    p23 = biased_to_f16x2(prmt(u, 0x64646464u, 0x4342));
+}
+
+/* x -> fp16 hi and lo (x - hi) packed with y's as f16x2 (x low). */
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    const __half2 l = __floats2half2_rn(x - __low2float(h), y - __high2float(h));
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&l);
+}
+
+/* A block's place in the grid (kv_heads * n_qchunks, lanes, splits): lane,
+ * kv head, the chunk's query vectors qv0 .. qv0 + nqb - 1 (nqt n-tiles of
+ * kInt8NTile), the split's positions p0 .. p1 - 1 (up to the block's
+ * longest context) in nst stages, and whether the lane is deep (its vectors
+ * fit one n-tile).  False: nothing for this block (no vectors in its chunk,
+ * the split past its contexts, or a lane of the kind it skips). */
+struct BlockSpan {
+    splash_cuda_attn_lane ln;
+    int kvh, qv0, nqb, nqt, p0, p1, nst;
+    bool deep;
+};
+__device__ __forceinline__ bool block_span(const AttnArgs &a, bool skip_wide, bool skip_deep, BlockSpan &b) {
+    const int qc = blockIdx.x % a.n_qchunks;
+    b.kvh = blockIdx.x / a.n_qchunks;
+    b.ln = a.lanes[blockIdx.y];
+    const int G = a.group, nq = G * b.ln.n_rows - qc * a.qchunk;
+    b.deep = G * b.ln.n_rows <= kInt8NTile;
+    if (nq <= 0 || (b.deep ? skip_deep : skip_wide)) return false;
+    b.qv0 = qc * a.qchunk, b.nqb = min(nq, a.qchunk), b.nqt = (b.nqb + 7) / 8;
+    b.p0 = blockIdx.z * a.split;
+    const int last_lim = b.ln.n_past + (b.qv0 + b.nqb - 1) / G + 1; /* the block's longest context */
+    if (b.p0 >= last_lim) return false;
+    b.p1 = min(b.p0 + a.split, last_lim);
+    b.nst = (b.p1 - b.p0 + kStage - 1) / kStage;
+    return true;
+}
+
+/* A stage's positions s0 .. s0 + kStage - 1 of the split (up to p1), first
+ * step (threads < kStage): a position's K row address, NULL past p1, and
+ * its scales; plain coherent loads (kv_write's).  The layouts' stage copies
+ * (cp.async) read them after a barrier. */
+template <int HD>
+__device__ __forceinline__ void stage_rows(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int s0, int p1,
+                                           const uint8_t **rowp, float *ksc, float *vsc) {
+    const int tid = threadIdx.x;
+    if (tid >= kStage) return;
+    const int pos = s0 + tid;
+    const uint8_t *row = nullptr;
+    float sk = 0.f, sv = 0.f;
+    if (pos < p1) {
+        const size_t lb = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
+        const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
+        row = a.pool + lb + a.k_off + ri * HD;
+        sk = reinterpret_cast<const float *>(a.pool + lb + a.ks_off)[ri];
+        sv = reinterpret_cast<const float *>(a.pool + lb + a.vs_off)[ri];
+    }
+    rowp[tid] = row, ksc[tid] = sk, vsc[tid] = sv;
+}
+
+/* The largest V scale of positions p0 .. p1 - 1, this warp's share (every
+ * thread calls it; warp_max of the threads' maxima, lane 0 stores it in
+ * red[warp]); the block's is the max of red[] after a barrier. */
+__device__ __forceinline__ void split_vmax(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int p0, int p1,
+                                           float *red) {
+    float vmax = 0.f;
+    for (int pos = p0 + (int)threadIdx.x; pos < p1; pos += blockDim.x) {
+        const size_t lb = (size_t)ln.pages[pos / a.page_tokens] * a.page_bytes + a.layer_off;
+        const size_t ri = (size_t)kvh * a.page_tokens + (size_t)(pos % a.page_tokens);
+        vmax = fmaxf(vmax, reinterpret_cast<const float *>(a.pool + lb + a.vs_off)[ri]); /* kv_write's: coherent */
+    }
+    vmax = warp_max(vmax);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = vmax;
+}
+
+/* The end of query vector qv (the block's, its context lim) in split z: from its
+ * state's O (as the V^T P^T product leaves it: O[d][c] and O[d][2 + c] are
+ * this lane's dims dim(d, 0) and dim(d, 1) of the lane's vector c, times P's
+ * power of two, which pinv undoes), max m and sum l, either
+ *   the partial of split z (lead: the lane that writes m and l), or
+ *   when the split is the vector's whole context, its output: the combine's
+ *   operations on one split (o / l, then the gate), so the same bits; later
+ *   splits of the block's longer rows have nothing of such a vector. */
+template <int HD, int NP, typename DimOf>
+__device__ __forceinline__ void write_vector(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int qv, int lim,
+                                             int z, const float (&O)[NP][4], int c, float pinv, float m, float l, bool lead,
+                                             DimOf dim) {
+    const int G = a.group, r = qv / G, h = kvh * G + qv % G;
+    const size_t row = (size_t)(ln.first_row + r);
+    if (lim <= a.split) {
+        if (z) return;
+        float *o = a.out + row * a.ldo + (size_t)h * HD;
+        const float *gt = a.gate ? a.gate + row * a.ldg + (size_t)h * HD : nullptr;
+        const float il = 1.0f / l;
+#pragma unroll
+        for (int d = 0; d < NP; d++) {
+            const int d0 = dim(d, 0), d1 = dim(d, 1);
+            float v0 = __fmul_rn(O[d][c], pinv) * il, v1 = __fmul_rn(O[d][2 + c], pinv) * il;
+            if (gt) v0 = __fmul_rn(v0, sigmoidf_(gt[d0])), v1 = __fmul_rn(v1, sigmoidf_(gt[d1]));
+            o[d0] = v0, o[d1] = v1;
+        }
+        return;
+    }
+    const size_t idx = ((size_t)z * a.rows + row) * a.n_heads + h;
+    float *o = a.part_o + idx * HD;
+#pragma unroll
+    for (int d = 0; d < NP; d++) {
+        o[dim(d, 0)] = __fmul_rn(O[d][c], pinv);
+        o[dim(d, 1)] = __fmul_rn(O[d][2 + c], pinv);
+    }
+    if (lead) a.part_ml[2 * idx] = m, a.part_ml[2 * idx + 1] = l;
+}
+
+} /* namespace int8_attn */
+} /* namespace splash_cuda */
+
+#endif

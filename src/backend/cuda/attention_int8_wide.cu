@@ -1,0 +1,422 @@
+/* attention_int8_wide.cu - the int8 split kernel's wide layout: the query
+ * vectors of lanes with more than one n-tile of 8 (verify and prefill rows);
+ * attention_int8.cu keeps the deep layout (decode rows) and, with
+ * SPLASH_CUDA_ATTN_WIDE=0, its own wide layout for every lane (an A/B
+ * switch; attention.cu dispatches).
+ *
+ * Why.  attention_int8.cu's wide layout gives warp w n-tile w against all of
+ * a stage's positions and widens each int8 K / V word to fp16 in every warp:
+ * ~800 instructions a warp per 16 positions, two thirds of them the
+ * conversion, 117 M warp instructions for a 27B 16-row verify at 32K
+ * context (Nsight Compute, session 31), which issued at ~0.5 a cycle and
+ * took 319 us an attention layer (68 MB of K / V: ~5% of the bandwidth).
+ * Here the conversion goes: the scores are integer products of the int8 K
+ * rows as stored (ldmatrix straight from the staged bytes) with q as three
+ * 8-bit digits held in registers, and V is widened to fp16 once per block
+ * (the stage's bytes, shared by the block's 4 warps) and read by
+ * ldmatrix.trans.
+ *
+ * A block: one (lane, kv head, split, chunk of <= 32 query vectors), 4
+ * warps; warp w takes n-tile w (vectors 8 w .. 8 w + 7 of the chunk) against
+ * every position of the split, 64 a stage:
+ *   scores   C[pos][q] = K (16 pos x 32 dims, s8) . D^T (32 dims x 8 q),
+ *            for q's digits D = hi (s8), mid, lo (u8): S = 2^16 C_hi +
+ *            2^8 C_mid + C_lo, each C exact in int32
+ *   softmax  online per query vector, over the stage's 64 positions at once
+ *   output   O^T[dim][q] += V^T (16 dims x 16 pos, fp16) . P^T (16 pos x 8 q),
+ *            P split into fp16 hi + lo; P^T reaches the B operand's layout
+ *            from the scores' C layout by movmatrix (a transpose in registers)
+ * Stages are double-buffered (cp.async: K into its ldmatrix rows, V into a
+ * landing area); per stage a barrier, the next stage's copy issued, V widened
+ * into one fp16 buffer, a barrier, then the warps' products.  ~104 KB of
+ * shared memory at head_dim 256: 2 blocks an SM, up to 255 registers.
+ *
+ * Exactness: q * 2^k (k per query vector: its largest |q| in [2^21, 2^22))
+ * rounds to an integer of 23 bits, whose bytes are the digits (hi signed:
+ * |x| < 2^22 makes byte 2 the arithmetic x >> 16); the products are exact,
+ * so a score carries q to 2^-22 of the vector's largest element, as
+ * attention_int8.cu's fp16 hi + lo split does.  V's int8 values are exact in
+ * fp16; P as there (a power of two per block from the split's largest V
+ * scale, hi + lo).  Attention bound 1e-5 in test_cuda_ops.
+ *
+ * Smem rows: a K row holds HD + 16 bytes and an fp16 V row 2 HD + 16, so
+ * ldmatrix's eight 16-byte row pieces fall on distinct banks.
+ *
+ * The result for a query vector depends on its own inputs and the split
+ * length, never on other lanes (P's power of two: as attention_int8.cu).
+ *
+ * C++ used: templates over head_dim, a lambda; no STL.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "backend/cuda/attention_int8.cuh"
+#include "backend/cuda/attention_split.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/q4_tile.cuh"
+
+using namespace splash_cuda;
+using namespace splash_cuda::int8_attn;
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kSets = 3; /* row-address and scale sets: stage s uses set s % 3 */
+
+template <int HD>
+struct WideGeo {
+    static constexpr int KP = HD + 16;     /* bytes per staged int8 K row */
+    static constexpr int VP = 2 * HD + 16; /* bytes per fp16 V row */
+    static constexpr int KS = HD / 32;     /* k-steps of the scores (32 dims) */
+    static constexpr int DT = HD / 16;     /* dim m-tiles of the output */
+    /* shared memory, bytes: K [2][kStage][KP], V landing [2][kStage][HD], V fp16 [kStage][VP],
+     * row addresses [kSets][kStage], K and V scales [kSets][kStage] each, red [kWarps] */
+    static constexpr size_t kb = 0, vl = kb + 2 * kStage * KP, v16 = vl + 2 * kStage * HD;
+    static constexpr size_t rows = v16 + (size_t)kStage * VP, ksc = rows + kSets * kStage * sizeof(void *);
+    static constexpr size_t vsc = ksc + kSets * kStage * 4, red = vsc + kSets * kStage * 4, bytes = red + kWarps * 4;
+};
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+/* An 8 x 8 matrix of halves, lane (g, t) holding row g's columns 2t, 2t + 1,
+ * transposed: the lane then holds column g's rows 2t, 2t + 1. */
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+    uint32_t r;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+}
+/* mma.sync m16n8k32, D += A B in int32: A s8 (K codes), B s8 (q's hi digit) or u8 (mid, lo) */
+__device__ __forceinline__ void imma_ss(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void imma_su(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Byte `sel` picks (0x40: byte 0, 0x51: byte 1, 0x62: byte 2) of x0..x3, as one word (x0's low). */
+__device__ __forceinline__ uint32_t bytes_of(int x0, int x1, int x2, int x3, uint32_t sel) {
+    return prmt(prmt((uint32_t)x0, (uint32_t)x1, sel), prmt((uint32_t)x2, (uint32_t)x3, sel), 0x5410);
+}
+
+__device__ __forceinline__ float4 load4(const float *p, bool aligned) {
+    if (aligned) return *reinterpret_cast<const float4 *>(p);
+    return make_float4(p[0], p[1], p[2], p[3]);
+}
+
+/* The warp's B operands: query vector `src` (NULL: zeros) of B column g as
+ * the digits of x = q 2^k, lane (g, t) holding dims 32 j + 4 t .. + 3
+ * (qb[j][digit][0]) and 32 j + 16 + 4 t .. + 3 ([1]) of digit hi (0), mid
+ * (1), lo (2); returns 2^-k (the same in the 4 lanes of column g). */
+template <int HD>
+__device__ __forceinline__ float q_digits(const float *src, uint32_t (&qb)[HD / 32][3][2]) {
+    const int t = threadIdx.x & 3;
+    float4 v[HD / 32][2];
+    float mx = 0.f;
+    const bool al = ((uintptr_t)src & 15) == 0;
+#pragma unroll
+    for (int j = 0; j < HD / 32; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            v[j][h] = src ? load4(src + 32 * j + 16 * h + 4 * t, al) : make_float4(0.f, 0.f, 0.f, 0.f);
+            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(v[j][h].x), fabsf(v[j][h].y)), fmaxf(fabsf(v[j][h].z), fabsf(v[j][h].w))));
+        }
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
+    float sc, inv;
+    row_pow2_scale(mx, sc, inv, 22, 126);
+#pragma unroll
+    for (int j = 0; j < HD / 32; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int x0 = __float2int_rn(v[j][h].x * sc), x1 = __float2int_rn(v[j][h].y * sc);
+            const int x2 = __float2int_rn(v[j][h].z * sc), x3 = __float2int_rn(v[j][h].w * sc);
+            qb[j][0][h] = bytes_of(x0, x1, x2, x3, 0x62);
+            qb[j][1][h] = bytes_of(x0, x1, x2, x3, 0x51);
+            qb[j][2][h] = bytes_of(x0, x1, x2, x3, 0x40);
+        }
+    return inv;
+}
+
+/* A stage's copy (after its stage_rows and a barrier; every thread): K rows
+ * into their ldmatrix rows, V rows into the landing area, by cp.async, zeros
+ * past p1; consecutive threads on consecutive 16-byte pieces; one group. */
+template <int HD>
+__device__ __forceinline__ void wide_copy(const AttnArgs &a, const uint8_t *const *rowp, uint8_t *Kb, uint8_t *Vl) {
+    constexpr int RP = HD / 16;
+    const size_t vdelta = a.v_off - a.k_off;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < 2 * kStage * RP; i += kWarps * 32) {
+        const int isv = i >= kStage * RP, ii = isv ? i - kStage * RP : i;
+        const int r = ii / RP, c = ii % RP;
+        const uint8_t *row = rowp[r];
+        cp_async16(smem_addr(isv ? Vl + r * HD + 16 * c : Kb + r * WideGeo<HD>::KP + 16 * c),
+                   row ? row + (isv ? vdelta : 0) + (size_t)c * 16 : a.pool, row ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
+/* The landed V rows as fp16 (every thread; 8 bytes in, 16 out, so a warp's
+ * stores are contiguous). */
+template <int HD>
+__device__ __forceinline__ void wide_widen(const uint8_t *Vl, uint8_t *V16) {
+    constexpr int U = HD / 8;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < kStage * U; i += kWarps * 32) {
+        const int r = i / U, c = i % U;
+        const uint2 w = *reinterpret_cast<const uint2 *>(Vl + r * HD + 8 * c);
+        uint4 o;
+        word_pairs(w.x ^ 0x80808080u, o.x, o.y);
+        word_pairs(w.y ^ 0x80808080u, o.z, o.w);
+        *reinterpret_cast<uint4 *>(V16 + r * WideGeo<HD>::VP + 16 * c) = o;
+    }
+}
+
+/* A warp's running state for its lane's two query vectors of the n-tile
+ * (qa = 2t, qa + 1): O^T (dims 16 d + g, + 8 of m-tile d; times P's power
+ * of two), max m and sum l of each. */
+template <int HD>
+struct WideState {
+    float O[HD / 16][4];
+    float m0, m1, l0, l1;
+};
+
+/* One stage (positions s0 .. s0 + 63, the first nmt m-tiles of them in the
+ * split) against the warp's n-tile, as a warp.  kaddr / vaddr: the lane's
+ * ldmatrix addresses in this stage's K rows and the fp16 V rows. */
+template <int HD>
+__device__ __forceinline__ void wide_stage(WideState<HD> &ws, uint32_t kaddr, uint32_t vaddr, const float *ksc,
+                                           const float *vsc, int s0, int nmt, const uint32_t (&qb)[HD / 32][3][2],
+                                           float qs0, float qs1, int lim0, int lim1, float psc) {
+    using W = WideGeo<HD>;
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    /* scores: the three digits' sums of positions s0 + 16 mt + g (C[0], C[1]) and + 8 ([2], [3]) */
+    int acc[4][3][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int d = 0; d < 3; d++) acc[mt][d][0] = acc[mt][d][1] = acc[mt][d][2] = acc[mt][d][3] = 0;
+#pragma unroll
+    for (int j = 0; j < W::KS; j++)
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+            if (mt < nmt) {
+                uint32_t k[4];
+                ldsm_x4(kaddr + mt * 16 * W::KP + j * 32, k);
+                imma_ss(acc[mt][0], k, qb[j][0][0], qb[j][0][1]);
+                imma_su(acc[mt][1], k, qb[j][1][0], qb[j][1][1]);
+                imma_su(acc[mt][2], k, qb[j][2][0], qb[j][2][1]);
+            }
+        }
+    float s[4][4];
+    float c0 = -INFINITY, c1 = -INFINITY;
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = 16 * mt + g + 8 * (i >> 1), odd = i & 1;
+            const float S = fmaf((float)acc[mt][0][i], 65536.f, fmaf((float)acc[mt][1][i], 256.f, (float)acc[mt][2][i]));
+            const float x = mt < nmt && s0 + r < (odd ? lim1 : lim0) ? __fmul_rn(__fmul_rn(S, ksc[r]), odd ? qs1 : qs0)
+                                                                     : -INFINITY;
+            s[mt][i] = x;
+            if (odd)
+                c1 = fmaxf(c1, x);
+            else
+                c0 = fmaxf(c0, x);
+        }
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+        c0 = fmaxf(c0, __shfl_xor_sync(kFull, c0, o));
+        c1 = fmaxf(c1, __shfl_xor_sync(kFull, c1, o));
+    }
+    /* exponentials by __expf (ex2.approx of x log2 e: within a few ulp
+     * where they matter); a max still -inf (no position yet) subtracts 0,
+     * so every -inf gives 0 and no NaN */
+    const float mn0 = fmaxf(ws.m0, c0), mn1 = fmaxf(ws.m1, c1);
+    const float mx0 = mn0 == -INFINITY ? 0.f : mn0, mx1 = mn1 == -INFINITY ? 0.f : mn1;
+    const float al0 = __expf(ws.m0 - mx0), al1 = __expf(ws.m1 - mx1);
+    float r0 = 0.f, r1 = 0.f;
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float e = __expf(s[mt][i] - (i & 1 ? mx1 : mx0));
+            s[mt][i] = e;
+            if (i & 1)
+                r1 += e;
+            else
+                r0 += e;
+        }
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+        r0 += __shfl_xor_sync(kFull, r0, o);
+        r1 += __shfl_xor_sync(kFull, r1, o);
+    }
+    ws.l0 = fmaf(ws.l0, al0, r0), ws.l1 = fmaf(ws.l1, al1, r1);
+    ws.m0 = mn0, ws.m1 = mn1;
+    if (__any_sync(kFull, al0 != 1.f || al1 != 1.f)) /* past the first stages a new max is rare */
+#pragma unroll
+        for (int d = 0; d < W::DT; d++) ws.O[d][0] *= al0, ws.O[d][1] *= al1, ws.O[d][2] *= al0, ws.O[d][3] *= al1;
+
+    /* P^T as the B operand of m-tile mt: (positions g, qa | qa + 1) as hi + lo
+     * halves, transposed to (vector g, positions 2t, 2t + 1) */
+    uint32_t bh[4][2], bl[4][2];
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        const float vA = __fmul_rn(vsc[16 * mt + g], psc), vB = __fmul_rn(vsc[16 * mt + g + 8], psc);
+        uint32_t h0, l0, h1, l1;
+        split_pair(s[mt][0] * vA, s[mt][1] * vA, h0, l0);
+        split_pair(s[mt][2] * vB, s[mt][3] * vB, h1, l1);
+        bh[mt][0] = movmatrix_trans(h0), bh[mt][1] = movmatrix_trans(h1);
+        bl[mt][0] = movmatrix_trans(l0), bl[mt][1] = movmatrix_trans(l1);
+    }
+    /* O^T += V^T P^T */
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++) {
+        if (mt >= nmt) continue;
+#pragma unroll
+        for (int d = 0; d < W::DT; d++) {
+            uint32_t v[4];
+            ldsm_x4_trans(vaddr + mt * 16 * W::VP + d * 32, v);
+            mma16816(ws.O[d], v[0], v[1], v[2], v[3], bh[mt][0], bh[mt][1]);
+            mma16816(ws.O[d], v[0], v[1], v[2], v[3], bl[mt][0], bl[mt][1]);
+        }
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kWarps * 32, 2) attn_int8_wide_kernel(const AttnArgs a) {
+    pdl_begin();
+    using W = WideGeo<HD>;
+    extern __shared__ __align__(16) uint8_t smw[];
+    uint8_t *Kb = smw + W::kb, *Vl = smw + W::vl, *V16 = smw + W::v16;
+    const uint8_t **rowp = reinterpret_cast<const uint8_t **>(smw + W::rows);
+    float *ksc = reinterpret_cast<float *>(smw + W::ksc), *vsc = reinterpret_cast<float *>(smw + W::vsc);
+    float *red = reinterpret_cast<float *>(smw + W::red);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    BlockSpan b;
+    if (!block_span(a, false, true, b)) return; /* deep lanes are attention_int8.cu's */
+    const splash_cuda_attn_lane ln = b.ln;
+    const int G = a.group, kvh = b.kvh, qv0 = b.qv0, nqb = b.nqb, nqt = b.nqt, p0 = b.p0, p1 = b.p1, nst = b.nst;
+
+    /* 1. rows of the first two stages, the split's largest V scale, the first
+     * stage's copy in flight; meanwhile the warp's q digits */
+    stage_rows<HD>(a, ln, kvh, p0, p1, rowp, ksc, vsc);
+    if (nst > 1) stage_rows<HD>(a, ln, kvh, p0 + kStage, p1, rowp + kStage, ksc + kStage, vsc + kStage);
+    if (nst <= 2) { /* the split is these two stages: its V scales are the ones just staged (this thread's) */
+        float vm = tid < kStage ? fmaxf(vsc[tid], nst > 1 ? vsc[kStage + tid] : 0.f) : 0.f;
+        vm = warp_max(vm);
+        if (lane == 0) red[warp] = vm;
+    } else {
+        split_vmax(a, ln, kvh, p0, p1, red);
+    }
+    __syncthreads();
+    wide_copy<HD>(a, rowp, Kb, Vl);
+
+    const bool active = warp < nqt;
+    const int qa = 8 * warp + 2 * t; /* the lane's C columns: vectors qa, qa + 1 of the chunk */
+    uint32_t qb[HD / 32][3][2];
+    float qinv_g;
+    {
+        const int qn = 8 * warp + g; /* the lane's B column */
+        const float *src = nullptr;
+        if (active && qn < nqb) {
+            const int qv = qv0 + qn, r = qv / G, h = kvh * G + qv % G;
+            src = a.q + (size_t)(ln.first_row + r) * a.ldq + (size_t)h * HD;
+        }
+        qinv_g = q_digits<HD>(src, qb);
+    }
+    /* a score is S 2^-k scale (the lane's vectors' 2^-k from the lanes of their B columns) */
+    const float qs0 = __fmul_rn(__shfl_sync(kFull, qinv_g, 8 * t), a.scale);
+    const float qs1 = __fmul_rn(__shfl_sync(kFull, qinv_g, 8 * t + 4), a.scale);
+    const int lim0 = active && qa < nqb ? ln.n_past + (qv0 + qa) / G + 1 : 0;
+    const int lim1 = active && qa + 1 < nqb ? ln.n_past + (qv0 + qa + 1) / G + 1 : 0;
+
+    WideState<HD> ws;
+#pragma unroll
+    for (int d = 0; d < W::DT; d++) ws.O[d][0] = ws.O[d][1] = ws.O[d][2] = ws.O[d][3] = 0.f;
+    ws.m0 = ws.m1 = -INFINITY, ws.l0 = ws.l1 = 0.f;
+    const uint32_t kaddr0 = smem_addr(Kb) + ((lane & 7) + 8 * ((lane >> 3) & 1)) * W::KP + 16 * (lane >> 4);
+    const uint32_t vaddr = smem_addr(V16) + ((lane & 7) + 8 * (lane >> 4)) * W::VP + 16 * ((lane >> 3) & 1);
+    float psc = 1.f, pinv = 1.f;
+
+    /* 2. per stage: wait for its copy; the barrier (its bytes visible, the
+     * previous stage consumed); the next stage's copy and the one after's
+     * rows; V widened; a barrier; the warps' products */
+    for (int st = 0; st < nst; st++) { /* uniform */
+        const int s0 = p0 + st * kStage, buf = st & 1, set = st % kSets;
+        cp_async_wait<0>();
+        __syncthreads();
+        if (st == 0) { /* red[] is written (the first barrier) */
+            float vm = 0.f;
+#pragma unroll
+            for (int w = 0; w < kWarps; w++) vm = fmaxf(vm, red[w]);
+            row_pow2_scale(vm, psc, pinv); /* P' = p * vsc * psc <= 2^14 (p <= 1) */
+        }
+        if (st + 1 < nst)
+            wide_copy<HD>(a, rowp + ((st + 1) % kSets) * kStage, Kb + (buf ^ 1) * kStage * W::KP,
+                          Vl + (buf ^ 1) * kStage * HD);
+        if (st + 2 < nst) {
+            const int s2 = (st + 2) % kSets;
+            stage_rows<HD>(a, ln, kvh, s0 + 2 * kStage, p1, rowp + s2 * kStage, ksc + s2 * kStage, vsc + s2 * kStage);
+        }
+        wide_widen<HD>(Vl + buf * kStage * HD, V16);
+        __syncthreads();
+        if (active) {
+            /* a whole stage (all but a lane's last) in its own copy, the m-tile
+             * count a constant: no guards between the loads and products */
+            const int nmt = (min(p1 - s0, kStage) + 15) / 16;
+            const uint32_t kaddr = kaddr0 + buf * kStage * W::KP;
+            const float *ks = ksc + set * kStage, *vs = vsc + set * kStage;
+            if (nmt == kStage / 16)
+                wide_stage<HD>(ws, kaddr, vaddr, ks, vs, s0, kStage / 16, qb, qs0, qs1, lim0, lim1, psc);
+            else
+                wide_stage<HD>(ws, kaddr, vaddr, ks, vs, s0, nmt, qb, qs0, qs1, lim0, lim1, psc);
+        }
+    }
+    if (!active) return;
+
+    /* 3. the partials of qa, qa + 1 (or their outputs: write_vector) */
+    const auto dim = [g](int d, int h) { return 16 * d + g + 8 * h; };
+    if (qa < nqb) write_vector<HD>(a, ln, kvh, qv0 + qa, lim0, blockIdx.z, ws.O, 0, pinv, ws.m0, ws.l0, g == 0, dim);
+    if (qa + 1 < nqb)
+        write_vector<HD>(a, ln, kvh, qv0 + qa + 1, lim1, blockIdx.z, ws.O, 1, pinv, ws.m1, ws.l1, g == 0, dim);
+}
+
+template <int HD>
+int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
+    static bool attr_set = false; /* once per instantiation; setting it again is harmless */
+    if (!attr_set) {
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_wide_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)WideGeo<HD>::bytes));
+        attr_set = true;
+    }
+    SPLASH_CUDA_TRY(launch_kernel(attn_int8_wide_kernel<HD>, grid, kWarps * 32, WideGeo<HD>::bytes, s, a));
+    return SPLASH_OK;
+}
+
+} /* namespace */
+
+int splash_cuda::attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
+    if (a.qchunk < 8 || a.qchunk > kInt8MaxQ || a.qchunk % 8) return SPLASH_E_INVALID;
+    switch (head_dim) {
+    case 64: return launch<64>(a, grid, s);
+    case 128: return launch<128>(a, grid, s);
+    case 256: return launch<256>(a, grid, s);
+    default: return SPLASH_E_UNSUPPORTED;
+    }
+}
