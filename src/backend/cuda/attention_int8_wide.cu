@@ -29,15 +29,18 @@
  * Stages are double-buffered (cp.async: K into its ldmatrix rows, V into a
  * landing area); per stage a barrier, the next stage's copy issued, V widened
  * into one fp16 buffer, a barrier, then the warps' products.  ~104 KB of
- * shared memory at head_dim 256: 2 blocks an SM, up to 255 registers.
+ * shared memory at head_dim 256: 2 blocks an SM (243 registers of the 255
+ * that allows).
  *
  * Exactness: q * 2^k (k per query vector: its largest |q| in [2^21, 2^22))
- * rounds to an integer of 23 bits, whose bytes are the digits (hi signed:
- * |x| < 2^22 makes byte 2 the arithmetic x >> 16); the products are exact,
- * so a score carries q to 2^-22 of the vector's largest element, as
- * attention_int8.cu's fp16 hi + lo split does.  V's int8 values are exact in
- * fp16; P as there (a power of two per block from the split's largest V
- * scale, hi + lo).  Attention bound 1e-5 in test_cuda_ops.
+ * rounds to an integer x, |x| <= 2^22, whose bytes are the digits (hi
+ * signed: byte 2 is then the arithmetic x >> 16, at most 64 in size); the
+ * products are exact (|sums| < 2^31), so a score carries q to 2^-22 of the
+ * vector's largest element, as attention_int8.cu's fp16 hi + lo split does.
+ * V's int8 values are exact in fp16; P as there (a power of two per block
+ * from the split's largest V scale, hi + lo).  The exponentials are __expf
+ * (ex2.approx: a few ulp where a weight matters), not expf.  Attention bound
+ * 1e-5 in test_cuda_ops (3.2e-6 at 32K context).
  *
  * Smem rows: a K row holds HD + 16 bytes and an fp16 V row 2 HD + 16, so
  * ldmatrix's eight 16-byte row pieces fall on distinct banks.
