@@ -5,10 +5,11 @@
     tools/ncu_summary.py ncu.csv [--min-us 20] [--stalls 6]
 
 Prints, per launch at least --min-us long: the kernel (short name), grid, duration, SM and
-DRAM throughput (% of peak), achieved occupancy, issue slots busy, warp cycles per issued
-instruction, instructions executed (millions), the tensor pipe's
-active cycles (%), shared-memory bank conflicts (millions), and the largest stall reasons (cycles per issued instruction,
-from the smsp__average_warps_issue_stalled_*_per_issue_active.ratio metrics when collected).
+DRAM throughput (% of peak), achieved occupancy, the cycles a scheduler issued (%: the
+SchedulerStats section's "One or More Eligible"), warp cycles per issued instruction,
+instructions executed (millions), the tensor pipe's active cycles (%), shared-memory bank
+conflicts (millions), and the largest stall reasons (cycles per issued instruction, from the
+smsp__average_warps_issue_stalled_*_per_issue_active.ratio metrics when collected).
 Why: the details page has one row per (launch, metric); reading a kernel's limiter means
 putting a launch's few telling numbers on one line, beside the same kernel's other shapes.
 """
@@ -83,7 +84,7 @@ def main(argv):
         sm = get(m, "Compute (SM) Throughput")
         dram = get(m, "DRAM Throughput")
         occ = get(m, "Achieved Occupancy")
-        issue = get(m, "Issue Slots Busy")
+        issue = get(m, "One or More Eligible")  # SchedulerStats: cycles a scheduler issued (one a cycle)
         cpi = get(m, "Warp Cycles Per Issued Instruction")
         inst = get(m, "smsp__inst_executed.sum")
         tc = get(m, "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")
