@@ -8,8 +8,8 @@
  * a stage's positions and widens each int8 K / V word to fp16 in every warp:
  * ~800 instructions a warp per 16 positions, two thirds of them the
  * conversion, 117 M warp instructions for a 27B 16-row verify at 32K
- * context (Nsight Compute, session 31), which issued at ~0.5 a cycle and
- * took 319 us an attention layer (68 MB of K / V: ~5% of the bandwidth).
+ * context (Nsight Compute, session 31; a scheduler issued in 50% of its
+ * cycles), which took 319 us an attention layer (68 MB of K / V: ~5% of the bandwidth).
  * Here the conversion goes: the scores are integer products of the int8 K
  * rows as stored (ldmatrix straight from the staged bytes) with q as three
  * 8-bit digits held in registers, and V is widened to fp16 once per block
