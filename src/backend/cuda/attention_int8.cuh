@@ -55,7 +55,7 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t &hi, uint3
 /* A block's place in the grid (kv_heads * n_qchunks, lanes, splits): lane,
  * kv head, the chunk's query vectors qv0 .. qv0 + nqb - 1 (nqt n-tiles of
  * kInt8NTile), the split's positions p0 .. p1 - 1 (up to the block's
- * longest context) in nst stages, and whether the lane is deep (its vectors
+ * longest context) in nst stages of kStage, and whether the lane is deep (its vectors
  * fit one n-tile).  False: nothing for this block (no vectors in its chunk,
  * the split past its contexts, or a lane of the kind it skips). */
 struct BlockSpan {
@@ -79,15 +79,15 @@ __device__ __forceinline__ bool block_span(const AttnArgs &a, bool skip_wide, bo
     return true;
 }
 
-/* A stage's positions s0 .. s0 + kStage - 1 of the split (up to p1), first
- * step (threads < kStage): a position's K row address, NULL past p1, and
+/* A stage's positions s0 .. s0 + ST - 1 of the split (up to p1), first
+ * step (threads < ST): a position's K row address, NULL past p1, and
  * its scales; plain coherent loads (kv_write's).  The layouts' stage copies
  * (cp.async) read them after a barrier. */
-template <int HD>
+template <int HD, int ST = kStage>
 __device__ __forceinline__ void stage_rows(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int s0, int p1,
                                            const uint8_t **rowp, float *ksc, float *vsc) {
     const int tid = threadIdx.x;
-    if (tid >= kStage) return;
+    if (tid >= ST) return;
     const int pos = s0 + tid;
     const uint8_t *row = nullptr;
     float sk = 0.f, sv = 0.f;

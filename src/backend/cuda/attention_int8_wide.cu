@@ -68,17 +68,31 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kSets = 3; /* row-address and scale sets: stage s uses set s % 3 */
 
-template <int HD>
+/* The two forms, by ST, the positions of a stage (SPLASH_CUDA_ATTN_WIDE_STAGE):
+ *   64  q's digits in registers, two V landing buffers: ~104 KB at head_dim
+ *       256 and 243 registers, 2 blocks an SM;
+ *   32  q's digits in shared memory (each lane reads back only what it
+ *       wrote), one V landing buffer (the next stage's V copy issued after
+ *       the widening): ~69 KB and <= 168 registers, 3 blocks an SM, for
+ *       more warps to hide the blocks' load latencies. */
+template <int HD, int ST>
 struct WideGeo {
+    static constexpr bool kQShared = ST < kStage;
+    static constexpr int kLandings = ST < kStage ? 1 : 2;
+    static constexpr int kBlocks = ST < kStage ? 3 : 2; /* an SM (__launch_bounds__) */
+    static constexpr int kUnroll = ST < kStage ? 2 : 4; /* the copy and widening loops (2: no spills at 168 registers) */
     static constexpr int KP = HD + 16;     /* bytes per staged int8 K row */
     static constexpr int VP = 2 * HD + 16; /* bytes per fp16 V row */
     static constexpr int KS = HD / 32;     /* k-steps of the scores (32 dims) */
     static constexpr int DT = HD / 16;     /* dim m-tiles of the output */
-    /* shared memory, bytes: K [2][kStage][KP], V landing [2][kStage][HD], V fp16 [kStage][VP],
-     * row addresses [kSets][kStage], K and V scales [kSets][kStage] each, red [kWarps] */
-    static constexpr size_t kb = 0, vl = kb + 2 * kStage * KP, v16 = vl + 2 * kStage * HD;
-    static constexpr size_t rows = v16 + (size_t)kStage * VP, ksc = rows + kSets * kStage * sizeof(void *);
-    static constexpr size_t vsc = ksc + kSets * kStage * 4, red = vsc + kSets * kStage * 4, bytes = red + kWarps * 4;
+    static constexpr int MT = ST / 16;     /* position m-tiles of a stage */
+    /* shared memory, bytes: K [2][ST][KP], V landing [kLandings][ST][HD], V fp16 [ST][VP],
+     * q's digits [kWarps][KS][3][32 lanes] uint2 (kQShared), row addresses [kSets][ST],
+     * K and V scales [kSets][ST] each, red [kWarps] */
+    static constexpr size_t kb = 0, vl = kb + 2 * ST * KP, v16 = vl + (size_t)kLandings * ST * HD;
+    static constexpr size_t qd = v16 + (size_t)ST * VP, rows = qd + (kQShared ? (size_t)kWarps * KS * 3 * 32 * 8 : 0);
+    static constexpr size_t ksc = rows + kSets * ST * sizeof(void *);
+    static constexpr size_t vsc = ksc + kSets * ST * 4, red = vsc + kSets * ST * 4, bytes = red + kWarps * 4;
 };
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
@@ -154,19 +168,46 @@ __device__ __forceinline__ float q_digits(const float *src, uint32_t (&qb)[HD / 
     return inv;
 }
 
-/* A stage's copy (after its stage_rows and a barrier; every thread): K rows
- * into their ldmatrix rows, V rows into the landing area, by cp.async, zeros
- * past p1; consecutive threads on consecutive 16-byte pieces; one group. */
+/* The warp's B operands as wide_stage reads them, digit d of k-step j as
+ * (word h 0, word h 1): held in registers, or (QS) in the warp's shared
+ * area, each lane's own words (no sync: the lane that wrote them reads them). */
+template <int HD, bool QS>
+struct QDigits {
+    uint32_t b[HD / 32][3][2];
+    __device__ __forceinline__ float load(const float *src, uint2 *) { return q_digits<HD>(src, b); }
+    __device__ __forceinline__ uint2 get(int j, int d) const { return make_uint2(b[j][d][0], b[j][d][1]); }
+};
 template <int HD>
+struct QDigits<HD, true> {
+    const uint2 *p; /* the lane's first word pair: p[(3 j + d) * 32] */
+    __device__ __forceinline__ float load(const float *src, uint2 *area) {
+        uint32_t b[HD / 32][3][2];
+        const float inv = q_digits<HD>(src, b);
+        uint2 *w = area + (threadIdx.x & 31);
+#pragma unroll
+        for (int j = 0; j < HD / 32; j++)
+#pragma unroll
+            for (int d = 0; d < 3; d++) w[(3 * j + d) * 32] = make_uint2(b[j][d][0], b[j][d][1]);
+        p = w;
+        return inv;
+    }
+    __device__ __forceinline__ uint2 get(int j, int d) const { return p[(3 * j + d) * 32]; }
+};
+
+/* A stage's copy (after its stage_rows and a barrier; every thread), PART
+ * 1: K rows into their ldmatrix rows, 2: V rows into the landing area, 3:
+ * both; by cp.async, zeros past p1; consecutive threads on consecutive
+ * 16-byte pieces; one group. */
+template <int HD, int ST, int PART>
 __device__ __forceinline__ void wide_copy(const AttnArgs &a, const uint8_t *const *rowp, uint8_t *Kb, uint8_t *Vl) {
-    constexpr int RP = HD / 16;
+    constexpr int RP = HD / 16, i0 = PART & 1 ? 0 : ST * RP, i1 = PART & 2 ? 2 * ST * RP : ST * RP;
     const size_t vdelta = a.v_off - a.k_off;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < 2 * kStage * RP; i += kWarps * 32) {
-        const int isv = i >= kStage * RP, ii = isv ? i - kStage * RP : i;
+#pragma unroll(WideGeo<HD, ST>::kUnroll)
+    for (int i = i0 + threadIdx.x; i < i1; i += kWarps * 32) {
+        const int isv = i >= ST * RP, ii = isv ? i - ST * RP : i;
         const int r = ii / RP, c = ii % RP;
         const uint8_t *row = rowp[r];
-        cp_async16(smem_addr(isv ? Vl + r * HD + 16 * c : Kb + r * WideGeo<HD>::KP + 16 * c),
+        cp_async16(smem_addr(isv ? Vl + r * HD + 16 * c : Kb + r * WideGeo<HD, ST>::KP + 16 * c),
                    row ? row + (isv ? vdelta : 0) + (size_t)c * 16 : a.pool, row ? 16 : 0);
     }
     cp_async_commit();
@@ -174,17 +215,17 @@ __device__ __forceinline__ void wide_copy(const AttnArgs &a, const uint8_t *cons
 
 /* The landed V rows as fp16 (every thread; 8 bytes in, 16 out, so a warp's
  * stores are contiguous). */
-template <int HD>
+template <int HD, int ST>
 __device__ __forceinline__ void wide_widen(const uint8_t *Vl, uint8_t *V16) {
     constexpr int U = HD / 8;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < kStage * U; i += kWarps * 32) {
+#pragma unroll(WideGeo<HD, ST>::kUnroll)
+    for (int i = threadIdx.x; i < ST * U; i += kWarps * 32) {
         const int r = i / U, c = i % U;
         const uint2 w = *reinterpret_cast<const uint2 *>(Vl + r * HD + 8 * c);
         uint4 o;
         word_pairs(w.x ^ 0x80808080u, o.x, o.y);
         word_pairs(w.y ^ 0x80808080u, o.z, o.w);
-        *reinterpret_cast<uint4 *>(V16 + r * WideGeo<HD>::VP + 16 * c) = o;
+        *reinterpret_cast<uint4 *>(V16 + r * WideGeo<HD, ST>::VP + 16 * c) = o;
     }
 }
 
@@ -197,37 +238,40 @@ struct WideState {
     float m0, m1, l0, l1;
 };
 
-/* One stage (positions s0 .. s0 + 63, the first nmt m-tiles of them in the
- * split) against the warp's n-tile, as a warp.  kaddr / vaddr: the lane's
- * ldmatrix addresses in this stage's K rows and the fp16 V rows. */
-template <int HD>
+/* One stage (positions s0 .. s0 + ST - 1, the first nmt m-tiles of them in
+ * the split) against the warp's n-tile, as a warp.  kaddr / vaddr: the
+ * lane's ldmatrix addresses in this stage's K rows and the fp16 V rows. */
+template <int HD, int ST, typename Q>
 __device__ __forceinline__ void wide_stage(WideState<HD> &ws, uint32_t kaddr, uint32_t vaddr, const float *ksc,
-                                           const float *vsc, int s0, int nmt, const uint32_t (&qb)[HD / 32][3][2],
-                                           float qs0, float qs1, int lim0, int lim1, float psc) {
-    using W = WideGeo<HD>;
+                                           const float *vsc, int s0, int nmt, const Q &q, float qs0, float qs1,
+                                           int lim0, int lim1, float psc) {
+    using W = WideGeo<HD, ST>;
+    constexpr int MT = W::MT;
     const int lane = threadIdx.x & 31, g = lane >> 2;
     /* scores: the three digits' sums of positions s0 + 16 mt + g (C[0], C[1]) and + 8 ([2], [3]) */
-    int acc[4][3][4];
+    int acc[MT][3][4];
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int d = 0; d < 3; d++) acc[mt][d][0] = acc[mt][d][1] = acc[mt][d][2] = acc[mt][d][3] = 0;
 #pragma unroll
-    for (int j = 0; j < W::KS; j++)
+    for (int j = 0; j < W::KS; j++) {
+        const uint2 q0 = q.get(j, 0), q1 = q.get(j, 1), q2 = q.get(j, 2);
 #pragma unroll
-        for (int mt = 0; mt < 4; mt++) {
+        for (int mt = 0; mt < MT; mt++) {
             if (mt < nmt) {
                 uint32_t k[4];
                 ldsm_x4(kaddr + mt * 16 * W::KP + j * 32, k);
-                imma_ss(acc[mt][0], k, qb[j][0][0], qb[j][0][1]);
-                imma_su(acc[mt][1], k, qb[j][1][0], qb[j][1][1]);
-                imma_su(acc[mt][2], k, qb[j][2][0], qb[j][2][1]);
+                imma_ss(acc[mt][0], k, q0.x, q0.y);
+                imma_su(acc[mt][1], k, q1.x, q1.y);
+                imma_su(acc[mt][2], k, q2.x, q2.y);
             }
         }
-    float s[4][4];
+    }
+    float s[MT][4];
     float c0 = -INFINITY, c1 = -INFINITY;
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int r = 16 * mt + g + 8 * (i >> 1), odd = i & 1;
@@ -253,7 +297,7 @@ __device__ __forceinline__ void wide_stage(WideState<HD> &ws, uint32_t kaddr, ui
     const float al0 = __expf(ws.m0 - mx0), al1 = __expf(ws.m1 - mx1);
     float r0 = 0.f, r1 = 0.f;
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++)
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const float e = __expf(s[mt][i] - (i & 1 ? mx1 : mx0));
@@ -276,9 +320,9 @@ __device__ __forceinline__ void wide_stage(WideState<HD> &ws, uint32_t kaddr, ui
 
     /* P^T as the B operand of m-tile mt: (positions g, qa | qa + 1) as hi + lo
      * halves, transposed to (vector g, positions 2t, 2t + 1) */
-    uint32_t bh[4][2], bl[4][2];
+    uint32_t bh[MT][2], bl[MT][2];
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++) {
+    for (int mt = 0; mt < MT; mt++) {
         const float vA = __fmul_rn(vsc[16 * mt + g], psc), vB = __fmul_rn(vsc[16 * mt + g + 8], psc);
         uint32_t h0, l0, h1, l1;
         split_pair(s[mt][0] * vA, s[mt][1] * vA, h0, l0);
@@ -288,7 +332,7 @@ __device__ __forceinline__ void wide_stage(WideState<HD> &ws, uint32_t kaddr, ui
     }
     /* O^T += V^T P^T */
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++) {
+    for (int mt = 0; mt < MT; mt++) {
         if (mt >= nmt) continue;
 #pragma unroll
         for (int d = 0; d < W::DT; d++) {
@@ -300,10 +344,10 @@ __device__ __forceinline__ void wide_stage(WideState<HD> &ws, uint32_t kaddr, ui
     }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kWarps * 32, 2) attn_int8_wide_kernel(const AttnArgs a) {
+template <int HD, int ST>
+__global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_int8_wide_kernel(const AttnArgs a) {
     pdl_begin();
-    using W = WideGeo<HD>;
+    using W = WideGeo<HD, ST>;
     extern __shared__ __align__(16) uint8_t smw[];
     uint8_t *Kb = smw + W::kb, *Vl = smw + W::vl, *V16 = smw + W::v16;
     const uint8_t **rowp = reinterpret_cast<const uint8_t **>(smw + W::rows);
@@ -314,25 +358,26 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attn_int8_wide_kernel(const At
     BlockSpan b;
     if (!block_span(a, false, true, b)) return; /* deep lanes are attention_int8.cu's */
     const splash_cuda_attn_lane ln = b.ln;
-    const int G = a.group, kvh = b.kvh, qv0 = b.qv0, nqb = b.nqb, nqt = b.nqt, p0 = b.p0, p1 = b.p1, nst = b.nst;
+    const int G = a.group, kvh = b.kvh, qv0 = b.qv0, nqb = b.nqb, nqt = b.nqt, p0 = b.p0, p1 = b.p1;
+    const int nst = (p1 - p0 + ST - 1) / ST;
 
     /* 1. rows of the first two stages, the split's largest V scale, the first
      * stage's copy in flight; meanwhile the warp's q digits */
-    stage_rows<HD>(a, ln, kvh, p0, p1, rowp, ksc, vsc);
-    if (nst > 1) stage_rows<HD>(a, ln, kvh, p0 + kStage, p1, rowp + kStage, ksc + kStage, vsc + kStage);
+    stage_rows<HD, ST>(a, ln, kvh, p0, p1, rowp, ksc, vsc);
+    if (nst > 1) stage_rows<HD, ST>(a, ln, kvh, p0 + ST, p1, rowp + ST, ksc + ST, vsc + ST);
     if (nst <= 2) { /* the split is these two stages: its V scales are the ones just staged (this thread's) */
-        float vm = tid < kStage ? fmaxf(vsc[tid], nst > 1 ? vsc[kStage + tid] : 0.f) : 0.f;
+        float vm = tid < ST ? fmaxf(vsc[tid], nst > 1 ? vsc[ST + tid] : 0.f) : 0.f;
         vm = warp_max(vm);
         if (lane == 0) red[warp] = vm;
     } else {
         split_vmax(a, ln, kvh, p0, p1, red);
     }
     __syncthreads();
-    wide_copy<HD>(a, rowp, Kb, Vl);
+    wide_copy<HD, ST, 3>(a, rowp, Kb, Vl);
 
     const bool active = warp < nqt;
     const int qa = 8 * warp + 2 * t; /* the lane's C columns: vectors qa, qa + 1 of the chunk */
-    uint32_t qb[HD / 32][3][2];
+    QDigits<HD, W::kQShared> qd;
     float qinv_g;
     {
         const int qn = 8 * warp + g; /* the lane's B column */
@@ -341,7 +386,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attn_int8_wide_kernel(const At
             const int qv = qv0 + qn, r = qv / G, h = kvh * G + qv % G;
             src = a.q + (size_t)(ln.first_row + r) * a.ldq + (size_t)h * HD;
         }
-        qinv_g = q_digits<HD>(src, qb);
+        qinv_g = qd.load(src, reinterpret_cast<uint2 *>(smw + W::qd) + warp * W::KS * 3 * 32);
     }
     /* a score is S 2^-k scale (the lane's vectors' 2^-k from the lanes of their B columns) */
     const float qs0 = __fmul_rn(__shfl_sync(kFull, qinv_g, 8 * t), a.scale);
@@ -358,10 +403,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attn_int8_wide_kernel(const At
     float psc = 1.f, pinv = 1.f;
 
     /* 2. per stage: wait for its copy; the barrier (its bytes visible, the
-     * previous stage consumed); the next stage's copy and the one after's
-     * rows; V widened; a barrier; the warps' products */
+     * previous stage consumed); the next stage's K copy (and V, with two
+     * landings) and the one after's rows; V widened; a barrier; (one
+     * landing: the next stage's V copy;) the warps' products */
     for (int st = 0; st < nst; st++) { /* uniform */
-        const int s0 = p0 + st * kStage, buf = st & 1, set = st % kSets;
+        const int s0 = p0 + st * ST, buf = st & 1, set = st % kSets;
+        const uint8_t *const *next = rowp + ((st + 1) % kSets) * ST;
+        uint8_t *const vland = Vl + (W::kLandings == 2 ? buf * ST * HD : 0);
         cp_async_wait<0>();
         __syncthreads();
         if (st == 0) { /* red[] is written (the first barrier) */
@@ -370,25 +418,29 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attn_int8_wide_kernel(const At
             for (int w = 0; w < kWarps; w++) vm = fmaxf(vm, red[w]);
             row_pow2_scale(vm, psc, pinv); /* P' = p * vsc * psc <= 2^14 (p <= 1) */
         }
-        if (st + 1 < nst)
-            wide_copy<HD>(a, rowp + ((st + 1) % kSets) * kStage, Kb + (buf ^ 1) * kStage * W::KP,
-                          Vl + (buf ^ 1) * kStage * HD);
+        if (st + 1 < nst) {
+            if (W::kLandings == 2)
+                wide_copy<HD, ST, 3>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl + (buf ^ 1) * ST * HD);
+            else
+                wide_copy<HD, ST, 1>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl);
+        }
         if (st + 2 < nst) {
             const int s2 = (st + 2) % kSets;
-            stage_rows<HD>(a, ln, kvh, s0 + 2 * kStage, p1, rowp + s2 * kStage, ksc + s2 * kStage, vsc + s2 * kStage);
+            stage_rows<HD, ST>(a, ln, kvh, s0 + 2 * ST, p1, rowp + s2 * ST, ksc + s2 * ST, vsc + s2 * ST);
         }
-        wide_widen<HD>(Vl + buf * kStage * HD, V16);
+        wide_widen<HD, ST>(vland, V16);
         __syncthreads();
+        if (W::kLandings == 1 && st + 1 < nst) wide_copy<HD, ST, 2>(a, next, Kb, Vl); /* the landing is free now */
         if (active) {
             /* a whole stage (all but a lane's last) in its own copy, the m-tile
              * count a constant: no guards between the loads and products */
-            const int nmt = (min(p1 - s0, kStage) + 15) / 16;
-            const uint32_t kaddr = kaddr0 + buf * kStage * W::KP;
-            const float *ks = ksc + set * kStage, *vs = vsc + set * kStage;
-            if (nmt == kStage / 16)
-                wide_stage<HD>(ws, kaddr, vaddr, ks, vs, s0, kStage / 16, qb, qs0, qs1, lim0, lim1, psc);
+            const int nmt = (min(p1 - s0, ST) + 15) / 16;
+            const uint32_t kaddr = kaddr0 + buf * ST * W::KP;
+            const float *ks = ksc + set * ST, *vs = vsc + set * ST;
+            if (nmt == W::MT)
+                wide_stage<HD, ST>(ws, kaddr, vaddr, ks, vs, s0, W::MT, qd, qs0, qs1, lim0, lim1, psc);
             else
-                wide_stage<HD>(ws, kaddr, vaddr, ks, vs, s0, nmt, qb, qs0, qs1, lim0, lim1, psc);
+                wide_stage<HD, ST>(ws, kaddr, vaddr, ks, vs, s0, nmt, qd, qs0, qs1, lim0, lim1, psc);
         }
     }
     if (!active) return;
@@ -400,26 +452,44 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attn_int8_wide_kernel(const At
         write_vector<HD>(a, ln, kvh, qv0 + qa + 1, lim1, blockIdx.z, ws.O, 1, pinv, ws.m1, ws.l1, g == 0, dim);
 }
 
-template <int HD>
+template <int HD, int ST>
 int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
     static bool attr_set = false; /* once per instantiation; setting it again is harmless */
     if (!attr_set) {
-        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_wide_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)WideGeo<HD>::bytes));
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_wide_kernel<HD, ST>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)WideGeo<HD, ST>::bytes));
         attr_set = true;
     }
-    SPLASH_CUDA_TRY(launch_kernel(attn_int8_wide_kernel<HD>, grid, kWarps * 32, WideGeo<HD>::bytes, s, a));
+    SPLASH_CUDA_TRY(launch_kernel(attn_int8_wide_kernel<HD, ST>, grid, kWarps * 32, WideGeo<HD, ST>::bytes, s, a));
     return SPLASH_OK;
+}
+
+template <int ST>
+int launch_hd(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
+    switch (head_dim) {
+    case 64: return launch<64, ST>(a, grid, s);
+    case 128: return launch<128, ST>(a, grid, s);
+    case 256: return launch<256, ST>(a, grid, s);
+    default: return SPLASH_E_UNSUPPORTED;
+    }
+}
+
+/* The stage size: 64 unless SPLASH_CUDA_ATTN_WIDE_STAGE=32 (read once), an
+ * A/B switch between the two forms (WideGeo). */
+int g_wide_stage = 0; /* benign race: every thread computes the same value */
+
+int wide_stage_size() {
+    if (!g_wide_stage) {
+        const char *e = getenv("SPLASH_CUDA_ATTN_WIDE_STAGE");
+        g_wide_stage = e && atoi(e) == 32 ? 32 : 64;
+    }
+    return g_wide_stage;
 }
 
 } /* namespace */
 
 int splash_cuda::attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
     if (a.qchunk < 8 || a.qchunk > kInt8MaxQ || a.qchunk % 8) return SPLASH_E_INVALID;
-    switch (head_dim) {
-    case 64: return launch<64>(a, grid, s);
-    case 128: return launch<128>(a, grid, s);
-    case 256: return launch<256>(a, grid, s);
-    default: return SPLASH_E_UNSUPPORTED;
-    }
+    return wide_stage_size() == 32 ? launch_hd<32>(a, head_dim, grid, s) : launch_hd<kStage>(a, head_dim, grid, s);
 }
