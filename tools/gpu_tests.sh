@@ -6,8 +6,9 @@
 #   test_q4_matmul   the q4 product against an fp64 reference
 #   test_cuda_ops    every other op against the CPU backend (table at the end);
 #                    its attention section again with SPLASH_CUDA_ATTN_WIDE=0
-#                    (test_cuda_ops_wide0.log) and SPLASH_CUDA_ATTN_WIDE_STAGE=32
-#                    (test_cuda_ops_stage32.log, timed)
+#                    (test_cuda_ops_wide0.log) and with each form of the wide
+#                    kernel forced (_async64, _bulk64, _async32, _bulk32.log;
+#                    timed)
 #   test_cuda_model  the CUDA model against the CPU model through
 #                    splash_model_* on the tiny fixtures (table at the end);
 #                    again with SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0
@@ -372,13 +373,21 @@ if [ -z "${OPS_ARGS:-}" ] || [ "${OPS_ARGS:-}" = "--attention" ]; then
         $([ $QUICK = 1 ] && echo --quick) || rc=1
     grep -E '^FAIL' "$OUT/test_cuda_ops_wide0.log" | head -n 30
     grep -E 'checks, ' "$OUT/test_cuda_ops_wide0.log" || tail -n 20 "$OUT/test_cuda_ops_wide0.log"
-    # and with the wide kernel's other form (SPLASH_CUDA_ATTN_WIDE_STAGE=32: stages of 32
-    # positions, 3 blocks an SM), timed: its table's attention rows against the default's
-    stamp "run: test_cuda_ops --attention (SPLASH_CUDA_ATTN_WIDE_STAGE=32)"
-    SPLASH_CUDA_ATTN_WIDE_STAGE=32 step "$OUT/test_cuda_ops_stage32.log" "$B/test_cuda_ops" --attention \
-        $([ $QUICK = 1 ] && echo --quick) || rc=1
-    grep -E '^FAIL' "$OUT/test_cuda_ops_stage32.log" | head -n 30
-    grep -E 'checks, ' "$OUT/test_cuda_ops_stage32.log" || tail -n 20 "$OUT/test_cuda_ops_stage32.log"
+    # and with each form of the wide kernel forced (attention_int8_wide.cu's wide_form: by
+    # default stages of 64 by cp.async, for 16K+ positions stages of 32 by cp.async in short
+    # splits at head_dim 256 or of 64 by bulk copies; SPLASH_CUDA_ATTN_WIDE_STAGE=32|64,
+    # SPLASH_CUDA_ATTN_WIDE_COPY=async|bulk), timed: their attention rows against the default's
+    for v in async64:SPLASH_CUDA_ATTN_WIDE_STAGE=64,SPLASH_CUDA_ATTN_WIDE_COPY=async \
+        bulk64:SPLASH_CUDA_ATTN_WIDE_STAGE=64,SPLASH_CUDA_ATTN_WIDE_COPY=bulk \
+        async32:SPLASH_CUDA_ATTN_WIDE_STAGE=32,SPLASH_CUDA_ATTN_WIDE_COPY=async \
+        bulk32:SPLASH_CUDA_ATTN_WIDE_STAGE=32,SPLASH_CUDA_ATTN_WIDE_COPY=bulk; do
+        name=${v%%:*} vars=${v#*:}
+        stamp "run: test_cuda_ops --attention (${vars//,/ })"
+        step "$OUT/test_cuda_ops_$name.log" env ${vars//,/ } "$B/test_cuda_ops" --attention \
+            $([ $QUICK = 1 ] && echo --quick) || rc=1
+        grep -E '^FAIL' "$OUT/test_cuda_ops_$name.log" | head -n 30
+        grep -E 'checks, ' "$OUT/test_cuda_ops_$name.log" || tail -n 20 "$OUT/test_cuda_ops_$name.log"
+    done
 fi
 if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
     for t in test_cuda_model test_cuda_draft; do

@@ -12,25 +12,28 @@
  * cycles), which took 319 us an attention layer (68 MB of K / V: ~5% of the bandwidth).
  * Here the conversion goes: the scores are integer products of the int8 K
  * rows as stored (ldmatrix straight from the staged bytes) with q as three
- * 8-bit digits held in registers, and V is widened to fp16 once per block
+ * 8-bit digits made once a block, and V is widened to fp16 once per block
  * (the stage's bytes, shared by the block's 4 warps) and read by
  * ldmatrix.trans.
  *
  * A block: one (lane, kv head, split, chunk of <= 32 query vectors), 4
  * warps; warp w takes n-tile w (vectors 8 w .. 8 w + 7 of the chunk) against
- * every position of the split, 64 a stage:
+ * every position of the split, a stage (64 or 32 positions) at a time:
  *   scores   C[pos][q] = K (16 pos x 32 dims, s8) . D^T (32 dims x 8 q),
  *            for q's digits D = hi (s8), mid, lo (u8): S = 2^16 C_hi +
  *            2^8 C_mid + C_lo, each C exact in int32
- *   softmax  online per query vector, over the stage's 64 positions at once
+ *   softmax  online per query vector, over a stage's positions at once
  *   output   O^T[dim][q] += V^T (16 dims x 16 pos, fp16) . P^T (16 pos x 8 q),
  *            P split into fp16 hi + lo; P^T reaches the B operand's layout
  *            from the scores' C layout by movmatrix (a transpose in registers)
- * Stages are double-buffered (cp.async: K into its ldmatrix rows, V into a
- * landing area); per stage a barrier, the next stage's copy issued, V widened
- * into one fp16 buffer, a barrier, then the warps' products.  ~104 KB of
- * shared memory at head_dim 256: 2 blocks an SM (243 registers of the 255
- * that allows).
+ * Stages are double-buffered (K into its ldmatrix rows, V into a landing
+ * area); per stage a barrier, the next stage's copy issued, V widened into
+ * one fp16 buffer, a barrier, then the warps' products.  Two forms (WideGeo,
+ * chosen per launch by wide_form): stages of 64 positions, copied by the
+ * bulk-copy engine (~104 KB of shared memory at head_dim 256: 2 blocks an
+ * SM, 239 registers), or, for the short splits of a long context's verify
+ * at head_dim 256, stages of 32 copied by cp.async with q's digits in
+ * shared memory (~69 KB, 168 registers: 3 blocks an SM).
  *
  * Exactness: q * 2^k (k per query vector: its largest |q| in [2^21, 2^22))
  * rounds to an integer x, |x| <= 2^22, whose bytes are the digits (hi
@@ -53,6 +56,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <string.h>
 
 #include "backend/cuda/attention_int8.cuh"
 #include "backend/cuda/attention_split.cuh"
@@ -68,9 +72,9 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kSets = 3; /* row-address and scale sets: stage s uses set s % 3 */
 
-/* The two forms, by ST, the positions of a stage (SPLASH_CUDA_ATTN_WIDE_STAGE):
+/* The two forms, by ST, the positions of a stage (wide_form):
  *   64  q's digits in registers, two V landing buffers: ~104 KB at head_dim
- *       256 and 243 registers, 2 blocks an SM;
+ *       256 and 243 registers (239 with bulk copies), 2 blocks an SM;
  *   32  q's digits in shared memory (each lane reads back only what it
  *       wrote), one V landing buffer (the next stage's V copy issued after
  *       the widening): ~69 KB and <= 168 registers, 3 blocks an SM, for
@@ -88,11 +92,12 @@ struct WideGeo {
     static constexpr int MT = ST / 16;     /* position m-tiles of a stage */
     /* shared memory, bytes: K [2][ST][KP], V landing [kLandings][ST][HD], V fp16 [ST][VP],
      * q's digits [kWarps][KS][3][32 lanes] uint2 (kQShared), row addresses [kSets][ST],
-     * K and V scales [kSets][ST] each, red [kWarps] */
+     * K and V scales [kSets][ST] each, red [kWarps], the bulk copies' mbarriers [3] (8-aligned) */
     static constexpr size_t kb = 0, vl = kb + 2 * ST * KP, v16 = vl + (size_t)kLandings * ST * HD;
     static constexpr size_t qd = v16 + (size_t)ST * VP, rows = qd + (kQShared ? (size_t)kWarps * KS * 3 * 32 * 8 : 0);
     static constexpr size_t ksc = rows + kSets * ST * sizeof(void *);
-    static constexpr size_t vsc = ksc + kSets * ST * 4, red = vsc + kSets * ST * 4, bytes = red + kWarps * 4;
+    static constexpr size_t vsc = ksc + kSets * ST * 4, red = vsc + kSets * ST * 4;
+    static constexpr size_t bar = (red + kWarps * 4 + 7) & ~(size_t)7, bytes = bar + 3 * 8;
 };
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
@@ -211,6 +216,32 @@ __device__ __forceinline__ void wide_copy(const AttnArgs &a, const uint8_t *cons
                    row ? row + (isv ? vdelta : 0) + (size_t)c * 16 : a.pool, row ? 16 : 0);
     }
     cp_async_commit();
+}
+
+/* wide_copy by the bulk-copy engine (wide_form chooses): a row a thread,
+ * PART 1: K rows by threads 0 .. ST - 1, 2: V rows by them, 3: K by them
+ * and V by threads ST .. 2 ST - 1; each thread arrives on its buffer's
+ * mbarrier expecting its row's bytes, then copies it.  Rows past p1 are not
+ * copied: their scores are masked (wide_stage's lim) and the stale int8
+ * bytes of their V widen to finite values that meet zero weights. */
+template <int HD, int ST, int PART>
+__device__ __forceinline__ void wide_bulk(const AttnArgs &a, const uint8_t *const *rowp, uint8_t *Kb, uint8_t *Vl,
+                                          uint32_t kbar, uint32_t vbar) {
+    int i = threadIdx.x;
+    if (i >= (PART == 3 ? 2 * ST : ST)) return;
+    const bool isv = PART == 2 || (PART == 3 && i >= ST);
+    if (PART == 3 && isv) i -= ST;
+    const uint8_t *row = rowp[i];
+    const uint32_t bar = isv ? vbar : kbar;
+    mbar_expect_tx(bar, row ? HD : 0);
+    if (row)
+        bulk_copy_g2s(smem_addr(isv ? Vl + i * HD : Kb + i * WideGeo<HD, ST>::KP), isv ? row + (a.v_off - a.k_off) : row,
+                      HD, bar);
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    while (!mbar_try(bar, parity)) {
+    }
 }
 
 /* The landed V rows as fp16 (every thread; 8 bytes in, 16 out, so a warp's
@@ -344,7 +375,7 @@ __device__ __forceinline__ void wide_stage(WideState<HD> &ws, uint32_t kaddr, ui
     }
 }
 
-template <int HD, int ST>
+template <int HD, int ST, bool BULK>
 __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_int8_wide_kernel(const AttnArgs a) {
     pdl_begin();
     using W = WideGeo<HD, ST>;
@@ -353,6 +384,9 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
     const uint8_t **rowp = reinterpret_cast<const uint8_t **>(smw + W::rows);
     float *ksc = reinterpret_cast<float *>(smw + W::ksc), *vsc = reinterpret_cast<float *>(smw + W::vsc);
     float *red = reinterpret_cast<float *>(smw + W::red);
+    /* BULK: the stages' mbarriers: K + V of buffer 0 and 1 (two landings),
+     * or K of buffer 0 and 1 and the V landing (one) */
+    const uint32_t bar0 = smem_addr(smw + W::bar), vbar = W::kLandings == 2 ? 0 : bar0 + 16;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     BlockSpan b;
@@ -360,6 +394,12 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
     const splash_cuda_attn_lane ln = b.ln;
     const int G = a.group, kvh = b.kvh, qv0 = b.qv0, nqb = b.nqb, nqt = b.nqt, p0 = b.p0, p1 = b.p1;
     const int nst = (p1 - p0 + ST - 1) / ST;
+    if (BULK && tid == 0) { /* used after the barrier before the first copy */
+        mbar_init(bar0, W::kLandings == 2 ? 2 * ST : ST);
+        mbar_init(bar0 + 8, W::kLandings == 2 ? 2 * ST : ST);
+        if (W::kLandings == 1) mbar_init(vbar, ST);
+        mbar_init_fence();
+    }
 
     /* 1. rows of the first two stages, the split's largest V scale, the first
      * stage's copy in flight; meanwhile the warp's q digits */
@@ -373,7 +413,10 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
         split_vmax(a, ln, kvh, p0, p1, red);
     }
     __syncthreads();
-    wide_copy<HD, ST, 3>(a, rowp, Kb, Vl);
+    if (BULK)
+        wide_bulk<HD, ST, 3>(a, rowp, Kb, Vl, bar0, W::kLandings == 2 ? bar0 : vbar);
+    else
+        wide_copy<HD, ST, 3>(a, rowp, Kb, Vl);
 
     const bool active = warp < nqt;
     const int qa = 8 * warp + 2 * t; /* the lane's C columns: vectors qa, qa + 1 of the chunk */
@@ -410,7 +453,12 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
         const int s0 = p0 + st * ST, buf = st & 1, set = st % kSets;
         const uint8_t *const *next = rowp + ((st + 1) % kSets) * ST;
         uint8_t *const vland = Vl + (W::kLandings == 2 ? buf * ST * HD : 0);
-        cp_async_wait<0>();
+        if (BULK) { /* buffer buf's phase st / 2; the landing's st */
+            mbar_wait(bar0 + 8 * buf, (st >> 1) & 1);
+            if (W::kLandings == 1) mbar_wait(vbar, st & 1);
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
         if (st == 0) { /* red[] is written (the first barrier) */
             float vm = 0.f;
@@ -419,8 +467,13 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
             row_pow2_scale(vm, psc, pinv); /* P' = p * vsc * psc <= 2^14 (p <= 1) */
         }
         if (st + 1 < nst) {
-            if (W::kLandings == 2)
+            const uint32_t nbar = bar0 + 8 * (buf ^ 1);
+            if (W::kLandings == 2 && BULK)
+                wide_bulk<HD, ST, 3>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl + (buf ^ 1) * ST * HD, nbar, nbar);
+            else if (W::kLandings == 2)
                 wide_copy<HD, ST, 3>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl + (buf ^ 1) * ST * HD);
+            else if (BULK)
+                wide_bulk<HD, ST, 1>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl, nbar, 0);
             else
                 wide_copy<HD, ST, 1>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl);
         }
@@ -430,7 +483,12 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
         }
         wide_widen<HD, ST>(vland, V16);
         __syncthreads();
-        if (W::kLandings == 1 && st + 1 < nst) wide_copy<HD, ST, 2>(a, next, Kb, Vl); /* the landing is free now */
+        if (W::kLandings == 1 && st + 1 < nst) { /* the landing is free now */
+            if (BULK)
+                wide_bulk<HD, ST, 2>(a, next, Kb, Vl, 0, vbar);
+            else
+                wide_copy<HD, ST, 2>(a, next, Kb, Vl);
+        }
         if (active) {
             /* a whole stage (all but a lane's last) in its own copy, the m-tile
              * count a constant: no guards between the loads and products */
@@ -452,44 +510,77 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
         write_vector<HD>(a, ln, kvh, qv0 + qa + 1, lim1, blockIdx.z, ws.O, 1, pinv, ws.m1, ws.l1, g == 0, dim);
 }
 
-template <int HD, int ST>
+template <int HD, int ST, bool BULK>
 int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
     static bool attr_set = false; /* once per instantiation; setting it again is harmless */
     if (!attr_set) {
-        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_wide_kernel<HD, ST>,
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_wide_kernel<HD, ST, BULK>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)WideGeo<HD, ST>::bytes));
         attr_set = true;
     }
-    SPLASH_CUDA_TRY(launch_kernel(attn_int8_wide_kernel<HD, ST>, grid, kWarps * 32, WideGeo<HD, ST>::bytes, s, a));
+    SPLASH_CUDA_TRY(
+        launch_kernel(attn_int8_wide_kernel<HD, ST, BULK>, grid, kWarps * 32, WideGeo<HD, ST>::bytes, s, a));
     return SPLASH_OK;
 }
 
-template <int ST>
+template <int ST, bool BULK>
 int launch_hd(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
     switch (head_dim) {
-    case 64: return launch<64, ST>(a, grid, s);
-    case 128: return launch<128, ST>(a, grid, s);
-    case 256: return launch<256, ST>(a, grid, s);
+    case 64: return launch<64, ST, BULK>(a, grid, s);
+    case 128: return launch<128, ST, BULK>(a, grid, s);
+    case 256: return launch<256, ST, BULK>(a, grid, s);
     default: return SPLASH_E_UNSUPPORTED;
     }
 }
 
-/* The stage size: 64 unless SPLASH_CUDA_ATTN_WIDE_STAGE=32 (read once), an
- * A/B switch between the two forms (WideGeo). */
-int g_wide_stage = 0; /* benign race: every thread computes the same value */
+/* The form a launch takes, by the positions its grid covers (splits x
+ * split: the lanes' longest context, or the graph's bound for it), from
+ * what each form measured (H200, session 32, docs/cuda.md: test_cuda_ops'
+ * attention rows, full-depth 27B):
+ *   >= 16K positions in splits of <= 128 at head_dim 256 (a long context's
+ *     verify): stages of 32, cp.async -- 3 blocks an SM hide more of a
+ *     short split's prologue (32K, 16 rows: 249 -> 237 us); the same form
+ *     loses at 1K (35B-A3B 1,000 + 16: 40.2 -> 42.8 us) and in long splits
+ *     (4,096 positions: 338 -> 404);
+ *   >= 16K positions in longer splits (a long prompt's prefill): stages of
+ *     64, bulk copies (a 4,096 split at 32K: 338 -> 310 us; 27B 32K
+ *     prefill 5,833 -> 6,045 tokens/s); bulk copies lose at head_dim 128
+ *     and in the tiny shapes' long splits (hd128 4,096 split: 183 -> 204);
+ *   else stages of 64, cp.async (as before: at 1K the default is unchanged).
+ * Contexts between the measured 1K-4K and 32K are not measured.
+ * SPLASH_CUDA_ATTN_WIDE_STAGE=32|64 and SPLASH_CUDA_ATTN_WIDE_COPY=async|bulk
+ * force either choice (A/B switches, read once). */
+struct WideForm {
+    int stage; /* 32, 64; 0: by the launch */
+    int bulk;  /* 0, 1; -1: by the launch */
+};
+constexpr long kWideLong = 16384; /* positions: a long context */
 
-int wide_stage_size() {
-    if (!g_wide_stage) {
-        const char *e = getenv("SPLASH_CUDA_ATTN_WIDE_STAGE");
-        g_wide_stage = e && atoi(e) == 32 ? 32 : 64;
-    }
-    return g_wide_stage;
+WideForm wide_form_env() {
+    const char *st = getenv("SPLASH_CUDA_ATTN_WIDE_STAGE"), *cp = getenv("SPLASH_CUDA_ATTN_WIDE_COPY");
+    WideForm f = {0, -1};
+    if (st && (atoi(st) == 32 || atoi(st) == 64)) f.stage = atoi(st);
+    if (cp && !strcmp(cp, "bulk")) f.bulk = 1;
+    if (cp && !strcmp(cp, "async")) f.bulk = 0;
+    return f;
+}
+
+WideForm wide_form(const AttnArgs &a, int head_dim, dim3 grid) {
+    static const WideForm forced = wide_form_env(); /* once (a thread-safe local static) */
+    WideForm f = forced;
+    const bool lng = (long)grid.z * a.split >= kWideLong;
+    if (!f.stage) f.stage = lng && head_dim == 256 && a.split <= 128 ? 32 : 64;
+    if (f.bulk < 0) f.bulk = lng && f.stage == kStage;
+    return f;
 }
 
 } /* namespace */
 
 int splash_cuda::attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
     if (a.qchunk < 8 || a.qchunk > kInt8MaxQ || a.qchunk % 8) return SPLASH_E_INVALID;
-    return wide_stage_size() == 32 ? launch_hd<32>(a, head_dim, grid, s) : launch_hd<kStage>(a, head_dim, grid, s);
+    const WideForm f = wide_form(a, head_dim, grid);
+    if (f.stage == 32)
+        return f.bulk ? launch_hd<32, true>(a, head_dim, grid, s) : launch_hd<32, false>(a, head_dim, grid, s);
+    return f.bulk ? launch_hd<kStage, true>(a, head_dim, grid, s) : launch_hd<kStage, false>(a, head_dim, grid, s);
 }
