@@ -32,6 +32,8 @@ test("a synthetic dense package: every tensor over one blob, then measured on th
     const decode = Number(r.stdout.match(/decode: median [\d.]+ ms\/token .* = ([\d.]+) tokens\/s/)?.[1]);
     assert.ok(prefill > 0 && decode > 0, r.stdout);
     assert.match(r.stdout, /verify 8 rows: [\d.]+ ms .* = [\d.]+x one row/);
+    // a short prompt's prefill: the median of 3 runs from an empty slot by default, the first apart
+    assert.match(r.stdout, /prefill 16 tokens: [\d.]+ tokens\/s \([\d.]+ ms CPU per token; median of 3 runs, the first [\d.]+\)/);
     // its draft (DFlash v1 over the same blob): timed alone, lanes 1, 2, 4
     assert.equal(m.draft.architecture, "dflash");
     assert.ok(m.draft.target_layer_ids.every((t) => t >= 0 && t < 4), JSON.stringify(m.draft));
@@ -57,10 +59,10 @@ test("--synthetic makes the production shape's package once, then measures it as
     const m = JSON.parse(fs.readFileSync(path.join(dir, "manifest.json"), "utf8"));
     assert.equal(m.model.hidden, 2048);
     assert.equal(m.model.moe.experts, 256);
-    r = run(...args);
+    r = run(...args, "--prefill-reps", "1");
     assert.equal(r.status, 0, r.stderr);
     assert.doesNotMatch(r.stdout, /written/); // the package is reused
-    assert.match(r.stdout, /prefill 4 tokens/);
+    assert.match(r.stdout, /prefill 4 tokens: [\d.]+ tokens\/s \(.*median of 1 runs, the first/);
     // what the GPU scripts run: --make-synthetic with --shape (the MoE has no dense FFN width)
     r = run("--make-synthetic", path.join(tmp, "moe2"), "--shape", "35b-a3b", "--layers", "1");
     assert.equal(r.status, 0, r.stderr);
@@ -75,6 +77,9 @@ test("bad arguments are usage errors that say what is wrong", () => {
     let r = run("--bogus");
     assert.equal(r.status, 2);
     assert.match(r.stderr, /unknown option or bad value: --bogus/);
+    r = run("--model", "x", "--prefill-reps", "0");
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /unknown option or bad value: --prefill-reps/);
     r = run("--synthetic", "70b");
     assert.equal(r.status, 2);
     assert.match(r.stderr, /--synthetic takes 27b or 35b-a3b \(not 70b\)/);
