@@ -703,14 +703,12 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     /* prefill (only the last row's logits are needed, as a server would), prefill_reps
      * times from an empty slot: the first run pays first launches and library loads, and
      * one short run alone is noisy (a 1K prompt's 0.16 s: 5.7-6.6K tokens/s, session 32) */
+    for (int r = 0; r < prompt; r++)
+        rows[r] = (splash_row){(int32_t)(((int64_t)r * 7919) % V), {r, r, r}, r == prompt - 1 ? SPLASH_ROW_LOGITS : 0, NULL};
     double t0, c0 = cpu_seconds();
     double *pt = calloc((size_t)prefill_reps, sizeof *pt);
     for (int k = 0; k < prefill_reps; k++) {
         splash_model_reset_slot(m, 0);
-        for (int r = 0; r < prompt; r++)
-            rows[r] = (splash_row){(int32_t)(((int64_t)r * 7919) % V), {r, r, r}, r == prompt - 1 ? SPLASH_ROW_LOGITS : 0, NULL};
-        lane.n_rows = prompt;
-        b.n_rows = prompt;
         t0 = now();
         if (splash_model_forward(m, &b, &err)) {
             fprintf(stderr, "prefill: %s\n", err.msg);

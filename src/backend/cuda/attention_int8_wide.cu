@@ -239,9 +239,15 @@ __device__ __forceinline__ void wide_bulk(const AttnArgs &a, const uint8_t *cons
                       HD, bar);
 }
 
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    while (!mbar_try(bar, parity)) {
-    }
+/* A stage's copy in the launch's form (BULK: wide_bulk, kbar / vbar the
+ * buffers' mbarriers; else wide_copy). */
+template <int HD, int ST, bool BULK, int PART>
+__device__ __forceinline__ void stage_copy(const AttnArgs &a, const uint8_t *const *rowp, uint8_t *Kb, uint8_t *Vl,
+                                           uint32_t kbar, uint32_t vbar) {
+    if (BULK)
+        wide_bulk<HD, ST, PART>(a, rowp, Kb, Vl, kbar, vbar);
+    else
+        wide_copy<HD, ST, PART>(a, rowp, Kb, Vl);
 }
 
 /* The landed V rows as fp16 (every thread; 8 bytes in, 16 out, so a warp's
@@ -413,10 +419,7 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
         split_vmax(a, ln, kvh, p0, p1, red);
     }
     __syncthreads();
-    if (BULK)
-        wide_bulk<HD, ST, 3>(a, rowp, Kb, Vl, bar0, W::kLandings == 2 ? bar0 : vbar);
-    else
-        wide_copy<HD, ST, 3>(a, rowp, Kb, Vl);
+    stage_copy<HD, ST, BULK, 3>(a, rowp, Kb, Vl, bar0, W::kLandings == 2 ? bar0 : vbar);
 
     const bool active = warp < nqt;
     const int qa = 8 * warp + 2 * t; /* the lane's C columns: vectors qa, qa + 1 of the chunk */
@@ -468,14 +471,10 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
         }
         if (st + 1 < nst) {
             const uint32_t nbar = bar0 + 8 * (buf ^ 1);
-            if (W::kLandings == 2 && BULK)
-                wide_bulk<HD, ST, 3>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl + (buf ^ 1) * ST * HD, nbar, nbar);
-            else if (W::kLandings == 2)
-                wide_copy<HD, ST, 3>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl + (buf ^ 1) * ST * HD);
-            else if (BULK)
-                wide_bulk<HD, ST, 1>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl, nbar, 0);
+            if (W::kLandings == 2)
+                stage_copy<HD, ST, BULK, 3>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl + (buf ^ 1) * ST * HD, nbar, nbar);
             else
-                wide_copy<HD, ST, 1>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl);
+                stage_copy<HD, ST, BULK, 1>(a, next, Kb + (buf ^ 1) * ST * W::KP, Vl, nbar, 0);
         }
         if (st + 2 < nst) {
             const int s2 = (st + 2) % kSets;
@@ -483,12 +482,8 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
         }
         wide_widen<HD, ST>(vland, V16);
         __syncthreads();
-        if (W::kLandings == 1 && st + 1 < nst) { /* the landing is free now */
-            if (BULK)
-                wide_bulk<HD, ST, 2>(a, next, Kb, Vl, 0, vbar);
-            else
-                wide_copy<HD, ST, 2>(a, next, Kb, Vl);
-        }
+        if (W::kLandings == 1 && st + 1 < nst) /* the landing is free now */
+            stage_copy<HD, ST, BULK, 2>(a, next, Kb, Vl, 0, vbar);
         if (active) {
             /* a whole stage (all but a lane's last) in its own copy, the m-tile
              * count a constant: no guards between the loads and products */

@@ -135,6 +135,11 @@ __device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
                  : "memory");
     return ok != 0;
 }
+/* Spins until the phase of this parity has completed. */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    while (!mbar_try(bar, parity)) {
+    }
+}
 /* global -> this block's shared memory (its own address is a valid
  * shared::cluster address), completion counted on bar; 16-byte aligned, a
  * multiple of 16 bytes. */
