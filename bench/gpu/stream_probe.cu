@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_util.cuh"
+#include "bench_check.cuh"
 
 #include <algorithm>
 #include <chrono>
@@ -48,16 +49,6 @@
 #include <vector>
 
 using namespace splash_cuda;
-
-/* every CUDA call checked: print what failed and where, then exit */
-#define CK(call)                                                                                     \
-    do {                                                                                             \
-        const cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "CUDA error '%s' at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
 
 constexpr int G = 80;            /* groups per tile row */
 constexpr int R = 2;             /* tiles per warp */
