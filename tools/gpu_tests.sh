@@ -13,8 +13,7 @@
 #                    splash_model_* on the tiny fixtures (table at the end);
 #                    again with SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0
 #                    SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0
-#                    SPLASH_CUDA_ATTN_WIDE=0 SPLASH_CUDA_GDN_CONV_FUSED=1
-#                    (test_cuda_model_switched.log)
+#                    SPLASH_CUDA_ATTN_WIDE=0 (test_cuda_model_switched.log)
 #   test_cuda_draft  the DFlash drafts on the GPU against the CPU drafts
 #                    through the draft ops (dense-tiny + dflash-tiny /
 #                    dflash2-tiny, q4 and bf16; table at the end)
@@ -190,11 +189,10 @@ if [ $EMULATE = 1 ]; then
         SPLASH_ROOT="$PWD" "$B/emu/$t" "$B/test-packages" >"$OUT/${t}_emulated.log" 2>&1 || rc=1
         show_model_test "$OUT/${t}_emulated.log"
     done
-    # the MoE layers' sum in a launch of its own instead of the next norm's and a verify's GDN
-    # conv inside the recurrence (the switches the emulation reads: they change what the model
-    # calls, not how an op computes)
-    stamp "run: test_cuda_model (emulated, SPLASH_CUDA_MOE_NORM=0 SPLASH_CUDA_GDN_CONV_FUSED=1)"
-    SPLASH_CUDA_MOE_NORM=0 SPLASH_CUDA_GDN_CONV_FUSED=1 SPLASH_ROOT="$PWD" "$B/emu/test_cuda_model" "$B/test-packages" \
+    # the MoE layers' sum in a launch of its own instead of the next norm's (the one switch
+    # the emulation reads: it changes what the model calls, not how an op computes)
+    stamp "run: test_cuda_model (emulated, SPLASH_CUDA_MOE_NORM=0)"
+    SPLASH_CUDA_MOE_NORM=0 SPLASH_ROOT="$PWD" "$B/emu/test_cuda_model" "$B/test-packages" \
         >"$OUT/test_cuda_model_switched_emulated.log" 2>&1 || rc=1
     show_model_test "$OUT/test_cuda_model_switched_emulated.log"
     if [ -f "$B/test-packages/engine-dflash/manifest.json" ]; then
@@ -403,12 +401,10 @@ if [ -n "$PACKAGES" ] && [ $OPS = 0 ]; then
     # launches the padded rows only) and the attention's loads after the wait
     # (SPLASH_CUDA_ATTN_EARLY=0) and the MoE layers' sum in a launch of its own
     # (SPLASH_CUDA_MOE_NORM=0; the default adds it in the next norm's) and the int8 attention's
-    # verify rows in attention_int8.cu's wide layout (SPLASH_CUDA_ATTN_WIDE=0), and a verify's
-    # GDN conv inside the recurrence (SPLASH_CUDA_GDN_CONV_FUSED=1; the default launches it
-    # apart); both settings must give the checked results
-    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0 SPLASH_CUDA_ATTN_WIDE=0 SPLASH_CUDA_GDN_CONV_FUSED=1)"
+    # verify rows in attention_int8.cu's wide layout (SPLASH_CUDA_ATTN_WIDE=0); both settings
+    # must give the checked results
+    stamp "run: test_cuda_model $PACKAGES (SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0 SPLASH_CUDA_ATTN_WIDE=0)"
     SPLASH_CUDA_EARLY=0 SPLASH_CUDA_PREP_PADDED=0 SPLASH_CUDA_ATTN_EARLY=0 SPLASH_CUDA_MOE_NORM=0 SPLASH_CUDA_ATTN_WIDE=0 \
-        SPLASH_CUDA_GDN_CONV_FUSED=1 \
         SPLASH_ROOT="$PWD" \
         step "$OUT/test_cuda_model_switched.log" "$B/test_cuda_model" "$PACKAGES" || rc=1
     show_model_test "$OUT/test_cuda_model_switched.log"

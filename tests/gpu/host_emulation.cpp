@@ -652,34 +652,7 @@ static int gdn(const splash_cuda_gdn_args *a, int chunked) {
     }
     return 0;
 }
-static int g_fused_conv = -1; /* splash_cuda_gdn_fused_conv: as on the device, SPLASH_CUDA_GDN_CONV_FUSED=1 turns it on */
-extern "C" int splash_cuda_gdn_fused_conv(void) { return emu_switch(&g_fused_conv, "SPLASH_CUDA_GDN_CONV_FUSED", 0); }
-extern "C" void splash_cuda_gdn_set_fused_conv(int on) { g_fused_conv = on ? 1 : 0; }
-/* conv_wT: the conv first, into a buffer of the rows (the lanes' states read, not advanced), then
- * the recurrence on it: what the device computes in one kernel */
-extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *) {
-    if (!a->conv_wT) return gdn(a, 0);
-    if (a->conv_K != 4) return SPLASH_E_UNSUPPORTED;
-    const int C = 2 * a->hk * a->dk + a->hv * a->dv;
-    int rows = 0;
-    for (int i = 0; i < a->n_lanes; i++)
-        if (a->lanes[i].first_row + a->lanes[i].n_rows > rows) rows = a->lanes[i].first_row + a->lanes[i].n_rows;
-    float *mixed = (float *)calloc((size_t)rows * C + 1, sizeof(float));
-    for (int i = 0; i < a->n_lanes; i++) {
-        const splash_cuda_gdn_lane *l = &a->lanes[i];
-        if (l->update_conv) { /* the contract (gdn.h): verify lanes only */
-            free(mixed);
-            return SPLASH_E_INVALID;
-        }
-        cpu_gdn_conv(a->conv_wT, C, a->conv_K, l->conv_state, 0, a->mixed + (size_t)l->first_row * a->ldm, a->ldm,
-                     l->n_rows, mixed + (size_t)l->first_row * C, (size_t)C, 0, C);
-    }
-    splash_cuda_gdn_args b = *a;
-    b.mixed = mixed, b.ldm = (size_t)C, b.conv_wT = NULL;
-    const int rc = gdn(&b, 0);
-    free(mixed);
-    return rc;
-}
+extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *) { return gdn(a, 0); }
 extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks) {
     if (!splash_cuda_gdn_chunked_takes(dk, dv)) return 0; /* as the GPU's */
     return (size_t)hv * (3 * 64 * dk + 64 * dv + 64 * 64 + 3 * 64 + 4) * n_lanes * chunks; /* as the GPU's */

@@ -916,57 +916,6 @@ static void test_gdn_recurrent(const Shape *s, const GdnLaneSpec *ls, int nl) {
     const int esame = !rc && !memcmp(eo, go, NV * 4) && !memcmp(ey, gy, NV * 4) && !memcmp(es, gslots, nl * hs_all * 4) &&
                       !memcmp(esc, gscratch, nl * hs_all * 4);
     report("gdn_recurrent early = plain", sh, esame ? 0 : INFINITY, 0, -1, 0);
-
-    /* the conv inside (conv_wT, a verify's): g.mixed taken as the conv's input, the lanes' conv
-     * states read only; against splash_cuda_gdn_conv into a buffer, then the recurrence on it,
-     * bitwise (outputs, states, untouched slots), plain and early */
-    {
-        const int C = g.conv_dim, K = 4;
-        const size_t NM = (size_t)R * C, NS = (size_t)nl * (K - 1) * C;
-        float *wT = hfloats((size_t)K * C), *cs = hfloats(NS), *cs2 = hfloats(NS);
-        fill(wT, (size_t)K * C, -0.6f, 0.6f);
-        fill(cs, NS, -2, 2);
-        float *dwT = dcopy(wT, (size_t)K * C), *dcs = dcopy(cs, NS), *dconv = dfloats(NM);
-        int maxr = 0;
-        for (int i = 0; i < nl; i++) {
-            gl[i].conv_state = dcs + (size_t)i * (K - 1) * C, gl[i].update_conv = 0;
-            maxr = ls[i].n_rows > maxr ? ls[i].n_rows : maxr;
-        }
-        up(dl, gl, nl * sizeof *gl);
-        float *ro2 = hfloats(NV), *ry2 = hfloats(NV), *rs2 = hfloats(nl * hs_all), *rsc2 = hfloats(nl * hs_all);
-        int same = 1;
-        for (int early = 0; early < 2; early++) {
-            up(dslots, slots, nl * hs_all * 4);
-            poison(dscratch, nl * hs_all * 4), poison(dO, NV * 4), poison(dY, NV * 4);
-            int rc2 = splash_cuda_gdn_conv(dwT, C, K, dl, nl, maxr, g.dmixed, C, dconv, C, 0, NULL);
-            splash_cuda_gdn_args c = a;
-            c.mixed = dconv, c.early = early;
-            rc2 = rc2 ? rc2 : splash_cuda_gdn_recurrent(&c, NULL);
-            down(ro2, dO, NV * 4), down(ry2, dY, NV * 4), down(rs2, dslots, nl * hs_all * 4);
-            down(rsc2, dscratch, nl * hs_all * 4);
-            up(dslots, slots, nl * hs_all * 4);
-            poison(dscratch, nl * hs_all * 4), poison(dO, NV * 4), poison(dY, NV * 4);
-            c.mixed = g.dmixed, c.conv_wT = dwT, c.conv_K = K;
-            rc2 = rc2 ? rc2 : splash_cuda_gdn_recurrent(&c, NULL);
-            down(go, dO, NV * 4), down(gy, dY, NV * 4), down(gslots, dslots, nl * hs_all * 4);
-            down(gscratch, dscratch, nl * hs_all * 4), down(cs2, dcs, NS * 4);
-            same = same && !rc2 && !memcmp(go, ro2, NV * 4) && !memcmp(gy, ry2, NV * 4) &&
-                   !memcmp(gslots, rs2, nl * hs_all * 4) && !memcmp(gscratch, rsc2, nl * hs_all * 4) &&
-                   !memcmp(cs2, cs, NS * 4);
-        }
-        report("gdn_recurrent conv inside = conv, then recurrence (exact)", sh, same ? 0 : INFINITY, 0, -1, 0);
-        /* only K = 4; the chunked kernel refuses it */
-        splash_cuda_gdn_args c = a;
-        c.conv_wT = dwT, c.conv_K = 3;
-        int refused = splash_cuda_gdn_recurrent(&c, NULL) == SPLASH_E_UNSUPPORTED;
-        c.conv_K = K;
-        refused = refused && splash_cuda_gdn_chunked(&c, NULL) == SPLASH_E_INVALID;
-        report("gdn_recurrent conv inside: K 4 only, not chunked", sh, refused ? 0 : INFINITY, 0, -1, 0);
-        for (int i = 0; i < nl; i++) gl[i].conv_state = NULL;
-        up(dl, gl, nl * sizeof *gl);
-        free(wT), free(cs), free(cs2), free(ro2), free(ry2), free(rs2), free(rsc2);
-        cudaFree(dwT), cudaFree(dcs), cudaFree(dconv);
-    }
     free(eo), free(ey), free(es), free(esc);
 
     /* Timing: one lane of 1 row (decode) and of 16 rows (verify), the state

@@ -56,7 +56,6 @@ constexpr int kSlices = 4;     /* threads per state column */
 constexpr int kRecRows = 16;   /* rows a recurrence block prepares at once */
 constexpr int kRecCols = 32;   /* state columns a recurrence block owns */
 constexpr int kRecWarps = kRecCols * kSlices / 32;
-constexpr int kRecConvK = 4; /* the taps of a conv the recurrence runs itself (splash_cuda_gdn_args.conv_wT) */
 
 struct ConvArgs {
     const float *wT;
@@ -245,25 +244,10 @@ struct RecSmem {
     float ssq[kRecRows]; /* this block's sum of o^2 over its columns (the gated norm) */
 };
 
-/* The channel of the conv input (qkv) whose output is entry e of a block's
- * conv rows (CONV): q's DK of key head kh, k's DK, then the block's kRecCols
- * columns of v of value head h; -1 past dv. */
-template <int DK>
-__device__ __forceinline__ int rec_conv_channel(int e, int kh, int h, int c0, int dv, size_t key_dim) {
-    if (e < DK) return kh * DK + e;
-    if (e < 2 * DK) return (int)key_dim + kh * DK + (e - DK);
-    const int cc = e - 2 * DK;
-    return c0 + cc < dv ? (int)(2 * key_dim) + h * dv + c0 + cc : -1;
-}
-
 /* EARLY (splash_cuda_gdn_args.early): the lane, its state and the weights
  * are read between launch_dependents and the wait, so their loads overlap
- * the kernels before; otherwise after both (pdl_begin).  CONV (conv_wT): the
- * block runs the conv of the channels it reads (conv_rows_direct's sums in
- * its order, so the same bits as splash_cuda_gdn_conv's output) into shared
- * memory first, each chunk; the taps and the lane's conv state (read, never
- * advanced) are loaded with the state S. */
-template <int DK, bool EARLY, bool CONV>
+ * the kernels before; otherwise after both (pdl_begin). */
+template <int DK, bool EARLY>
 __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const RecArgs ra) {
     if constexpr (EARLY) pdl_launch_dependents();
     else pdl_begin();
@@ -283,23 +267,6 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
     const float *Sin = ln.s_in + (size_t)h * hs;
 #pragma unroll
     for (int j = 0; j < NJ; j++) S[j] = col ? Sin[(size_t)(sl + kSlices * j) * dv + c] : 0.f;
-    /* CONV: entry e = tid + slot * blockDim of the block's conv rows, its taps and state */
-    constexpr int NCH = 2 * DK + kRecCols, kChPer = CONV ? (NCH + kRecCols * kSlices - 1) / (kRecCols * kSlices) : 1;
-    __shared__ float cvb[CONV ? kRecRows : 1][CONV ? NCH : 1];
-    int cch[kChPer];
-    float cw[kChPer][kRecConvK], cst[kChPer][kRecConvK - 1];
-    if constexpr (CONV) {
-        const size_t C = 2 * key_dim + (size_t)a.hv * dv;
-#pragma unroll
-        for (int q = 0; q < kChPer; q++) {
-            const int e = tid + q * kRecCols * kSlices;
-            cch[q] = e < NCH ? rec_conv_channel<DK>(e, kh, h, c0, dv, key_dim) : -1;
-#pragma unroll
-            for (int k = 0; k < kRecConvK; k++) cw[q][k] = cch[q] >= 0 ? a.conv_wT[(size_t)k * C + cch[q]] : 0.f;
-#pragma unroll
-            for (int k = 0; k < kRecConvK - 1; k++) cst[q][k] = cch[q] >= 0 ? ln.conv_state[(size_t)k * C + cch[q]] : 0.f;
-        }
-    }
     /* EARLY: the weights too (the gated norm's factor of the column this
      * thread writes there: i % kRecCols = tid % kRecCols, blockDim a multiple) */
     float e_na = 0.f, e_dt = 0.f, e_nw = 0.f;
@@ -315,45 +282,14 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
          * chunk's rows at once (their loads in flight together): normalised
          * q and k (a warp a vector), the gates, v and z of the block's columns. */
         constexpr int kTasks = 2 * kRecRows / kRecWarps, kVals = kRecRows * kRecCols / (kRecWarps * 32);
-        if constexpr (CONV) { /* the chunk's conv rows: input t0 - K + 1 + i in in[i], < 0 from the state */
-            constexpr int KP = kRecConvK - 1;
-#pragma unroll
-            for (int q = 0; q < kChPer; q++) {
-                if (cch[q] < 0) continue;
-                float in[kRecRows + KP];
-#pragma unroll
-                for (int i = 0; i < kRecRows + KP; i++) {
-                    const int j = t0 - KP + i; /* < 0 only in the first chunk (t0 0): state slot i */
-                    in[i] = i - KP >= nt ? 0.f
-                            : j < 0      ? cst[q][i < KP ? i : 0]
-                                         : a.mixed[((size_t)ln.first_row + j) * a.ldm + cch[q]];
-                }
-                const int e = tid + q * kRecCols * kSlices;
-#pragma unroll
-                for (int t = 0; t < kRecRows; t++) {
-                    if (t >= nt) break;
-                    float acc = __fmul_rn(cw[q][0], in[t]); /* oldest tap first, as conv_rows_direct */
-#pragma unroll
-                    for (int k = 1; k < kRecConvK; k++) acc = fmaf(cw[q][k], in[t + k], acc);
-                    cvb[t][e] = siluf_(acc);
-                }
-            }
-            __syncthreads();
-        }
         float x[kTasks][DK / 32]; /* every load issued before any is used */
 #pragma unroll
         for (int j = 0; j < kTasks; j++) {
             const int task = warp + kRecWarps * j, t = task >> 1, isk = task & 1;
             if (task < 2 * nt) {
-                if constexpr (CONV) {
+                const float *src = a.mixed + ((size_t)ln.first_row + t0 + t) * a.ldm + (size_t)isk * key_dim + (size_t)kh * DK;
 #pragma unroll
-                    for (int i = 0; i < DK / 32; i++) x[j][i] = cvb[t][isk * DK + lane + 32 * i];
-                } else {
-                    const float *src =
-                        a.mixed + ((size_t)ln.first_row + t0 + t) * a.ldm + (size_t)isk * key_dim + (size_t)kh * DK;
-#pragma unroll
-                    for (int i = 0; i < DK / 32; i++) x[j][i] = src[lane + 32 * i];
-                }
+                for (int i = 0; i < DK / 32; i++) x[j][i] = src[lane + 32 * i];
             }
         }
         float vz[2][kVals];
@@ -362,8 +298,7 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
             const int i = tid + kRecWarps * 32 * j, t = i / kRecCols, cc = i % kRecCols;
             const size_t row = (size_t)ln.first_row + t0 + t;
             const bool ok = t < nt && c0 + cc < dv;
-            if constexpr (CONV) vz[0][j] = ok ? cvb[t][2 * DK + cc] : 0.f;
-            else vz[0][j] = ok ? a.mixed[row * a.ldm + 2 * key_dim + (size_t)h * dv + c0 + cc] : 0.f;
+            vz[0][j] = ok ? a.mixed[row * a.ldm + 2 * key_dim + (size_t)h * dv + c0 + cc] : 0.f;
             vz[1][j] = ok && a.y ? a.z[row * a.ldz + (size_t)h * dv + c0 + cc] : 0.f;
         }
         if (tid < nt) {
@@ -475,20 +410,12 @@ template <int DK>
 int launch_rec(const RecArgs &ra, cudaStream_t s) {
     KernelLaunch c(dim3((unsigned)(ra.p.hv * ra.ns), (unsigned)ra.p.n_lanes, 1), dim3(kRecCols * kSlices, 1, 1), 0, s,
                    (unsigned)ra.ns, pdl_for("gdn_recurrent"));
-    if (ra.p.conv_wT)
-        SPLASH_CUDA_TRY(ra.p.early ? cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, true, true>, ra)
-                                   : cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, false, true>, ra));
-    else
-        SPLASH_CUDA_TRY(ra.p.early ? cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, true, false>, ra)
-                                   : cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, false, false>, ra));
+    SPLASH_CUDA_TRY(ra.p.early ? cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, true>, ra)
+                               : cudaLaunchKernelEx(&c.lc, gdn_recurrent_kernel<DK, false>, ra));
     return SPLASH_OK;
 }
 
 } /* namespace */
-
-static int g_fused_conv = -1; /* benign race: every thread computes the same value */
-extern "C" int splash_cuda_gdn_fused_conv(void) { return env_switch(&g_fused_conv, "SPLASH_CUDA_GDN_CONV_FUSED", 0); }
-extern "C" void splash_cuda_gdn_set_fused_conv(int on) { g_fused_conv = on ? 1 : 0; }
 
 extern "C" int splash_cuda_gdn_conv(const float *wT, int C, int K, const splash_cuda_gdn_lane *lanes, int n_lanes,
                                     int max_lane_rows, const float *x, size_t ldx, float *y, size_t ldy, int early,
@@ -533,7 +460,6 @@ extern "C" int splash_cuda_gdn_args_check(const splash_cuda_gdn_args *a) {
 extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *stream) {
     const int rc = splash_cuda_gdn_args_check(a);
     if (rc || a->n_lanes == 0) return rc;
-    if (a->conv_wT && a->conv_K != kRecConvK) return SPLASH_E_UNSUPPORTED;
     RecArgs ra;
     ra.p = *a;
     ra.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */

@@ -108,15 +108,6 @@ typedef struct splash_cuda_gdn_args {
      * device_util.cuh) holds no writer of those states: then every writer
      * has completed.  Same results either way. */
     int early;
-    /* splash_cuda_gdn_recurrent only (splash_cuda_gdn_chunked refuses it): conv_wT not NULL runs
-     * the conv inside the recurrence.  mixed is then the conv's input (the pre-conv qkv rows,
-     * stride ldm) and each row's q, k and v are silu(conv) of those rows and of the lane's conv
-     * state, with the same bits as splash_cuda_gdn_conv's output.  The conv state is read, never
-     * advanced: every lane must have update_conv 0 (a verify forward's: commit replays the conv).
-     * conv_wT: [conv_K][conv_dim], conv_K 4 only (else SPLASH_E_UNSUPPORTED).  With early, the
-     * taps and the conv states are read before the wait too. */
-    const float *conv_wT;
-    int conv_K;
 } splash_cuda_gdn_args;
 
 /* The checks both GDN cores make of their arguments: SPLASH_E_INVALID (a
@@ -124,12 +115,6 @@ typedef struct splash_cuda_gdn_args {
  * or norm_w), SPLASH_E_UNSUPPORTED (dv > SPLASH_CUDA_GDN_MAX_DV), else OK. */
 int splash_cuda_gdn_args_check(const splash_cuda_gdn_args *a);
 int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *stream);
-/* Whether the CUDA model runs a verify forward's GDN conv inside the recurrence
- * (splash_cuda_gdn_args.conv_wT: one launch a layer fewer, the same bits).  Off
- * unless SPLASH_CUDA_GDN_CONV_FUSED=1 (read at the first call) or set: an A/B
- * switch, not yet measured on a GPU (session 33). */
-int splash_cuda_gdn_fused_conv(void);
-void splash_cuda_gdn_set_fused_conv(int on);
 
 /* The same function by chunks of SPLASH_CUDA_GDN_CHUNK rows (the UT
  * transform of gdn_chunked.c: a triangular solve inside the chunk, one

@@ -674,7 +674,6 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
     const int rc = splash_cuda_gdn_args_check(a);
     if (rc || a->n_lanes == 0) return rc;
     if (!splash_cuda_gdn_chunked_takes(a->dk, a->dv)) return SPLASH_E_UNSUPPORTED; /* gdn.h */
-    if (a->conv_wT) return SPLASH_E_INVALID; /* the conv inside: the recurrence's only */
     ChunkArgs ca;
     ca.p = *a;
     /* SPLASH_CUDA_GDN_SPLIT=1|2 caps the state pass's split of a head (4;

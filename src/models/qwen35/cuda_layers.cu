@@ -144,16 +144,12 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     const int early = splash_q4_early_loads() && q4_in && !f->n_bulk;
     const splash_cuda_gdn_lane *lanes =
         (const splash_cuda_gdn_lane *)(m->desc_dev + m->plan.glanes) + (size_t)gi * m->max_lanes;
-    /* a verify forward (no lane advances its conv state) may run the conv inside the recurrence */
-    const int fused = splash_cuda_gdn_fused_conv() && f->n_vrows == R && !f->n_chunked && d->conv_kernel == 4;
-    if (!fused)
-        QC_TRY(f, splash_cuda_gdn_conv(L->conv_t, (int)C, d->conv_kernel, lanes, f->b->n_lanes, f->max_lane_rows, qkv,
-                                       ldqkv, mixed, C, early, m->stream));
+    QC_TRY(f, splash_cuda_gdn_conv(L->conv_t, (int)C, d->conv_kernel, lanes, f->b->n_lanes, f->max_lane_rows, qkv,
+                                   ldqkv, mixed, C, early, m->stream));
     splash_cuda_gdn_args a;
     memset(&a, 0, sizeof a);
     a.hk = d->hk, a.hv = d->hv, a.dk = d->dk, a.dv = d->dv;
-    a.mixed = fused ? qkv : mixed, a.ldm = fused ? ldqkv : C;
-    if (fused) a.conv_wT = L->conv_t, a.conv_K = d->conv_kernel;
+    a.mixed = mixed, a.ldm = C;
     a.a = ga, a.b = gb, a.ldab = ldab;
     a.neg_a = L->neg_a, a.dt_bias = L->dt_bias;
     a.z = z, a.ldz = ldz, a.norm_w = L->gnorm, a.y = y, a.ldy = VD;
