@@ -37,7 +37,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_util.cuh"
-#include "bench_check.cuh"
+#include "backend/cuda/cuda_check.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -73,7 +73,8 @@ __device__ __forceinline__ void load_rows(const Phase &p, int r0, int stride, in
         const int r = r0 + h * stride;
 #pragma unroll
         for (int j = 0; j < kLoads; j++)
-            w[h][j] = r < p.rows ? ld_stream16(p.w + (size_t)r * (kRowBytes / 16) + j * 32 + lane) : make_uint4(0, 0, 0, 0);
+            w[h][j] = r < p.rows ? ld_stream16(p.w + (size_t)r * (kRowBytes / 16) + j * 32 + lane)
+                                 : make_uint4(0, 0, 0, 0);
     }
 }
 
@@ -237,32 +238,32 @@ int main(int argc, char **argv) {
         for (char *s = strtok(argv[1], ","); s; s = strtok(nullptr, ",")) sizes.push_back(atof(s));
     }
     int dev = 0, sms = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    SPLASH_CUDA_CHECK(cudaGetDevice(&dev));
+    SPLASH_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     int occ = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, persist_kernel<kGen>, kThreads, 0));
+    SPLASH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, persist_kernel<kGen>, kThreads, 0));
     const int grid = sms * occ;
     const size_t pool_bytes = (size_t)1 << 30;
     uint4 *pool;
-    CK(cudaMalloc(&pool, pool_bytes));
+    SPLASH_CUDA_CHECK(cudaMalloc(&pool, pool_bytes));
     fill_kernel<<<sms * 8, 256>>>(pool, pool_bytes / 16, 12345u);
     const int max_rows = (int)(pool_bytes / kRowBytes);
     float *y0, *y1, *x0, *sink, *ref;
     unsigned *bar;
-    CK(cudaMalloc(&y0, (size_t)max_rows * 4));
-    CK(cudaMalloc(&y1, (size_t)max_rows * 4));
-    CK(cudaMalloc(&x0, kCols * 4));
-    CK(cudaMalloc(&sink, 4));
-    CK(cudaMalloc(&bar, 8));
-    CK(cudaMalloc(&ref, (size_t)max_rows * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc(&y0, (size_t)max_rows * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc(&y1, (size_t)max_rows * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc(&x0, kCols * 4));
+    SPLASH_CUDA_CHECK(cudaMalloc(&sink, 4));
+    SPLASH_CUDA_CHECK(cudaMalloc(&bar, 8));
+    SPLASH_CUDA_CHECK(cudaMalloc(&ref, (size_t)max_rows * 4));
     std::vector<float> hx(kCols);
     for (int i = 0; i < kCols; i++) hx[i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
-    CK(cudaMemcpy(x0, hx.data(), kCols * 4, cudaMemcpyHostToDevice));
+    SPLASH_CUDA_CHECK(cudaMemcpy(x0, hx.data(), kCols * 4, cudaMemcpyHostToDevice));
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    SPLASH_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    SPLASH_CUDA_CHECK(cudaEventCreate(&e0));
+    SPLASH_CUDA_CHECK(cudaEventCreate(&e1));
     printf("device SMs %d, %d blocks of %d threads a SM (persist grid %d)\n\n", sms, occ, kThreads, grid);
     printf("us a phase (over the ideal)\n");
     printf("| phase MB | phases | ideal us (4.3 TB/s) | launch | pdl | pdl, 1 block an SM | persist, gen barrier | "
@@ -276,39 +277,39 @@ int main(int argc, char **argv) {
         std::vector<Phase> hp(n);
         for (int k = 0; k < n; k++) hp[k] = {pool + (size_t)k * phase_bytes / 16, rows};
         Phase *dp;
-        CK(cudaMalloc(&dp, n * sizeof(Phase)));
-        CK(cudaMemcpy(dp, hp.data(), n * sizeof(Phase), cudaMemcpyHostToDevice));
-        Chain c = {dp, n, {y0, y1}, x0, bar, bar + 1};
-        CK(cudaMemset(bar, 0, 8));
+        SPLASH_CUDA_CHECK(cudaMalloc(&dp, n * sizeof(Phase)));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dp, hp.data(), n * sizeof(Phase), cudaMemcpyHostToDevice));
+        Chain c = {dp, n, {y0, y1}, x0, bar, bar + 1}; /* bar: zeroed before each persistent run */
         /* graphs of n launches: plain, programmatic, programmatic with one block an SM */
         constexpr int kGraphs = 3;
         cudaGraphExec_t gx[kGraphs];
         for (int gi = 0; gi < kGraphs; gi++) {
             cudaGraph_t g;
-            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            SPLASH_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
             for (int k = 0; k < n; k++) {
                 KernelLaunch lc(dim3(gi == 2 ? sms : grid), dim3(kThreads), 0, st, 1, gi != 0);
-                CK(gi ? cudaLaunchKernelEx(&lc.lc, phase_kernel<true>, c, k)
+                SPLASH_CUDA_CHECK(gi ? cudaLaunchKernelEx(&lc.lc, phase_kernel<true>, c, k)
                       : cudaLaunchKernelEx(&lc.lc, phase_kernel<false>, c, k));
             }
-            CK(cudaStreamEndCapture(st, &g));
-            CK(cudaGraphInstantiate(&gx[gi], g, 0));
-            CK(cudaGraphDestroy(g));
+            SPLASH_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+            SPLASH_CUDA_CHECK(cudaGraphInstantiate(&gx[gi], g, 0));
+            SPLASH_CUDA_CHECK(cudaGraphDestroy(g));
         }
         /* ways: 0-2 the graphs; 3 persist GEN (occ blocks an SM), 4 persist MONO (occ an SM),
          * 5 persist MONO (one block an SM), 6 stream */
         constexpr int kWays = 7;
         auto run = [&](int way) {
             if (way < kGraphs) {
-                CK(cudaGraphLaunch(gx[way], st));
+                SPLASH_CUDA_CHECK(cudaGraphLaunch(gx[way], st));
             } else if (way < 6) {
                 void *args[] = {(void *)&c};
-                CK(cudaMemsetAsync(bar, 0, 8, st));
+                SPLASH_CUDA_CHECK(cudaMemsetAsync(bar, 0, 8, st));
                 const void *fn = way == 3 ? (const void *)persist_kernel<kGen> : (const void *)persist_kernel<kMono>;
-                CK(cudaLaunchCooperativeKernel(fn, dim3(way == 5 ? sms : grid), dim3(kThreads), args, 0, st));
+                const dim3 blocks(way == 5 ? sms : grid);
+                SPLASH_CUDA_CHECK(cudaLaunchCooperativeKernel(fn, blocks, dim3(kThreads), args, 0, st));
             } else {
                 stream_kernel<<<grid, kThreads, 0, st>>>(c, sink);
-                CK(cudaGetLastError());
+                SPLASH_CUDA_CHECK(cudaGetLastError());
             }
         };
         double us[kWays];
@@ -316,22 +317,22 @@ int main(int argc, char **argv) {
         bool same = true;
         for (int way = 0; way < kWays; way++) {
             run(way);
-            CK(cudaStreamSynchronize(st));
-            if (way == 0) CK(cudaMemcpy(ref, last, (size_t)rows * 4, cudaMemcpyDeviceToDevice));
+            SPLASH_CUDA_CHECK(cudaStreamSynchronize(st));
+            if (way == 0) SPLASH_CUDA_CHECK(cudaMemcpy(ref, last, (size_t)rows * 4, cudaMemcpyDeviceToDevice));
             if (way >= 1 && way <= 5) {
                 std::vector<float> a(rows), b(rows);
-                CK(cudaMemcpy(a.data(), ref, (size_t)rows * 4, cudaMemcpyDeviceToHost));
-                CK(cudaMemcpy(b.data(), last, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+                SPLASH_CUDA_CHECK(cudaMemcpy(a.data(), ref, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+                SPLASH_CUDA_CHECK(cudaMemcpy(b.data(), last, (size_t)rows * 4, cudaMemcpyDeviceToHost));
                 if (memcmp(a.data(), b.data(), (size_t)rows * 4)) same = false, printf("way %d differs\n", way);
             }
             std::vector<double> t;
             for (int rep = 0; rep < 5; rep++) {
-                CK(cudaEventRecord(e0, st));
+                SPLASH_CUDA_CHECK(cudaEventRecord(e0, st));
                 run(way);
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
+                SPLASH_CUDA_CHECK(cudaEventRecord(e1, st));
+                SPLASH_CUDA_CHECK(cudaEventSynchronize(e1));
                 float ms = 0;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
+                SPLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
                 t.push_back(ms * 1e3 / n);
             }
             us[way] = median(t);
@@ -340,8 +341,8 @@ int main(int argc, char **argv) {
         printf("| %.1f | %d | %.2f |", phase_bytes / 1e6, n, ideal);
         for (int way = 0; way < kWays; way++) printf(" %.2f (+%.2f) |", us[way], us[way] - ideal);
         printf("%s\n", same ? "" : " MISMATCH");
-        for (int gi = 0; gi < kGraphs; gi++) CK(cudaGraphExecDestroy(gx[gi]));
-        CK(cudaFree(dp));
+        for (int gi = 0; gi < kGraphs; gi++) SPLASH_CUDA_CHECK(cudaGraphExecDestroy(gx[gi]));
+        SPLASH_CUDA_CHECK(cudaFree(dp));
     }
     return 0;
 }

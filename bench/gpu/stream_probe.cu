@@ -35,7 +35,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/device_util.cuh"
-#include "bench_check.cuh"
+#include "backend/cuda/cuda_check.h"
 
 #include <algorithm>
 #include <chrono>
@@ -373,13 +373,14 @@ static void addA(std::vector<Cfg> &v) {
 /* Allow the ring's dynamic shared memory; blocks per SM that fit (0: none). */
 static int prep_smem(KernFn k, int threads, size_t smem) {
     int optin = 0, dev = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    SPLASH_CUDA_CHECK(cudaGetDevice(&dev));
+    SPLASH_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (smem > (size_t)optin) return 0;
-    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    CK(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared));
+    SPLASH_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    SPLASH_CUDA_CHECK(
+        cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared));
     int occ = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, threads, smem));
+    SPLASH_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, k, threads, smem));
     return occ;
 }
 
@@ -417,32 +418,32 @@ static void addBC6(std::vector<Cfg> &v, int k) { addNS<2, W, WK, PERS>(v, k), ad
 static double time_graph(const std::function<void(int)> &launch_i) {
     cudaGraph_t gr;
     cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(g_s, cudaStreamCaptureModeThreadLocal));
+    SPLASH_CUDA_CHECK(cudaStreamBeginCapture(g_s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < NL; i++) {
         launch_i(i);
-        CK(cudaGetLastError());
+        SPLASH_CUDA_CHECK(cudaGetLastError());
     }
-    CK(cudaStreamEndCapture(g_s, &gr));
-    CK(cudaGraphInstantiate(&ge, gr, 0));
-    for (int i = 0; i < WARM; i++) CK(cudaGraphLaunch(ge, g_s));
-    CK(cudaEventRecord(g_e0, g_s));
-    for (int i = 0; i < REPS; i++) CK(cudaGraphLaunch(ge, g_s));
-    CK(cudaEventRecord(g_e1, g_s));
-    CK(cudaEventSynchronize(g_e1));
+    SPLASH_CUDA_CHECK(cudaStreamEndCapture(g_s, &gr));
+    SPLASH_CUDA_CHECK(cudaGraphInstantiate(&ge, gr, 0));
+    for (int i = 0; i < WARM; i++) SPLASH_CUDA_CHECK(cudaGraphLaunch(ge, g_s));
+    SPLASH_CUDA_CHECK(cudaEventRecord(g_e0, g_s));
+    for (int i = 0; i < REPS; i++) SPLASH_CUDA_CHECK(cudaGraphLaunch(ge, g_s));
+    SPLASH_CUDA_CHECK(cudaEventRecord(g_e1, g_s));
+    SPLASH_CUDA_CHECK(cudaEventSynchronize(g_e1));
     float ms = 0.f;
-    CK(cudaEventElapsedTime(&ms, g_e0, g_e1));
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(gr));
+    SPLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, g_e0, g_e1));
+    SPLASH_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    SPLASH_CUDA_CHECK(cudaGraphDestroy(gr));
     return ms * 1e3 / (REPS * NL);
 }
 
 /* XOR of n 16 B words at p (device) into h[4] */
 static void xor_all(const void *p, size_t n, unsigned h[4]) {
-    CK(cudaMemsetAsync(g_res, 0, 16, g_s));
+    SPLASH_CUDA_CHECK(cudaMemsetAsync(g_res, 0, 16, g_s));
     kXorAll<<<g_nsm * 8, 256, 0, g_s>>>(reinterpret_cast<const uint4 *>(p), n, g_res);
-    CK(cudaGetLastError());
-    CK(cudaMemcpyAsync(h, g_res, 16, cudaMemcpyDeviceToHost, g_s));
-    CK(cudaStreamSynchronize(g_s));
+    SPLASH_CUDA_CHECK(cudaGetLastError());
+    SPLASH_CUDA_CHECK(cudaMemcpyAsync(h, g_res, 16, cudaMemcpyDeviceToHost, g_s));
+    SPLASH_CUDA_CHECK(cudaStreamSynchronize(g_s));
 }
 
 struct Res {
@@ -473,9 +474,9 @@ int main(int argc, char **argv) {
             return 2;
         }
 
-    CK(cudaSetDevice(0));
+    SPLASH_CUDA_CHECK(cudaSetDevice(0));
     cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    SPLASH_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     g_nsm = prop.multiProcessorCount;
     printf("# %s: %d SMs, L2 %d MB, shared memory/block (opt-in) %zu B\n", prop.name, g_nsm, prop.l2CacheSize >> 20,
            (size_t)prop.sharedMemPerBlockOptin);
@@ -484,24 +485,24 @@ int main(int argc, char **argv) {
            G, R, CB, SB, NL, REPS);
 
     uint8_t *pool = nullptr;
-    CK(cudaMalloc(&pool, POOL));
-    CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
-    CK(cudaEventCreate(&g_e0));
-    CK(cudaEventCreate(&g_e1));
-    CK(cudaMalloc(&g_res, 16));
+    SPLASH_CUDA_CHECK(cudaMalloc(&pool, POOL));
+    SPLASH_CUDA_CHECK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
+    SPLASH_CUDA_CHECK(cudaEventCreate(&g_e0));
+    SPLASH_CUDA_CHECK(cudaEventCreate(&g_e1));
+    SPLASH_CUDA_CHECK(cudaMalloc(&g_res, 16));
 
     /* copy ceiling: 1 GiB D2D, read + write bytes */
     const size_t cpb = 1024 * MiB;
-    CK(cudaMemsetAsync(pool, 0x5a, POOL, g_s));
-    CK(cudaMemcpyAsync(pool + 2 * cpb, pool, cpb, cudaMemcpyDeviceToDevice, g_s)); /* warm-up */
+    SPLASH_CUDA_CHECK(cudaMemsetAsync(pool, 0x5a, POOL, g_s));
+    SPLASH_CUDA_CHECK(cudaMemcpyAsync(pool + 2 * cpb, pool, cpb, cudaMemcpyDeviceToDevice, g_s)); /* warm-up */
     std::vector<float> cms;
     for (int i = 0; i < 5; i++) {
-        CK(cudaEventRecord(g_e0, g_s));
-        CK(cudaMemcpyAsync(pool + 2 * cpb, pool, cpb, cudaMemcpyDeviceToDevice, g_s));
-        CK(cudaEventRecord(g_e1, g_s));
-        CK(cudaEventSynchronize(g_e1));
+        SPLASH_CUDA_CHECK(cudaEventRecord(g_e0, g_s));
+        SPLASH_CUDA_CHECK(cudaMemcpyAsync(pool + 2 * cpb, pool, cpb, cudaMemcpyDeviceToDevice, g_s));
+        SPLASH_CUDA_CHECK(cudaEventRecord(g_e1, g_s));
+        SPLASH_CUDA_CHECK(cudaEventSynchronize(g_e1));
         float ms = 0.f;
-        CK(cudaEventElapsedTime(&ms, g_e0, g_e1));
+        SPLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, g_e0, g_e1));
         cms.push_back(ms);
     }
     std::sort(cms.begin(), cms.end());
@@ -510,8 +511,8 @@ int main(int argc, char **argv) {
 
     /* pattern: a hash of the word index, so checksums are not trivially zero */
     kFill<<<g_nsm * 8, 256, 0, g_s>>>(reinterpret_cast<uint32_t *>(pool), POOL / 4);
-    CK(cudaGetLastError());
-    CK(cudaStreamSynchronize(g_s));
+    SPLASH_CUDA_CHECK(cudaGetLastError());
+    SPLASH_CUDA_CHECK(cudaStreamSynchronize(g_s));
 
     std::vector<Cfg> cfgs;
     addPlain<4, true>(cfgs, 4), addPlain<4, true>(cfgs, 8), addPlain<8, false>(cfgs, 0);
@@ -525,7 +526,7 @@ int main(int argc, char **argv) {
     for (const Cfg &c : cfgs)
         for (int T : tiles) cap = std::max(cap, (size_t)c.grid(T) * c.threads / 32);
     uint4 *out = nullptr;
-    CK(cudaMalloc(&out, cap * sizeof(uint4)));
+    SPLASH_CUDA_CHECK(cudaMalloc(&out, cap * sizeof(uint4)));
 
     /* fixed per-launch cost: empty kernels, same graph shape */
     const double e_small = time_graph([&](int) { kEmpty<<<1, 32, 0, g_s>>>(); });
@@ -562,9 +563,9 @@ int main(int argc, char **argv) {
             const int grid = c.grid(T);
             const size_t nw = (size_t)grid * c.threads / 32;
             /* correctness: one launch, fold the per-warp words, compare */
-            CK(cudaMemsetAsync(out, 0, nw * sizeof(uint4), g_s));
+            SPLASH_CUDA_CHECK(cudaMemsetAsync(out, 0, nw * sizeof(uint4), g_s));
             c.launch(grid, pool + voff, T, out, g_s);
-            CK(cudaGetLastError());
+            SPLASH_CUDA_CHECK(cudaGetLastError());
             unsigned got[4];
             xor_all(out, nw, got);
             const bool bad = memcmp(got, ref, sizeof ref) != 0;
@@ -605,7 +606,9 @@ int main(int argc, char **argv) {
         printf("\n# all %zu checksums match the reference\n", results.size());
     printf("# [%5.1fs] done\n", now());
 
-    CK(cudaFree(out)); CK(cudaFree(g_res)); CK(cudaFree(pool));
-    CK(cudaEventDestroy(g_e0)); CK(cudaEventDestroy(g_e1)); CK(cudaStreamDestroy(g_s));
+    SPLASH_CUDA_CHECK(cudaFree(out)); SPLASH_CUDA_CHECK(cudaFree(g_res)); SPLASH_CUDA_CHECK(cudaFree(pool));
+    SPLASH_CUDA_CHECK(cudaEventDestroy(g_e0));
+    SPLASH_CUDA_CHECK(cudaEventDestroy(g_e1));
+    SPLASH_CUDA_CHECK(cudaStreamDestroy(g_s));
     return mism ? 1 : 0;
 }
