@@ -137,22 +137,9 @@ struct View {
     int xb, xo0, xo1;     /* MODE 1: the x row of the lane's B column, and of its C columns 2t, 2t + 1 */
 };
 
-/* What earlier kernels wrote (x's digits, its group scales and sums, the
- * slots' expert ids and plan): through the non-coherent path (__ldg, L1)
- * when the product starts after its predecessor has completed; through L2
- * (ld.global.cg) when it is launched programmatically (E, the early form:
- * launch() below), where an L1 line read before the writer finished could
- * be stale. */
-template <int E, class T>
-__device__ __forceinline__ T ld_x(const T *p) {
-    if constexpr (E == 1) return __ldcg(p);
-    else return __ldg(p); /* E == 2: EXPERIMENT, unsafe */
-}
-
 /* x row m's results: y + m * rows, or a planned group's slot m's output */
-template <int E>
 __device__ __forceinline__ float *out_row(const Params &p, const View &v, int m) {
-    return v.gslot ? v.y + (size_t)ld_x<E>(v.gslot + m) * p.yslot : v.y + (size_t)m * p.rows;
+    return v.gslot ? v.y + (size_t)__ldg(v.gslot + m) * p.yslot : v.y + (size_t)m * p.rows;
 }
 
 /* Where a result goes: y = r, or y = y + r (no fused multiply-add: the
@@ -259,7 +246,7 @@ __device__ __forceinline__ LaneX<NT> lane_x(const Params &p, const View &v, int 
     return l;
 }
 
-template <int MODE, int NT, int E>
+template <int MODE, int NT>
 __device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p, const View &v, const LaneX<NT> &l,
                                              int G) {
     const float *gi = v.ginv + (size_t)G * p.gstride, *gm = v.gsum + (size_t)G * p.gstride;
@@ -267,17 +254,17 @@ __device__ __forceinline__ void load_group_x(XFrag<MODE, NT> &x, const Params &p
     if (MODE == 0) {
 #pragma unroll
         for (int q = 0; q < NT; q++) {
-            x.b[q] = ld_x<E>(reinterpret_cast<const uint4 *>(v.x8 + l.b[q] + G * 64));
-            x.w[q][0] = ld_x<E>(gi + l.ga[q]), x.gs[q][0] = ld_x<E>(gm + l.ga[q]);
+            x.b[q] = __ldg(reinterpret_cast<const uint4 *>(v.x8 + l.b[q] + G * 64));
+            x.w[q][0] = __ldg(gi + l.ga[q]), x.gs[q][0] = __ldg(gm + l.ga[q]);
         }
     } else {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             const int8_t *b = v.x8 + l.b[0] + (size_t)nt * 24 * p.cols + G * 64;
 #pragma unroll
-            for (int d = 0; d < 3; d++) x.b[3 * nt + d] = ld_x<E>(reinterpret_cast<const uint4 *>(b + (size_t)d * p.cols));
-            x.w[nt][0] = ld_x<E>(gi + l.ga[0] + 8 * nt), x.w[nt][1] = ld_x<E>(gi + l.gb[0] + 8 * nt);
-            x.gs[nt][0] = ld_x<E>(gm + l.ga[0] + 8 * nt), x.gs[nt][1] = ld_x<E>(gm + l.gb[0] + 8 * nt);
+            for (int d = 0; d < 3; d++) x.b[3 * nt + d] = __ldg(reinterpret_cast<const uint4 *>(b + (size_t)d * p.cols));
+            x.w[nt][0] = __ldg(gi + l.ga[0] + 8 * nt), x.w[nt][1] = __ldg(gi + l.gb[0] + 8 * nt);
+            x.gs[nt][0] = __ldg(gm + l.ga[0] + 8 * nt), x.gs[nt][1] = __ldg(gm + l.gb[0] + 8 * nt);
         }
     }
 }
@@ -361,14 +348,14 @@ __device__ __forceinline__ void load_step(const Params &p, const View &v, uint4 
 template <int MODE>
 __device__ __forceinline__ bool tile_live(int tile, int tiles) { return MODE != 0 || tile < tiles; }
 
-template <int MODE, int NT, int R, int UU, int E>
+template <int MODE, int NT, int R, int UU>
 __device__ __forceinline__ void compute_step(const Params &p, const View &v,
                                              float (&acc)[R][NT][4], const uint4 (&cw)[R][UU],
                                              const uint2 (&sbw)[R][UU], const LaneX<NT> &l, int tile0, int G) {
     if (MODE == 0) { /* the step's x first (small): its loads wait together, not one group after another */
         XFrag<MODE, NT> x[UU];
 #pragma unroll
-        for (int u = 0; u < UU; u++) load_group_x<MODE, NT, E>(x[u], p, v, l, G + u);
+        for (int u = 0; u < UU; u++) load_group_x<MODE, NT>(x[u], p, v, l, G + u);
 #pragma unroll
         for (int u = 0; u < UU; u++)
 #pragma unroll
@@ -378,7 +365,7 @@ __device__ __forceinline__ void compute_step(const Params &p, const View &v,
 #pragma unroll
         for (int u = 0; u < UU; u++) {
             XFrag<MODE, NT> x;
-            load_group_x<MODE, NT, E>(x, p, v, l, G + u);
+            load_group_x<MODE, NT>(x, p, v, l, G + u);
 #pragma unroll
             for (int r = 0; r < R; r++)
                 if (tile_live<MODE>(tile0 + r, p.tiles)) group_tile<MODE, NT>(acc[r], x, l, cw[r][u], sbw[r][u]);
@@ -495,12 +482,12 @@ __device__ __forceinline__ void load_any(const Params &p, const View &v, WCursor
     if constexpr (MODE == 1) load_step_cursor<R, NT, UU>(wc, cw, sbw);
     else load_step<R, UU>(p, v, cw, sbw, tile0, G, lane);
 }
-template <int MODE, int NT, int R, int UU, int E>
+template <int MODE, int NT, int R, int UU>
 __device__ __forceinline__ void compute_any(const Params &p, const View &v, float (&acc)[R][NT][4],
                                             const uint4 (&cw)[R][UU], const uint2 (&sbw)[R][UU], const LaneX<NT> &l,
                                             XCursor<NT> &xc, int tile0, int G) {
     if constexpr (MODE == 1) compute_step_cursor<NT, R, UU>(p, acc, cw, sbw, l, xc);
-    else compute_step<MODE, NT, R, UU, E>(p, v, acc, cw, sbw, l, tile0, G);
+    else compute_step<MODE, NT, R, UU>(p, v, acc, cw, sbw, l, tile0, G);
 }
 
 /* Shared memory of a block: the partial sums [wk][rows of the block][kPartStride]
@@ -516,7 +503,7 @@ __host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size
  * group's; false when the slot's expert id is out of range or the group
  * does not exist (the block then writes nothing: every block of its cluster
  * has the same slot / group).  x rows are relative to v.x8 / gsum / ginv. */
-template <int MODE, bool GROUPED, int E>
+template <int MODE, bool GROUPED>
 __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
     const int g = lane >> 2, t = lane & 3;
     v.gslot = nullptr;
@@ -525,28 +512,25 @@ __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
     if (!GROUPED) {
         v.codes = p.codes, v.sb = p.sb, v.x8 = p.x8;
         v.gsum = p.gsum, v.ginv = p.ginv, v.y = p.y, v.M = p.M;
-        if (MODE == 0 && E) /* x rows past M: row M - 1 again (no extra lines from L2) */
-#pragma unroll
-            for (int i = 1; i < 4; i++) v.xr[i] = min(i, p.M - 1);
         return true;
     }
     const int j = blockIdx.z / p.nmat, mat = blockIdx.z % p.nmat;
     int e;
     if (p.plan) { /* up to splash_q4_plan_group() slots */
-        if (j >= ld_x<E>(p.plan)) return false;
+        if (j >= __ldg(p.plan)) return false;
         const int32_t *gp = p.plan + 1 + kPlanInts * j; /* expert, size, slots */
-        e = ld_x<E>(gp), v.M = ld_x<E>(gp + 1), v.gslot = gp + 2;
+        e = __ldg(gp), v.M = __ldg(gp + 1), v.gslot = gp + 2;
         /* x rows by slot (columns past the group's size read its first: they
          * are dead, but must be finite) */
 #pragma unroll
-        for (int i = 0; i < 4; i++) v.xr[i] = ld_x<E>(v.gslot + min(i, v.M - 1)) / p.xdiv;
-        v.xb = ld_x<E>(v.gslot + min(v.xb, v.M - 1)) / p.xdiv;
-        v.xo0 = ld_x<E>(v.gslot + min(v.xo0, v.M - 1)) / p.xdiv;
-        v.xo1 = ld_x<E>(v.gslot + min(v.xo1, v.M - 1)) / p.xdiv;
+        for (int i = 0; i < 4; i++) v.xr[i] = __ldg(v.gslot + min(i, v.M - 1)) / p.xdiv;
+        v.xb = __ldg(v.gslot + min(v.xb, v.M - 1)) / p.xdiv;
+        v.xo0 = __ldg(v.gslot + min(v.xo0, v.M - 1)) / p.xdiv;
+        v.xo1 = __ldg(v.gslot + min(v.xo1, v.M - 1)) / p.xdiv;
         v.x8 = p.x8, v.gsum = p.gsum, v.ginv = p.ginv;
         v.y = mat ? p.y2 : p.y;
     } else { /* MODE 0, one x row: row (the lanes of x row 1 read it too: M = 1) */
-        e = ld_x<E>(p.idx + j);
+        e = __ldg(p.idx + j);
         const int row = j / p.xdiv;
         v.x8 = p.x8 + (size_t)row * 3 * p.cols;
         v.gsum = p.gsum + row, v.ginv = p.ginv + row;
@@ -560,7 +544,7 @@ __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
     return true;
 }
 
-template <int MODE, int NT, int R, int U, int S, bool GROUPED, int E>
+template <int MODE, int NT, int R, int U, int S, bool GROUPED>
 __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params p) {
     extern __shared__ __align__(16) uint8_t smem[];
     /* Launched without the programmatic attribute (launch() below): the
@@ -575,23 +559,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
      * a product, and gate|up's 96 -> 98 registers cost a block an SM).  It
      * still lets its successor be scheduled at once (device_util.cuh). */
     static_assert(MODE == 0 || !GROUPED, "grouped launches are MODE 0 (launch_for): MODE 1's cursors assume x rows 0..M-1");
-    static_assert(MODE == 0 || !E, "the early form is MODE 0's");
-    /* EXPERIMENT (E, SPLASH_CUDA_Q4_PDL: 1 early launch with x from L2, 2
-     * the same code without the attribute, 3 / 4 x through __ldg, unsafe):
-     * launched programmatically; the first step's weights asked of L2
-     * before the wait (a grouped block's expert comes from the route: it
-     * waits first), and its dependents let go only after the wait, so that
-     * a kernel behind the product still starts after every kernel before
-     * it has completed (the early loads of device_util.cuh's rules rely on
-     * that).  Measured slower: docs/cuda.md, "Session 34". */
-    if constexpr (!E) pdl_launch_dependents();
-    if constexpr (E && GROUPED) pdl_wait(), pdl_launch_dependents();
+    pdl_launch_dependents();
     View v;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    if (!make_view<MODE, GROUPED, E>(p, v, lane)) {
-        if constexpr (E && !GROUPED) pdl_wait(), pdl_launch_dependents();
-        return;
-    }
+    if (!make_view<MODE, GROUPED>(p, v, lane)) return;
     const int g = lane >> 2, t = lane & 3;
     const int rank = blockIdx.x; /* column slice = rank in the cluster */
     const int wr = nwarps / p.wk, wrow = warp % wr, wkk = warp / wr; /* row tiles / group slice of this warp */
@@ -613,28 +584,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     XCursor<NT> xc;
     if constexpr (MODE == 1) make_cursors<R, NT>(p, v, l, wc, xc, tile0, G0, lane);
     const int nsteps = (G1 - G0) / U;
-    if constexpr (E && !GROUPED) {
-        /* the first step's weights asked of L2 before the wait (no
-         * registers held across it: the loops below are the plain form's) */
-        if (nsteps > 0)
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                if (tile0 + r < p.tiles)
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        const size_t idx = (size_t)(tile0 + r) * (size_t)p.groups + (size_t)(G0 + u);
-                        prefetch_l2(v.codes + idx * kTileBytes + lane * 16);
-                        if ((lane & 3) == 0) prefetch_l2(v.sb + idx * kSbBytes + (lane >> 2) * 8);
-                    }
-        pdl_wait(), pdl_launch_dependents();
-    }
     if constexpr (S == 0) {
         /* load a step, use it */
         for (int step = 0; step < nsteps; step++) {
             uint4 cw[R][U];
             uint2 sbw[R][U];
             load_any<MODE, NT, R, U>(p, v, wc, cw, sbw, tile0, G0 + step * U, lane);
-            compute_any<MODE, NT, R, U, E>(p, v, acc, cw, sbw, l, xc, tile0, G0 + step * U);
+            compute_any<MODE, NT, R, U>(p, v, acc, cw, sbw, l, xc, tile0, G0 + step * U);
         }
     } else {
         /* two register buffers: the next step's loads are in flight while
@@ -644,10 +600,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         if (nsteps > 0) load_any<MODE, NT, R, U>(p, v, wc, ca, sa, tile0, G0, lane);
         for (int step = 0; step < nsteps; step += 2) {
             if (step + 1 < nsteps) load_any<MODE, NT, R, U>(p, v, wc, cb, sb, tile0, G0 + (step + 1) * U, lane);
-            compute_any<MODE, NT, R, U, E>(p, v, acc, ca, sa, l, xc, tile0, G0 + step * U);
+            compute_any<MODE, NT, R, U>(p, v, acc, ca, sa, l, xc, tile0, G0 + step * U);
             if (step + 1 < nsteps) {
                 if (step + 2 < nsteps) load_any<MODE, NT, R, U>(p, v, wc, ca, sa, tile0, G0 + (step + 2) * U, lane);
-                compute_any<MODE, NT, R, U, E>(p, v, acc, cb, sb, l, xc, tile0, G0 + (step + 1) * U);
+                compute_any<MODE, NT, R, U>(p, v, acc, cb, sb, l, xc, tile0, G0 + (step + 1) * U);
             }
         }
     }
@@ -655,7 +611,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         uint4 cw[R][1];
         uint2 sbw[R][1];
         load_any<MODE, NT, R, 1>(p, v, wc, cw, sbw, tile0, G, lane);
-        compute_any<MODE, NT, R, 1, E>(p, v, acc, cw, sbw, l, xc, tile0, G);
+        compute_any<MODE, NT, R, 1>(p, v, acc, cw, sbw, l, xc, tile0, G);
     }
 
     /* Where this lane's results go: (row within the block, x row m). */
@@ -676,7 +632,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     if (p.ksplit == 1 && p.wk == 1) {
         Q4_EACH_RESULT({
             const int row = blockIdx.y * rb + lrow;
-            if (m < v.M && row < p.rows) store_y(p, out_row<E>(p, v, m) + row, a_);
+            if (m < v.M && row < p.rows) store_y(p, out_row(p, v, m) + row, a_);
         })
         return;
     }
@@ -695,7 +651,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
             for (int q = 1; q < p.wk; q++) s += part[(q * rb + lrow) * kPartStride + m];
             if (p.ksplit == 1) {
                 const int row = blockIdx.y * rb + lrow;
-                if (row < p.rows) store_y(p, out_row<E>(p, v, m) + row, s);
+                if (row < p.rows) store_y(p, out_row(p, v, m) + row, s);
             } else {
                 part[lrow * kPartStride + m] = s; /* only this thread reads or writes this slot */
             }
@@ -711,7 +667,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
         float s = 0.f;
         for (int q = 0; q < p.ksplit; q++) s += cluster.map_shared_rank(part, q)[lrow * kPartStride + m];
         const int row = blockIdx.y * rb + lrow;
-        if (row < p.rows) store_y(p, out_row<E>(p, v, m) + row, s);
+        if (row < p.rows) store_y(p, out_row(p, v, m) + row, s);
     }
     cluster.sync(); /* keep this block's partials alive until every rank has read them */
 }
@@ -960,12 +916,12 @@ __global__ void __launch_bounds__(kPlanThreads) group_plan_kernel(const int32_t 
 
 typedef int (*LaunchFn)(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t s);
 
-template <int MODE, int NT, int R, int U, int S, bool GROUPED, int E>
+template <int MODE, int NT, int R, int U, int S, bool GROUPED>
 int launch(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t stream) {
-    auto fn = q4_matmul_kernel<MODE, NT, R, U, S, GROUPED, E>;
+    auto fn = q4_matmul_kernel<MODE, NT, R, U, S, GROUPED>;
     const size_t smem = ksplit > 1 || p.wk > 1 ? part_bytes(warps, R) : 0;
     KernelLaunch c(dim3((unsigned)ksplit, (unsigned)rowgroups, GROUPED ? (unsigned)(p.nmat * p.M) : 1u), /* M: slots */
-                   dim3((unsigned)(warps * 32), 1, 1), smem, stream, (unsigned)ksplit, E && splash_q4_pdl() != 2 && splash_q4_pdl() != 4 /* else no PDL: see the kernel */);
+                   dim3((unsigned)(warps * 32), 1, 1), smem, stream, (unsigned)ksplit, false /* no PDL: see the kernel */);
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, fn, p));
     return SPLASH_OK;
 }
@@ -980,10 +936,10 @@ constexpr Variant kVariants[] = {
 };
 constexpr int kNumVariants = sizeof kVariants / sizeof kVariants[0];
 
-template <int MODE, int NT, bool GROUPED = false, int E = 0>
+template <int MODE, int NT, bool GROUPED = false>
 LaunchFn pick_launch(int r, int u, int s) {
 #define Q4_V(R_, U_, S_) \
-    if (r == R_ && u == U_ && s == S_) return launch<MODE, NT, R_, U_, S_, GROUPED, E>;
+    if (r == R_ && u == U_ && s == S_) return launch<MODE, NT, R_, U_, S_, GROUPED>;
     Q4_V(1, 4, 0) Q4_V(1, 8, 0) Q4_V(2, 2, 0) Q4_V(2, 4, 0) Q4_V(2, 8, 0) Q4_V(4, 2, 0) Q4_V(4, 4, 0)
     Q4_V(1, 2, 1) Q4_V(1, 4, 1) Q4_V(2, 2, 1) Q4_V(2, 4, 1) Q4_V(4, 2, 1)
 #undef Q4_V
@@ -993,14 +949,11 @@ LaunchFn pick_launch(int r, int u, int s) {
 /* M = 0: grouped, one x row a slot; M = -1: grouped by a plan, up to
  * splash_q4_plan_group() slots a block. */
 LaunchFn launch_for(int M, int r, int u, int s) {
-    const int e = pdl_enabled() ? splash_q4_pdl() : 0;
-#define Q4_E(MODE_, NT_, G_) \
-    (e >= 3 ? pick_launch<MODE_, NT_, G_, 2>(r, u, s) : e ? pick_launch<MODE_, NT_, G_, 1>(r, u, s) : pick_launch<MODE_, NT_, G_, 0>(r, u, s))
-    if (M == 0) return Q4_E(0, 1, true);
-    if (M == -1) return splash_q4_plan_group() <= 2 ? Q4_E(0, 1, true) : Q4_E(0, 2, true);
+    if (M == 0) return pick_launch<0, 1, true>(r, u, s);
+    if (M == -1) return splash_q4_plan_group() <= 2 ? pick_launch<0, 1, true>(r, u, s) : pick_launch<0, 2, true>(r, u, s);
     switch (mclass(M)) {
-    case 0: return Q4_E(0, 1, false);
-    case 1: return Q4_E(0, 2, false);
+    case 0: return pick_launch<0, 1>(r, u, s);
+    case 1: return pick_launch<0, 2>(r, u, s);
     case 2: return pick_launch<1, 1>(r, u, s);
     default: return pick_launch<1, 2>(r, u, s);
     }
@@ -1242,7 +1195,6 @@ extern "C" size_t splash_q4_xprep_rows_bytes(int cap_cols, int rows_cap) {
 extern "C" int splash_q4_xprep_rows_init(splash_q4_xprep *xp, void *dev_mem, int cap_cols, int rows_cap) {
     if (!xp || !dev_mem || !splash_q4_xprep_rows_bytes(cap_cols, rows_cap) || ((uintptr_t)dev_mem & 255))
         return SPLASH_E_INVALID;
-    (void)splash_q4_pdl(); /* EXPERIMENT: its symbol copy outside any capture */
     const size_t h = xp_digit_bytes(cap_cols, rows_cap);
     uint8_t *b = (uint8_t *)dev_mem;
     xp->x8 = (int8_t *)b;
@@ -1481,16 +1433,6 @@ extern "C" int splash_q4_matmul_add(const splash_q4_matrix *w, const splash_q4_x
 /* On unless set off; SPLASH_CUDA_EARLY=0 in the environment turns it off at
  * the first read (an A/B switch: docs/cuda.md, "Session 27"). */
 static int g_early_loads = -1; /* benign race: every thread computes the same value */
-
-/* EXPERIMENT: MODE 0's products launched programmatically (SPLASH_CUDA_Q4_PDL=1). */
-static int g_q4_pdl = -1;
-extern "C" int splash_q4_pdl(void) {
-    if (g_q4_pdl < 0) {
-        const char *e = getenv("SPLASH_CUDA_Q4_PDL");
-        g_q4_pdl = e ? atoi(e) : 0;
-    }
-    return g_q4_pdl;
-}
 
 extern "C" int splash_q4_early_loads(void) { return env_switch(&g_early_loads, "SPLASH_CUDA_EARLY", 1); }
 

@@ -212,7 +212,6 @@ int splash_q4_plan_group(void);
  * (splash_cuda_gdn_conv's early, splash_cuda_gdn_args.early).  On unless SPLASH_CUDA_EARLY=0 (read at the
  * first call) or set off: an A/B switch, the same results either way. */
 int splash_q4_early_loads(void);
-int splash_q4_pdl(void); /* EXPERIMENT: MODE 0's products launched programmatically */
 void splash_q4_set_early_loads(int on);
 /* Whether a preparation of M <= 16 rows (not each_row) launches blocks for
  * the Mp rows (M padded to 2 / 4 / 8 / 16) a product reads instead of all 16:
