@@ -556,8 +556,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
      * session 8).  Nor does staging x in shared memory after pdl_wait pay
      * for the early launch (session 25, MODE 0: the 27B step 6.33 -> 7.51
      * ms; the staging sits between the wait and the first use of x, +2-4 us
-     * a product, and gate|up's 96 -> 98 registers cost a block an SM).  It
-     * still lets its successor be scheduled at once (device_util.cuh). */
+     * a product, and gate|up's 96 -> 98 registers cost a block an SM), nor
+     * reading it through L2 (ld.global.cg, coherent after the wait) with the
+     * first step's weights asked of L2 before it (session 34: the 27B step
+     * 6.01 -> 6.21 ms; x from L2 alone costs 0.35 ms, the early launch saves
+     * 0.15).  It still lets its successor be scheduled at once
+     * (device_util.cuh). */
     static_assert(MODE == 0 || !GROUPED, "grouped launches are MODE 0 (launch_for): MODE 1's cursors assume x rows 0..M-1");
     pdl_launch_dependents();
     View v;
