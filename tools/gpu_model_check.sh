@@ -7,7 +7,8 @@
 #       packs build/splash and build/bench/bench_cpu (stripped; tools/gpu_synthetic_bench.sh
 #       runs the latter) and the shared libraries a bare GPU machine lacks
 #       (everything ldd lists but the C/C++ runtime) into .carry/splash-bin.txz (~8 MB); carry
-#       .carry (git ignores it via .git/info/exclude) to the GPU machine
+#       .carry (git ignores it via .git/info/exclude) to the GPU machine; prints what a call
+#       carrying it (and a test build, tools/gpu_tests.sh --prepare) sends against the 64 MiB limit
 #   tools/gpu_model_check.sh --prepare-bench NAME
 #       the same build's bench_cpu alone into .carry/NAME.txz (~1 MB): a second build for an
 #       A/B in one device call (tools/gpu_synthetic_bench.sh CARRY_TXZ="... .carry/NAME.txz"
