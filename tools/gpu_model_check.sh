@@ -7,8 +7,10 @@
 #       packs build/splash and build/bench/bench_cpu (stripped; tools/gpu_synthetic_bench.sh
 #       runs the latter) and the shared libraries a bare GPU machine lacks
 #       (everything ldd lists but the C/C++ runtime) into .carry/splash-bin.txz (~8 MB); carry
-#       .carry (git ignores it via .git/info/exclude) to the GPU machine; prints what a call
-#       carrying it (and a test build, tools/gpu_tests.sh --prepare) sends against the 64 MiB limit
+#       .carry (git ignores it via .git/info/exclude) to the GPU machine; then --carry-size
+#   tools/gpu_model_check.sh --carry-size
+#       prints what a call carrying it (and a test build, tools/gpu_tests.sh --prepare, which
+#       calls this too) sends against the 64 MiB limit
 #   tools/gpu_model_check.sh --prepare-bench NAME
 #       the same build's bench_cpu alone into .carry/NAME.txz (~1 MB): a second build for an
 #       A/B in one device call (tools/gpu_synthetic_bench.sh CARRY_TXZ="... .carry/NAME.txz"
@@ -39,20 +41,12 @@ if [ "${1:-}" = "--prepare-bench" ]; then
     ls -la ".carry/$2.txz"
     exit 0
 fi
-if [ "${1:-}" = "--prepare" ]; then
-    make -s -j"$(nproc)" build/splash build/bench/bench_cpu || exit 1
-    P=$(mktemp -d) || exit 1
-    mkdir -p "$P/bin/lib" .carry && strip -o "$P/bin/splash" build/splash &&
-        strip -o "$P/bin/bench_cpu" build/bench/bench_cpu || exit 1
-    ldd build/splash | awk '$3 ~ /^\// {print $3}' |
-        grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
-        while read -r l; do cp -L "$l" "$P/bin/lib/" || exit 1; done || exit 1
-    tar -C "$P" -cJf "$TXZ" bin && rm -rf "$P" || exit 1
-    ls -la "$TXZ"
-    # What a device call carrying it sends (the working tree: tracked and untracked-not-ignored
-    # files) against the 64 MiB limit, alone and with a test build (a refused call costs a start).
-    # The device counts more than this sum: by it a call of 63.23 MiB went and one of 63.40
-    # was refused (session 34), so 63.3 is the line.
+if [ "${1:-}" = "--carry-size" ]; then
+    # What a device call carrying the binary sends (the working tree: tracked and
+    # untracked-not-ignored files) against the 64 MiB limit, alone and with a test build (a
+    # refused call costs a start).  The device counts more than this sum: by it a call of 63.23
+    # MiB went and one of 63.40 was refused (session 34), so 63.3 is the line.
+    [ -f "$TXZ" ] || { echo "carry: no $TXZ (--prepare makes it)"; exit 0; }
     tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null |
         awk '{s += $1} END {print s + 0}')
     for extra in "" build-gpu-prep-lib build-gpu-prep; do
@@ -63,6 +57,19 @@ if [ "${1:-}" = "--prepare" ]; then
             s = t + z + x; over = (s > 63.3 * 1048576) ? ": too near the limit, carry them in separate calls" : ""
             printf "carry: working tree + splash-bin.txz%s = %.2f MiB (the line: 63.3)%s\n", e, s / 1048576, over }'
     done
+    exit 0
+fi
+if [ "${1:-}" = "--prepare" ]; then
+    make -s -j"$(nproc)" build/splash build/bench/bench_cpu || exit 1
+    P=$(mktemp -d) || exit 1
+    mkdir -p "$P/bin/lib" .carry && strip -o "$P/bin/splash" build/splash &&
+        strip -o "$P/bin/bench_cpu" build/bench/bench_cpu || exit 1
+    ldd build/splash | awk '$3 ~ /^\// {print $3}' |
+        grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+        while read -r l; do cp -L "$l" "$P/bin/lib/" || exit 1; done || exit 1
+    tar -C "$P" -cJf "$TXZ" bin && rm -rf "$P" || exit 1
+    ls -la "$TXZ"
+    tools/gpu_model_check.sh --carry-size
     exit 0
 fi
 MODEL=models/splash-demo WINDOWS=4 SEQ=1024 BENCH_TOKENS=256 BLOCKS=1,8 LANES=1

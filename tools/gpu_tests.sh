@@ -157,6 +157,7 @@ if [ $PREPARE = 1 ]; then
     rm -rf "$PREP/src" "$PREP/tests" "$PREP/splash"
     strip -g "$PREP/libsplash.a" || exit 1
     du -sh "$PREP"
+    tools/gpu_model_check.sh --carry-size
     stamp "done: carry $PREP to the GPU machine"
     exit 0
 fi
