@@ -514,6 +514,12 @@ __host__ __device__ constexpr size_t ring_bytes(int warps, int r, int u) {
     return (size_t)warps * ring_stages(r, u) * r * u * kRingTileBytes;
 }
 
+/* cp.async of 16 weight bytes with ld_stream16's 256-byte L2 prefetch; bytes
+ * = 0 writes zeros. */
+__device__ __forceinline__ void cp_async16_stream(uint32_t dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
 /* Step `step`'s weights (groups G0 + step * U ..) for the warp's R tiles into
  * ring slot `slot`, as one cp.async group (tiles past the end: zeros, read
  * from the last tile's address). */
@@ -530,8 +536,9 @@ __device__ __forceinline__ void ring_issue(const Params &p, const View &v, uint3
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const uint32_t dst = ring + (uint32_t)(((slot * R + r) * U + u) * kRingTileBytes);
-            cp_async16(dst + lane * 16, c0 + (size_t)(dt + u) * kTileBytes, ok ? 16 : 0);
-            if (lane < kSbBytes / 16) cp_async16(dst + kTileBytes + lane * 16, s0 + (size_t)(dt + u) * kSbBytes, ok ? 16 : 0);
+            cp_async16_stream(dst + lane * 16, c0 + (size_t)(dt + u) * kTileBytes, ok ? 16 : 0);
+            if (lane < kSbBytes / 16)
+                cp_async16_stream(dst + kTileBytes + lane * 16, s0 + (size_t)(dt + u) * kSbBytes, ok ? 16 : 0);
         }
     }
     cp_async_commit();
