@@ -571,6 +571,12 @@ __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
     if (!GROUPED) {
         v.codes = p.codes, v.sb = p.sb, v.x8 = p.x8;
         v.gsum = p.gsum, v.ginv = p.ginv, v.y = p.y, v.M = p.M;
+        /* x rows past M read as row M - 1 (their results are not kept): at M = 1
+         * no line of the padded zero row is fetched, which matters once the ring
+         * takes most of L1's memory for shared memory (alone: no change, session 34) */
+        if (MODE == 0)
+#pragma unroll
+            for (int i = 1; i < 4; i++) v.xr[i] = min(i, p.M - 1);
         return true;
     }
     const int j = blockIdx.z / p.nmat, mat = blockIdx.z % p.nmat;
