@@ -1035,7 +1035,7 @@ struct Variant {
 constexpr Variant kVariants[] = {
     {1, 4, 0}, {1, 8, 0}, {2, 2, 0}, {2, 4, 0}, {2, 8, 0}, {4, 2, 0}, {4, 4, 0},
     {1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 2, 1},
-    {1, 2, 2}, {1, 4, 2}, {2, 2, 2}, {2, 4, 2}, {4, 2, 2},
+    {1, 2, 2}, {1, 4, 2}, {1, 8, 2}, {2, 2, 2}, {2, 4, 2}, {4, 2, 2},
 };
 constexpr int kNumVariants = sizeof kVariants / sizeof kVariants[0];
 
@@ -1045,7 +1045,7 @@ LaunchFn pick_launch(int r, int u, int s) {
     if (r == R_ && u == U_ && s == S_) return launch<MODE, NT, R_, U_, S_, GROUPED>;
     Q4_V(1, 4, 0) Q4_V(1, 8, 0) Q4_V(2, 2, 0) Q4_V(2, 4, 0) Q4_V(2, 8, 0) Q4_V(4, 2, 0) Q4_V(4, 4, 0)
     Q4_V(1, 2, 1) Q4_V(1, 4, 1) Q4_V(2, 2, 1) Q4_V(2, 4, 1) Q4_V(4, 2, 1)
-    Q4_V(1, 2, 2) Q4_V(1, 4, 2) Q4_V(2, 2, 2) Q4_V(2, 4, 2) Q4_V(4, 2, 2)
+    Q4_V(1, 2, 2) Q4_V(1, 4, 2) Q4_V(1, 8, 2) Q4_V(2, 2, 2) Q4_V(2, 4, 2) Q4_V(4, 2, 2)
 #undef Q4_V
     return nullptr;
 }
