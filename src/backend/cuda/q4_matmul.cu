@@ -498,65 +498,6 @@ __device__ __forceinline__ void compute_any(const Params &p, const View &v, floa
 constexpr int kPartStride = 17;
 __host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size_t)warps * r * 16 * kPartStride * 4; }
 
-/* stages = 2: a warp's weights go through a ring of D steps in shared
- * memory (ring_stages), filled by cp.async (16 bytes a lane: its own codes
- * of a (tile, group), and lanes 0-3 the group's 64 bytes of scales), so
- * that D - 1 steps are in flight while one is computed without
- * holding them in registers (stages 0 keeps one step in flight, stages 1
- * two, at the registers' cost).  A lane reads back its own codes; the
- * scales another lane copied (hence a __syncwarp after the wait).  The
- * ring follows the partial sums in the block's shared memory. */
-constexpr int kRingTileBytes = kTileBytes + kSbBytes;
-/* Stages by a step's size: ~9 KB of ring a warp (8 steps of 1-2 (tile,
- * group)s, 4 of 4), 3 of 8, so that 4-6 warps of 4 an SM fit. */
-__host__ __device__ constexpr int ring_stages(int r, int u) { return r * u <= 2 ? 8 : r * u <= 4 ? 4 : 3; }
-__host__ __device__ constexpr size_t ring_bytes(int warps, int r, int u) {
-    return (size_t)warps * ring_stages(r, u) * r * u * kRingTileBytes;
-}
-
-/* cp.async of 16 weight bytes with ld_stream16's 256-byte L2 prefetch; bytes
- * = 0 writes zeros. */
-__device__ __forceinline__ void cp_async16_stream(uint32_t dst, const void *src, int bytes) {
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
-}
-
-/* Step `step`'s weights (groups G0 + step * U ..) for the warp's R tiles into
- * ring slot `slot`, as one cp.async group (tiles past the end: zeros, read
- * from the last tile's address). */
-template <int R, int U>
-__device__ __forceinline__ void ring_issue(const Params &p, const View &v, uint32_t ring, int slot, int tile0, int G,
-                                           int lane) {
-    const int t0 = min(tile0, p.tiles - 1);
-    const size_t i0 = (size_t)t0 * (size_t)p.groups + (size_t)G;
-    const uint8_t *c0 = v.codes + i0 * kTileBytes + lane * 16, *s0 = v.sb + i0 * kSbBytes + (lane & 3) * 16;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const bool ok = tile0 + r < p.tiles;
-        const int dt = (min(tile0 + r, p.tiles - 1) - t0) * p.groups; /* (tile, group)s from tile t0's */
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const uint32_t dst = ring + (uint32_t)(((slot * R + r) * U + u) * kRingTileBytes);
-            cp_async16_stream(dst + lane * 16, c0 + (size_t)(dt + u) * kTileBytes, ok ? 16 : 0);
-            if (lane < kSbBytes / 16)
-                cp_async16_stream(dst + kTileBytes + lane * 16, s0 + (size_t)(dt + u) * kSbBytes, ok ? 16 : 0);
-        }
-    }
-    cp_async_commit();
-}
-
-/* Ring slot `slot` into the registers load_step would have filled. */
-template <int R, int U>
-__device__ __forceinline__ void ring_read(const uint8_t *ring, int slot, int lane, uint4 (&cw)[R][U], uint2 (&sbw)[R][U]) {
-#pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const uint8_t *src = ring + (size_t)((slot * R + r) * U + u) * kRingTileBytes;
-            cw[r][u] = *reinterpret_cast<const uint4 *>(src + lane * 16);
-            sbw[r][u] = *reinterpret_cast<const uint2 *>(src + kTileBytes + (lane >> 2) * 8);
-        }
-}
-
 /* A block's view: Params' own pointers, or for a grouped block (Params'
  * grouped fields) its slot's matrix, x row and output, or its planned
  * group's; false when the slot's expert id is out of range or the group
@@ -571,12 +512,6 @@ __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
     if (!GROUPED) {
         v.codes = p.codes, v.sb = p.sb, v.x8 = p.x8;
         v.gsum = p.gsum, v.ginv = p.ginv, v.y = p.y, v.M = p.M;
-        /* x rows past M read as row M - 1 (their results are not kept): at M = 1
-         * no line of the padded zero row is fetched, which matters once the ring
-         * takes most of L1's memory for shared memory (alone: no change, session 34) */
-        if (MODE == 0)
-#pragma unroll
-            for (int i = 1; i < 4; i++) v.xr[i] = min(i, p.M - 1);
         return true;
     }
     const int j = blockIdx.z / p.nmat, mat = blockIdx.z % p.nmat;
@@ -653,31 +588,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     XCursor<NT> xc;
     if constexpr (MODE == 1) make_cursors<R, NT>(p, v, l, wc, xc, tile0, G0, lane);
     const int nsteps = (G1 - G0) / U;
-    if constexpr (S == 2) {
-        /* the ring: D - 1 steps issued ahead; every iteration
-         * commits one group (empty past the end) so that waiting for all
-         * but the newest D - 2 leaves this step's landed */
-        constexpr int D = ring_stages(R, U);
-        const uint8_t *ring = smem + part_bytes(nwarps, R) + (size_t)warp * D * R * U * kRingTileBytes;
-        const uint32_t ring_s = smem_addr(ring);
-#pragma unroll
-        for (int s = 0; s < D - 1; s++) {
-            if (s < nsteps) ring_issue<R, U>(p, v, ring_s, s, tile0, G0 + s * U, lane);
-            else cp_async_commit();
-        }
-        for (int step = 0; step < nsteps; step++) {
-            cp_async_wait<D - 2>();
-            __syncwarp(); /* the scales other lanes copied; and every lane is past the slot refilled below */
-            uint4 cw[R][U];
-            uint2 sbw[R][U];
-            ring_read<R, U>(ring, step % D, lane, cw, sbw);
-            const int next = step + D - 1;
-            if (next < nsteps) ring_issue<R, U>(p, v, ring_s, next % D, tile0, G0 + next * U, lane);
-            else cp_async_commit();
-            compute_any<MODE, NT, R, U>(p, v, acc, cw, sbw, l, xc, tile0, G0 + step * U);
-        }
-        cp_async_wait<0>();
-    } else if constexpr (S == 0) {
+    if constexpr (S == 0) {
         /* load a step, use it */
         for (int step = 0; step < nsteps; step++) {
             uint4 cw[R][U];
@@ -703,8 +614,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params 
     for (int G = G0 + nsteps * U; G < G1; G++) { /* the groups left over */
         uint4 cw[R][1];
         uint2 sbw[R][1];
-        if constexpr (S == 2) load_step<R, 1>(p, v, cw, sbw, tile0, G, lane); /* the ring moved no cursor */
-        else load_any<MODE, NT, R, 1>(p, v, wc, cw, sbw, tile0, G, lane);
+        load_any<MODE, NT, R, 1>(p, v, wc, cw, sbw, tile0, G, lane);
         compute_any<MODE, NT, R, 1>(p, v, acc, cw, sbw, l, xc, tile0, G);
     }
 
@@ -1013,15 +923,7 @@ typedef int (*LaunchFn)(const Params &p, int warps, int ksplit, int rowgroups, c
 template <int MODE, int NT, int R, int U, int S, bool GROUPED>
 int launch(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t stream) {
     auto fn = q4_matmul_kernel<MODE, NT, R, U, S, GROUPED>;
-    size_t smem = ksplit > 1 || p.wk > 1 ? part_bytes(warps, R) : 0;
-    if (S == 2) {
-        smem = part_bytes(warps, R) + ring_bytes(warps, R, U);
-        static size_t granted = 48 << 10; /* per instantiation: what the kernel may take */
-        if (smem > granted) {
-            SPLASH_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            granted = smem;
-        }
-    }
+    const size_t smem = ksplit > 1 || p.wk > 1 ? part_bytes(warps, R) : 0;
     KernelLaunch c(dim3((unsigned)ksplit, (unsigned)rowgroups, GROUPED ? (unsigned)(p.nmat * p.M) : 1u), /* M: slots */
                    dim3((unsigned)(warps * 32), 1, 1), smem, stream, (unsigned)ksplit, false /* no PDL: see the kernel */);
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, fn, p));
@@ -1035,7 +937,6 @@ struct Variant {
 constexpr Variant kVariants[] = {
     {1, 4, 0}, {1, 8, 0}, {2, 2, 0}, {2, 4, 0}, {2, 8, 0}, {4, 2, 0}, {4, 4, 0},
     {1, 2, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 2, 1},
-    {1, 2, 2}, {1, 4, 2}, {1, 8, 2}, {2, 2, 2}, {2, 4, 2}, {4, 2, 2},
 };
 constexpr int kNumVariants = sizeof kVariants / sizeof kVariants[0];
 
@@ -1045,7 +946,6 @@ LaunchFn pick_launch(int r, int u, int s) {
     if (r == R_ && u == U_ && s == S_) return launch<MODE, NT, R_, U_, S_, GROUPED>;
     Q4_V(1, 4, 0) Q4_V(1, 8, 0) Q4_V(2, 2, 0) Q4_V(2, 4, 0) Q4_V(2, 8, 0) Q4_V(4, 2, 0) Q4_V(4, 4, 0)
     Q4_V(1, 2, 1) Q4_V(1, 4, 1) Q4_V(2, 2, 1) Q4_V(2, 4, 1) Q4_V(4, 2, 1)
-    Q4_V(1, 2, 2) Q4_V(1, 4, 2) Q4_V(1, 8, 2) Q4_V(2, 2, 2) Q4_V(2, 4, 2) Q4_V(4, 2, 2)
 #undef Q4_V
     return nullptr;
 }
@@ -1457,11 +1357,6 @@ static int config_pick(int rows, int cols, int M, int grouped, splash_q4_config 
         if (p->rows == rows && p->cols == cols) {
             *cfg = grouped && mc >= 2 && p->grouped[mc - 2].r ? p->grouped[mc - 2] : p->c[mc];
             cfg->ksplit = p->ksplit, cfg->wk = p->wk;
-            /* SPLASH_CUDA_Q4_RING=1: a preset's stages 0 as the ring (stages 2), the
-             * same (r, u, warps, ksplit, wk): the same bits (an A/B switch) */
-            static int g_ring = -1; /* benign race: every thread computes the same value */
-            if (env_switch(&g_ring, "SPLASH_CUDA_Q4_RING", 0) && cfg->stages == 0 && variant_compiled(cfg->r, cfg->u, 2))
-                cfg->stages = 2;
             return SPLASH_OK;
         }
     }

@@ -141,8 +141,7 @@ int splash_q4_prep_silu_mul_rows(splash_q4_xprep *xp, const float *g, size_t ldg
 typedef struct splash_q4_config {
     int r;      /* row tiles (16 rows) per warp: 1, 2, 4 */
     int u;      /* groups per step per warp: 2, 4, 8 */
-    int stages; /* 0: a step's loads, then its arithmetic; 1: next step's loads in flight meanwhile;
-                   2: a ring of steps in shared memory filled by cp.async (q4_matmul.cu) */
+    int stages; /* 0: a step's loads, then its arithmetic; 1: next step's loads in flight meanwhile */
     int warps;  /* warps per block, 1..8, each on its own row tiles */
     int ksplit; /* blocks per cluster splitting the columns: 1, 2, 4, 8 */
     int wk;     /* warps of a block splitting its share of the columns: 1, 2, 4, 8 (divides warps) */
