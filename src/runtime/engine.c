@@ -150,6 +150,7 @@ typedef struct lane {
     int cycling;          /* this step: committed a cycle, its later phases (cycle_end) due */
     int32_t out[SPLASH_DRAFT_MAX_BLOCK]; /* ... the cycle's decided tokens, */
     int cy_k, cy_j, cy_good, cy_c, cy_n0; /* accepted, emitted - 1, rows that stand, committed, n_past before */
+    int cy_verified;      /* its rows were VERIFY rows: the model commits cy_c of them (cycle_commit_lanes) */
     int overtaken;        /* the scheduler's count (scheduler.h) */
     uint64_t arrival;     /* admission order */
     splash_token_history hist;
@@ -209,6 +210,7 @@ struct splash_engine {
     int step_dev;         /* this step: requests (e->dreq[0..step_dev)) whose proposals are on the device */
     const int32_t *dev_props; /* ... where they are (batch.device_tokens) */
     int *dfirst;          /* [max_lanes] */
+    int *cslots, *ccounts; /* [max_lanes] a step's commits: the lanes' slots and accepted rows */
     uint64_t spec_device_cycles;
     int block, max_block; /* default rows per decoding lane, and the most a gen may ask */
     int auto_block;       /* the block chosen step by step (block_policy.h) ... */
@@ -827,10 +829,11 @@ static void lane_decode_snapshot(splash_engine *e, lane *l) {
 
 /* After the decode forward (VERIFY rows, or one PREFILL row when nothing was
  * proposed: verified = 0, nothing to commit), a cycle ends in phases run for
- * all its lanes (cycle_end): decide and commit (this function), the draft
- * fed the taps of the rows up to the commit, the pages and a snapshot, the
- * draft fed the rest, emit.  The draft then sees every lane's rows of a phase
- * at once (append_lanes).  0, or 1 when the lane ended. */
+ * all its lanes: decide (this function, lane by lane), the model's commit of
+ * every lane at once (cycle_commit_lanes), then (cycle_end) the draft fed the
+ * taps of the rows up to the commit, the pages and a snapshot, the draft fed
+ * the rest, emit.  The model and the draft see every lane's rows of a phase
+ * at once (commit_lanes, append_lanes).  0, or 1 when the lane ended. */
 static int cycle_commit(splash_engine *e, lane *l, spec_times *tm, int verified) {
     splash_gen *g = l->g;
     int nf = l->n_feed, np = l->n_props, pt = e->needs->page_tokens, n0 = l->n_past;
@@ -862,16 +865,34 @@ static int cycle_commit(splash_engine *e, lane *l, spec_times *tm, int verified)
         }
     int good = nf + j, c = good;
     if (e->use_cache && (n0 / pt + 1) * pt < n0 + c) c = (n0 / pt + 1) * pt - n0; /* stop on the page boundary */
-    if (verified && splash_model_commit(e->model, l->slot, c, &err)) {
-        lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
-        return 1;
-    }
+    l->cy_verified = verified;
     l->n_past += c;
     for (int r = nf; r < good; r++) l->seq[n0 + r] = l->props[r - nf];
     l->seq[n0 + good] = l->out[j];
     l->cy_k = k, l->cy_j = j, l->cy_good = good, l->cy_c = c, l->cy_n0 = n0;
     tm->commit += splash_now() - t;
     return 0;
+}
+
+/* The model's commit of every cycling lane whose rows were verified, in one
+ * call (splash_model_commit_lanes); when it fails, those lanes end. */
+static void cycle_commit_lanes(splash_engine *e, spec_times *tm) {
+    double t = splash_now();
+    int n = 0;
+    for (int i = 0; i < e->max_lanes; i++) {
+        const lane *l = &e->lanes[i];
+        if (l->g && l->cycling && l->cy_verified) e->cslots[n] = l->slot, e->ccounts[n++] = l->cy_c;
+    }
+    splash_error err = {0};
+    if (n && splash_model_commit_lanes(e->model, e->cslots, e->ccounts, n, &err))
+        for (int i = 0; i < e->max_lanes; i++) {
+            lane *l = &e->lanes[i];
+            if (l->g && l->cycling && l->cy_verified) {
+                lane_end(e, l, SPLASH_FINISH_ERROR, err.msg);
+                l->cycling = 0;
+            }
+        }
+    tm->commit += splash_now() - t;
 }
 
 /* Phase `part` of the draft's feeding for the cycling lanes: the draft holds
@@ -1073,6 +1094,7 @@ static void step(splash_engine *e) {
         l->n_feed = 1;
         lane_emit(e, l, sb.target, &tok, 1);
     }
+    cycle_commit_lanes(e, &tm);
     cycle_end(e, &tm);
     double dt = splash_now() - t0;
     if (any_prefill) splash_sched_observe(&e->sched, n_rows, dt);
@@ -1319,6 +1341,8 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->derr = calloc((size_t)e->max_lanes, sizeof *e->derr);
     e->dtaps = calloc((size_t)e->max_lanes, sizeof *e->dtaps);
     e->dfirst = calloc((size_t)e->max_lanes, sizeof *e->dfirst);
+    e->cslots = calloc((size_t)e->max_lanes * 2, sizeof *e->cslots);
+    e->ccounts = e->cslots ? e->cslots + e->max_lanes : NULL;
     e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes * e->max_block));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
     e->logits = malloc(sizeof(float) * (size_t)e->vocab * (size_t)e->max_lanes * (size_t)e->max_block);
@@ -1457,6 +1481,7 @@ void splash_engine_free(splash_engine *e) {
     free(e->slanes);
     free(e->dreq);
     free(e->dwho);
+    free(e->cslots);
     free(e->dlog);
     free(e->dtok);
     free(e->dkind);

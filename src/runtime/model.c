@@ -149,6 +149,25 @@ int splash_model_commit(splash_model *m, int slot, int n_accepted, splash_error 
     return m->ops->commit(m->impl, slot, n_accepted, err);
 }
 
+int splash_model_commit_lanes(splash_model *m, const int *slots, const int *n_accepted, int n, splash_error *err) {
+    if (n < 0 || (n > 0 && (!slots || !n_accepted)))
+        return splash_fail(err, SPLASH_E_INVALID, "commit: %d lanes without their slots and counts", n);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (slots[i] == slots[j]) return splash_fail(err, SPLASH_E_INVALID, "commit: slot %d named twice", slots[i]);
+    static int lanes_off = -1; /* SPLASH_COMMIT_LANES=0: lane by lane (an A/B switch) */
+    if (lanes_off < 0) {
+        const char *v = getenv("SPLASH_COMMIT_LANES");
+        lanes_off = v && !strcmp(v, "0");
+    }
+    if (m->ops->commit_lanes && !lanes_off && n > 0) return m->ops->commit_lanes(m->impl, slots, n_accepted, n, err);
+    for (int i = 0; i < n; i++) {
+        int rc = m->ops->commit(m->impl, slots[i], n_accepted[i], err);
+        if (rc) return rc;
+    }
+    return SPLASH_OK;
+}
+
 int splash_model_snapshot(splash_model *m, int slot, void *dst) { return m->ops->snapshot(m->impl, slot, dst); }
 
 int splash_model_restore(splash_model *m, int slot, const void *src) { return m->ops->restore(m->impl, slot, src); }

@@ -181,6 +181,18 @@ int splash_model_forward(splash_model *m, const splash_batch *b, splash_error *e
  * n_accepted to the lane's n_past; KV of the other rows is simply ignored. */
 int splash_model_commit(splash_model *m, int slot, int n_accepted, splash_error *err);
 
+/* The commits of several lanes verified by one forward: lane i's slot
+ * slots[i] advanced by its first n_accepted[i] rows, as splash_model_commit
+ * would one after another (the same state), in one call, so a model on a GPU
+ * replays them together (one upload, one launch).  A lane with 0 accepted
+ * rows is only marked committed; a slot named twice fails the call.  A model
+ * with the op checks every lane before any state moves (a bad one fails the
+ * call and changes nothing); one without it gets splash_model_commit lane by
+ * lane, stopping at the first failure (the lanes before it committed), as
+ * does every model when SPLASH_COMMIT_LANES=0 is in the environment (an A/B
+ * of the two). */
+int splash_model_commit_lanes(splash_model *m, const int *slots, const int *n_accepted, int n, splash_error *err);
+
 /* Copies a slot's recurrent state to / from a snapshot buffer of state_bytes
  * (allocated with splash_model_alloc_memory). */
 int splash_model_snapshot(splash_model *m, int slot, void *dst);

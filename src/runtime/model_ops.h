@@ -20,6 +20,7 @@ typedef struct splash_model_ops {
     int (*reset_slot)(void *impl, int slot);
     int (*forward)(void *impl, const splash_batch *b, splash_error *err);
     int (*commit)(void *impl, int slot, int n_accepted, splash_error *err);
+    int (*commit_lanes)(void *impl, const int *slots, const int *n_accepted, int n, splash_error *err); /* NULL: commit by commit */
     int (*snapshot)(void *impl, int slot, void *dst);
     int (*restore)(void *impl, int slot, const void *src);
     const float *(*device_taps)(void *impl); /* NULL: none (splash_model_device_taps) */

@@ -492,6 +492,51 @@ static void case_commit_exact(Fixture *f, float *lc, float *lg) {
     free(a), free(b);
 }
 
+/* The three lanes' verify forward, from states rebuilt the same way each time. */
+static void lanes_verified(Fixture *f, float *lg) {
+    Side *g = &f->gpu;
+    const int pre[LANES] = {70, 20, 40};
+    for (int s = 0; s < LANES; s++) {
+        reset(f, s);
+        run1(f, g, s, 0, pre[s], SPLASH_LANE_PREFILL, lg);
+    }
+    const LaneSpec v[LANES] = {{0, 70, 7, SPLASH_LANE_VERIFY}, {1, 20, 5, SPLASH_LANE_VERIFY}, {2, 40, 3, SPLASH_LANE_VERIFY}};
+    run(f, g, v, LANES, lg);
+}
+
+/* splash_model_commit_lanes (one replay of every lane) leaves the states that
+ * commits lane by lane leave (GPU, bytes), for counts that change between
+ * calls of one shape (eager, captured, replayed: the counts travel in the
+ * descriptors, not the graph), a lane with none among them; and a call that
+ * names a slot twice or one with nothing verified fails and moves nothing. */
+static void case_commit_lanes(Fixture *f, float *lg) {
+    Side *g = &f->gpu;
+    const size_t sb = g->nd->state_bytes * LANES;
+    uint8_t *each = (uint8_t *)malloc(sb), *all = (uint8_t *)malloc(sb);
+    const int slots[LANES] = {0, 1, 2}, counts[4][LANES] = {{7, 2, 3}, {1, 5, 0}, {4, 4, 1}, {7, 5, 3}};
+    splash_error err = {0, {0}};
+    for (int c = 0; c < 4; c++) {
+        lanes_verified(f, lg);
+        for (int i = 0; i < LANES; i++) commit(g, slots[i], counts[c][i]);
+        SPLASH_CUDA_CHECK(cudaMemcpy(each, g->states, sb, cudaMemcpyDeviceToHost));
+        lanes_verified(f, lg);
+        if (c == 3) { /* refused calls first: nothing may move */
+            const int twice[2] = {1, 1}, none[2] = {0, LANES}, two[2] = {3, 3};
+            report_exact(f->tag, "GPU: commit lanes, a slot twice fails",
+                         splash_model_commit_lanes(g->m, twice, two, 2, &err) != 0);
+            report_exact(f->tag, "GPU: commit lanes, unverified slot fails",
+                         splash_model_commit_lanes(g->m, none, two, 2, &err) != 0);
+        }
+        if (splash_model_commit_lanes(g->m, slots, counts[c], LANES, &err)) die("commit lanes (cuda)", &err);
+        SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        SPLASH_CUDA_CHECK(cudaMemcpy(all, g->states, sb, cudaMemcpyDeviceToHost));
+        char what[40];
+        snprintf(what, sizeof what, "GPU: commit lanes %d/%d/%d = each", counts[c][0], counts[c][1], counts[c][2]);
+        report_exact(f->tag, what, !memcmp(each, all, sb));
+    }
+    free(each), free(all);
+}
+
 /* TOP rows (runtime/model.h): two VERIFY lanes (no state moves, so every
  * run sees the same rows) with LOGITS, TOP and both mixed, top k 1, 5 and
  * the most; on each side the LOGITS rows equal an all-LOGITS run's bit for
@@ -622,6 +667,7 @@ int main(int argc, char **argv) {
         case_blocks(f, 130, 7, 0, "verify 7, accept 1..7", lc, lg);
         case_lanes(f, lc, lg);
         case_commit_exact(f, lc, lg);
+        case_commit_lanes(f, lg);
         case_top(f, lc, lg);
         case_move(f, lc, lg);
         side_free(&f->cpu);

@@ -361,6 +361,44 @@ static void test_verify_commit_equals_prefill(void **state) {
     }
 }
 
+/* splash_model_commit_lanes: two lanes verified in one forward and committed
+ * in one call leave the states of commits lane by lane; a slot named twice
+ * or a negative count of lanes fails. */
+static void test_commit_lanes(void **state) {
+    (void)state;
+    if (!any_fixture()) skip();
+    FOR_FIXTURES(f) {
+        const size_t sb = f->nd->state_bytes;
+        float *out = malloc(sizeof(float) * f->vocab * MAX_T); /* every row is a LOGITS row */
+        void *each[2] = {splash_model_alloc_memory(f->m, sb), splash_model_alloc_memory(f->m, sb)};
+        void *all[2] = {splash_model_alloc_memory(f->m, sb), splash_model_alloc_memory(f->m, sb)};
+        const int slots[2] = {0, 1}, counts[2] = {5, 2};
+        for (int pass = 0; pass < 2; pass++) {
+            for (int s = 0; s < 2; s++) {
+                splash_model_reset_slot(f->m, s);
+                run1(f, s, f->tokens, 0, 20 + 10 * s, SPLASH_LANE_PREFILL, out);
+            }
+            lane_spec v[2] = {{0, 20, 6, SPLASH_LANE_VERIFY, f->tokens}, {1, 30, 4, SPLASH_LANE_VERIFY, f->tokens}};
+            splash_error err = {0};
+            if (run_lanes_on(f->m, f, v, 2, out, &err)) fail_msg("%s: forward: %s", f->name, err.msg);
+            if (pass == 0) {
+                for (int i = 0; i < 2; i++) commit(f, slots[i], counts[i]);
+            } else {
+                const int twice[2] = {1, 1};
+                assert_int_not_equal(splash_model_commit_lanes(f->m, twice, counts, 2, &err), 0);
+                assert_int_not_equal(splash_model_commit_lanes(f->m, slots, counts, -1, &err), 0);
+                if (splash_model_commit_lanes(f->m, slots, counts, 2, &err))
+                    fail_msg("%s: commit lanes: %s", f->name, err.msg);
+            }
+            for (int s = 0; s < 2; s++) splash_model_snapshot(f->m, s, pass ? all[s] : each[s]);
+        }
+        for (int s = 0; s < 2; s++)
+            if (memcmp(each[s], all[s], sb)) fail_msg("%s: slot %d after commit lanes differs", f->name, s);
+        for (int s = 0; s < 2; s++) splash_model_free_memory(f->m, each[s]), splash_model_free_memory(f->m, all[s]);
+        free(out);
+    }
+}
+
 static void test_snapshot_restore(void **state) {
     (void)state;
     if (!any_fixture()) skip();
@@ -562,6 +600,7 @@ int main(void) {
         cmocka_unit_test(test_matches_reference),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_verify_commit_equals_prefill),
+        cmocka_unit_test(test_commit_lanes),
         cmocka_unit_test(test_snapshot_restore),
         cmocka_unit_test(test_bad_batch_touches_nothing),
         cmocka_unit_test(test_taps),

@@ -199,8 +199,9 @@ static void plan_scratch(qc_model *m, bump *b) {
         if (m->verify_cap > m->max_rows) m->verify_cap = m->max_rows;
         m->vsave_row = C + 2 * Hv;
         m->vsave = CARVE_F(b, (size_t)d->n_gdn * (size_t)m->verify_cap * m->vsave_row);
-        m->commit_dev = (splash_cuda_gdn_lane *)carve(b, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane));
-        m->commit_conv = CARVE_F(b, (size_t)QC_COMMIT_BRANCHES * QWEN35_MAX_VERIFY_ROWS * C);
+        m->commit_dev =
+            (splash_cuda_gdn_lane *)carve(b, (size_t)d->n_gdn * m->max_lanes * sizeof(splash_cuda_gdn_lane));
+        m->commit_conv = CARVE_F(b, (size_t)QC_COMMIT_BRANCHES * m->verify_cap * C);
     }
     m->gdn_ws = nullptr, m->gdn_ws_floats = 0;
     if (d->n_gdn && m->max_rows >= QWEN35_CHUNKED_MIN_ROWS) { /* the chunked kernel's prepared chunks */
@@ -239,15 +240,19 @@ static int alloc_scratch(qc_model *m, splash_error *err) {
     if (m->w.max_q4_cols) splash_q4_xprep_init(&m->xp, m->xprep_mem, m->w.max_q4_cols);
     if (m->gx_mem) splash_q4_gemm_x_init(&m->gx, m->gx_mem, m->max_rows, m->w.max_q4_cols);
     if (m->d.n_gdn) {
-        e = cudaMallocHost((void **)&m->commit_host, (size_t)m->d.n_gdn * sizeof(splash_cuda_gdn_lane));
+        e = cudaMallocHost((void **)&m->commit_host,
+                           (size_t)m->d.n_gdn * m->max_lanes * sizeof(splash_cuda_gdn_lane));
         if (e != cudaSuccess) {
             m->commit_host = nullptr;
             return splash_fail(err, SPLASH_E_NOMEM, "cudaMallocHost for commit: %s", cudaGetErrorString(e));
         }
     }
     m->pending = (qc_pending *)calloc((size_t)m->max_lanes, sizeof *m->pending);
+    m->commit_p = (qc_pending *)calloc((size_t)m->max_lanes, sizeof *m->commit_p);
+    m->commit_n = (int *)calloc((size_t)m->max_lanes * 2, sizeof *m->commit_n);
+    m->commit_at = m->commit_n ? m->commit_n + m->max_lanes : nullptr;
     m->bulk = (qc_rows *)calloc((size_t)m->max_lanes, sizeof *m->bulk);
-    if (!m->pending || !m->bulk) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    if (!m->pending || !m->commit_p || !m->commit_n || !m->bulk) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
     if (m->d.moe) {
         int rc = splash_cuda_moe_scratch_init(&m->moe, m->max_rows, m->d.hidden, m->d.expert_inter, m->d.top_k);
         if (rc)
@@ -289,6 +294,8 @@ static void c_free(void *impl) {
     if (m->commit_fork) cudaEventDestroy((cudaEvent_t)m->commit_fork);
     if (m->commit_up) cudaEventDestroy((cudaEvent_t)m->commit_up);
     free(m->pending);
+    free(m->commit_p);
+    free(m->commit_n);
     free(m->bulk);
     free(m->tap_layers);
     free(m);
@@ -546,15 +553,16 @@ static int c_reset(void *impl, int slot) {
 }
 
 /* The replay's kernels (what a commit graph holds): per GDN layer the conv
- * (advancing the conv state; its outputs into the branch's commit_conv) and
- * the recurrence in place on rows [first, first + n) of the verify save.
- * The layers do not depend on each other: layer gi runs on branch
- * gi % QC_COMMIT_BRANCHES, forked from the model's stream and joined back
- * (captured, the graph's parallel branches), so the ~2 latency-bound
- * kernels a layer overlap instead of queueing (27B: 48 layers). */
+ * (advancing the conv states; its outputs into the branch's commit_conv) and
+ * the recurrence in place, both over the committing lanes at once, each lane
+ * on its rows [first, first + n) of the verify save (its descriptor's
+ * first_row and n_rows).  The layers do not depend on each other: layer gi
+ * runs on branch gi % QC_COMMIT_BRANCHES, forked from the model's stream and
+ * joined back (captured, the graph's parallel branches), so the ~2
+ * latency-bound kernels a layer overlap instead of queueing (27B: 48 layers). */
 typedef struct replay_ctx {
     qc_model *m;
-    int first, n;
+    int n_lanes, max_rows; /* max_rows: the lanes' verified rows, which bound their n_rows */
 } replay_ctx;
 
 static int replay_kernels(void *ctx) {
@@ -566,7 +574,7 @@ static int replay_kernels(void *ctx) {
     const int nb = d->n_gdn < QC_COMMIT_BRANCHES ? d->n_gdn : QC_COMMIT_BRANCHES;
     /* Early loads (splash_q4_early_loads): a branch's first kernel waits for the fork in
      * full, and each later one follows the layer before's recurrence, which writes only that
-     * layer's delta state; the lanes, taps, this layer's conv and delta states and the saved
+     * layer's delta states; the lanes, taps, this layer's conv and delta states and the saved
      * rows were all written before the fork. */
     const int early = splash_q4_early_loads();
     SPLASH_CUDA_TRY(cudaEventRecord((cudaEvent_t)m->commit_fork, s));
@@ -577,14 +585,15 @@ static int replay_kernels(void *ctx) {
         if (L->is_attn) continue;
         const int gi = L->index, b = gi % QC_COMMIT_BRANCHES;
         const cudaStream_t bs = (cudaStream_t)m->commit_streams[b];
-        float *conv = m->commit_conv + (size_t)b * QWEN35_MAX_VERIFY_ROWS * C;
-        const float *save = m->vsave + ((size_t)gi * m->verify_cap + (size_t)r->first) * m->vsave_row;
-        int rc = splash_cuda_gdn_conv(L->conv_t, C, d->conv_kernel, m->commit_dev + gi, 1, r->n, save, m->vsave_row,
+        const splash_cuda_gdn_lane *lanes = m->commit_dev + (size_t)gi * r->n_lanes;
+        float *conv = m->commit_conv + (size_t)b * m->verify_cap * C;
+        const float *save = m->vsave + (size_t)gi * m->verify_cap * m->vsave_row;
+        int rc = splash_cuda_gdn_conv(L->conv_t, C, d->conv_kernel, lanes, r->n_lanes, r->max_rows, save, m->vsave_row,
                                       conv, (size_t)C, early, bs);
         if (rc) return rc;
         splash_cuda_gdn_args a;
         memset(&a, 0, sizeof a);
-        a.lanes = m->commit_dev + gi, a.n_lanes = 1;
+        a.lanes = lanes, a.n_lanes = r->n_lanes;
         a.hk = d->hk, a.hv = Hv, a.dk = d->dk, a.dv = d->dv;
         a.mixed = conv, a.ldm = (size_t)C;
         a.a = save + C, a.b = save + C + Hv, a.ldab = m->vsave_row;
@@ -600,55 +609,82 @@ static int replay_kernels(void *ctx) {
     return 0;
 }
 
-/* Replays the first n saved verify rows of p on its slot, as a PREFILL of
- * those rows would: the slot's state pointers uploaded, then the kernels
- * (a graph per (first, n) when graphs are on).  Not waited for: the next
- * forward, snapshot or restore queues behind it on the stream, and a step's
- * commits of several lanes follow each other on the GPU while the host goes
- * on (the draft's append and next proposals run on the draft's stream
- * meanwhile); the pinned commit_host is rewritten only after its last upload
- * ran (commit_up). */
-static int replay(qc_model *m, const qc_pending *p, int n) {
+/* Replays the first n[i] saved verify rows of p[i] on its slot, every lane
+ * at once, as a PREFILL of those rows would: the lanes' descriptors uploaded,
+ * then the kernels, a graph per shape (the lanes' places and verified rows in
+ * the save: the counts travel in the descriptors, so one graph serves every
+ * count).  Not waited for: the next forward, snapshot or restore queues
+ * behind it on the stream, while the host goes on (the draft's append and next
+ * proposals run on the draft's stream meanwhile); the pinned commit_host is
+ * rewritten only after its last upload ran (commit_up). */
+static int replay(qc_model *m, const qc_pending *p, const int *n, int n_lanes) {
     const qwen35_dims *d = &m->d;
     const cudaStream_t s = (cudaStream_t)m->stream;
     SPLASH_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)m->commit_up));
-    for (int gi = 0; gi < d->n_gdn; gi++) {
-        splash_cuda_gdn_lane *l = &m->commit_host[gi];
-        memset(l, 0, sizeof *l);
-        l->conv_state = qc_conv_state(m, p->slot, gi);
-        l->s_in = l->s_out = qc_delta_state(m, p->slot, gi);
-        l->first_row = 0, l->n_rows = n, l->update_conv = 1;
-    }
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(m->commit_dev, m->commit_host, (size_t)d->n_gdn * sizeof(splash_cuda_gdn_lane),
-                                    cudaMemcpyHostToDevice, s));
+    int max_rows = 0;
+    for (int i = 0; i < n_lanes; i++) max_rows = p[i].n_rows > max_rows ? p[i].n_rows : max_rows;
+    for (int gi = 0; gi < d->n_gdn; gi++)
+        for (int i = 0; i < n_lanes; i++) {
+            splash_cuda_gdn_lane *l = &m->commit_host[(size_t)gi * n_lanes + i];
+            memset(l, 0, sizeof *l);
+            l->conv_state = qc_conv_state(m, p[i].slot, gi);
+            l->s_in = l->s_out = qc_delta_state(m, p[i].slot, gi);
+            l->first_row = p[i].first, l->n_rows = n[i], l->update_conv = 1;
+        }
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(m->commit_dev, m->commit_host,
+                                    (size_t)d->n_gdn * n_lanes * sizeof(splash_cuda_gdn_lane), cudaMemcpyHostToDevice,
+                                    s));
     SPLASH_CUDA_TRY(cudaEventRecord((cudaEvent_t)m->commit_up, s));
-    replay_ctx r = {m, p->first, n};
-    const int key[3] = {2, p->first, n}; /* a commit (forward keys start with 1) */
-    return m->use_graphs ? qc_graph_run(&m->graphs, qc_graph_find(&m->graphs, key, 3), replay_kernels, &r)
-                         : replay_kernels(&r);
+    replay_ctx r = {m, n_lanes, max_rows};
+    int key[QC_GRAPH_KEY_MAX], nk = 0;
+    key[nk++] = 2; /* a commit (forward keys start with 1) */
+    for (int i = 0; i < n_lanes && nk + 2 <= QC_GRAPH_KEY_MAX; i++) key[nk++] = p[i].first, key[nk++] = p[i].n_rows;
+    const bool graph = m->use_graphs && nk == 1 + 2 * n_lanes;
+    return graph ? qc_graph_run(&m->graphs, qc_graph_find(&m->graphs, key, nk), replay_kernels, &r)
+                 : replay_kernels(&r);
 }
 
-static int c_commit(void *impl, int slot, int n, splash_error *err) {
+/* The commits of n lanes (model.h, splash_model_commit_lanes): every lane
+ * checked first, then the lanes with rows to keep replayed together. */
+static int c_commit_lanes(void *impl, const int *slots, const int *n_acc, int n, splash_error *err) {
     qc_model *m = (qc_model *)impl;
-    if (!slot_ok(m, slot)) return splash_fail(err, SPLASH_E_RANGE, "commit: slot %d outside [0, %d)", slot, m->n_slots);
-    int k = -1;
-    for (int i = 0; i < m->n_pending; i++)
-        if (m->pending[i].slot == slot) k = i;
-    if (k < 0)
-        return splash_fail(err, SPLASH_E_INVALID,
-                           "commit: slot %d has no verified rows (commit follows the VERIFY forward, before the next one)",
-                           slot);
-    qc_pending p = m->pending[k];
-    if (n < 0 || n > p.n_rows)
-        return splash_fail(err, SPLASH_E_RANGE, "commit: %d rows accepted of the %d verified on slot %d", n, p.n_rows,
-                           slot);
-    if (n > 0 && m->d.n_gdn) {
-        int rc = replay(m, &p, n);
+    int *at = m->commit_at;
+    if (n > m->max_lanes)
+        return splash_fail(err, SPLASH_E_RANGE, "commit: %d lanes, more than the %d a forward holds", n, m->max_lanes);
+    for (int i = 0; i < n; i++) {
+        const int slot = slots[i];
+        if (!slot_ok(m, slot))
+            return splash_fail(err, SPLASH_E_RANGE, "commit: slot %d outside [0, %d)", slot, m->n_slots);
+        at[i] = -1;
+        for (int k = 0; k < m->n_pending; k++)
+            if (m->pending[k].slot == slot) at[i] = k;
+        if (at[i] < 0)
+            return splash_fail(err, SPLASH_E_INVALID,
+                               "commit: slot %d has no verified rows (commit follows the VERIFY forward, before the next one)",
+                               slot);
+        const qc_pending *p = &m->pending[at[i]];
+        if (n_acc[i] < 0 || n_acc[i] > p->n_rows)
+            return splash_fail(err, SPLASH_E_RANGE, "commit: %d rows accepted of the %d verified on slot %d", n_acc[i],
+                               p->n_rows, slot);
+    }
+    qc_pending *p = m->commit_p;
+    int *cnt = m->commit_n, k = 0;
+    for (int i = 0; i < n; i++)
+        if (n_acc[i] > 0) p[k] = m->pending[at[i]], cnt[k++] = n_acc[i];
+    if (k > 0 && m->d.n_gdn) {
+        int rc = replay(m, p, cnt, k);
         if (rc) return splash_fail(err, rc, "commit: the GDN replay on the device failed (%s)", splash_status_name(rc));
     }
-    m->pending[k] = m->pending[--m->n_pending];
+    for (int i = 0; i < n; i++) /* the lanes' pending entries dropped (by slot: removal moves the last one) */
+        for (int j = 0; j < m->n_pending; j++)
+            if (m->pending[j].slot == slots[i]) {
+                m->pending[j] = m->pending[--m->n_pending];
+                break;
+            }
     return 0;
 }
+
+static int c_commit(void *impl, int slot, int n, splash_error *err) { return c_commit_lanes(impl, &slot, &n, 1, err); }
 
 static int c_snapshot(void *impl, int slot, void *dst) {
     qc_model *m = (qc_model *)impl;
@@ -696,6 +732,7 @@ static const void *c_device_weight(void *impl, const void *data) {
 }
 
 extern "C" const splash_model_ops qwen35_cuda_ops = {
-    c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_snapshot, c_restore,
+    c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_commit_lanes, c_snapshot,
+    c_restore,
     c_device_taps, c_device_stream, c_finish, c_device_weight, c_use_spare,
 };

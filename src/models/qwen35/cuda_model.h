@@ -301,15 +301,17 @@ typedef struct qc_model {
     int gx_r0, gx_r1;
     splash_cuda_moe_scratch moe;
     size_t scratch_bytes;
-    /* commit: one lane per GDN layer, pinned + device; the layers' replays are
+    /* commit: [n_gdn][max_lanes] lanes, pinned + device; the layers' replays are
      * independent, so they run on QC_COMMIT_BRANCHES streams forked from
      * stream (a graph's parallel branches), each branch its own conv output */
     splash_cuda_gdn_lane *commit_host, *commit_dev;
     struct CUstream_st *commit_streams[QC_COMMIT_BRANCHES];
     struct CUevent_st *commit_fork, *commit_join[QC_COMMIT_BRANCHES];
     struct CUevent_st *commit_up;  /* after the last upload of commit_host: the next commit rewrites it after it */
-    float *commit_conv;            /* [QC_COMMIT_BRANCHES][QWEN35_MAX_VERIFY_ROWS][conv_dim] */
+    float *commit_conv;            /* [QC_COMMIT_BRANCHES][verify_cap][conv_dim] */
     qc_pending *pending;           /* [max_lanes] */
+    qc_pending *commit_p;          /* [max_lanes] a commit's lanes with rows to replay, */
+    int *commit_n, *commit_at;     /* [max_lanes] their counts; each lane's pending entry */
     qc_rows *bulk;                 /* [max_lanes] this forward's bulk-prefill row ranges (qc_fwd.n_bulk) */
     int n_pending;
     /* graphs of forward / commit shapes (cuda_graphs.cu) */
