@@ -253,9 +253,6 @@ static int emu_switch(int *state, const char *name, int on) {
 static int g_moe_norm = -1; /* splash_q4_moe_norm: as on the device, SPLASH_CUDA_MOE_NORM=0 turns it off */
 extern "C" int splash_q4_moe_norm(void) { return emu_switch(&g_moe_norm, "SPLASH_CUDA_MOE_NORM", 1); }
 extern "C" void splash_q4_set_moe_norm(int on) { g_moe_norm = on ? 1 : 0; }
-static int g_moe_route_fused = -1; /* splash_q4_moe_route_fused: SPLASH_CUDA_MOE_ROUTE_FUSED=0 turns it off */
-extern "C" int splash_q4_moe_route_fused(void) { return emu_switch(&g_moe_route_fused, "SPLASH_CUDA_MOE_ROUTE_FUSED", 1); }
-extern "C" void splash_q4_set_moe_route_fused(int on) { g_moe_route_fused = on ? 1 : 0; }
 static int g_attn_early = 1; /* splash_cuda_attn_early_loads (on, as on the device) */
 extern "C" int splash_cuda_attn_early_loads(void) { return g_attn_early; }
 extern "C" void splash_cuda_set_attn_early_loads(int on) { g_attn_early = on ? 1 : 0; }
@@ -817,19 +814,6 @@ extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, con
     for (int r = 0; fo && x && !rc && r < rows; r++)
         for (int c = 0; c < s->hidden; c++) x[r * ldx + c] = fo[r * ldf + c] + x[r * ldx + c];
     return rc;
-}
-
-/* The route made inside the experts' launch: here the route, then the step (the same numbers). */
-extern "C" int splash_cuda_moe_route_experts(const splash_q4_route *r, const splash_q4_matrix *gate,
-                                             const splash_q4_matrix *up, const splash_q4_matrix *down, int E,
-                                             const splash_q4_xprep *xp, float *fo, size_t ldf, float *x, size_t ldx,
-                                             splash_cuda_moe_scratch *s, struct CUstream_st *st) {
-    if (!r || r->shared < 0) return SPLASH_E_INVALID;
-    int rc = splash_cuda_moe_route(r->logits, (size_t)r->n_routed, 1, r->n_routed, r->top_k, r->norm_topk, r->shared,
-                                   r->sl, 1, r->idx, r->w, nullptr, st);
-    return rc ? rc
-              : splash_cuda_moe_experts_grouped(gate, up, down, E, r->idx, r->w, nullptr, 1, r->top_k + 1, xp, fo, ldf,
-                                                x, ldx, s, st);
 }
 
 extern "C" int splash_cuda_moe_sum(const splash_q4_moe_sum *ms, int rows, int H, float *x, size_t ldx,

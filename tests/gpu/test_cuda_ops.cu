@@ -1463,42 +1463,6 @@ static void test_moe(const Shape *s, int rows) {
         });
         report("moe_experts (grouped by the route's plan + shared slot + residual)", sh2, err, 1e-5, us,
                3.0 * rows * k1 * splash_q4_tiled_bytes(I, H) + 3.0 * NH * 4);
-        if (rows == 1) { /* a decode row routed by the experts' gate|up launch itself: the route's
-                          * ids and weights, fo and x bit for bit as the route launch then the step */
-            float *af = hfloats(NH), *ax = hfloats(NH), *bf = hfloats(NH), *bx = hfloats(NH);
-            int32_t ai[SPLASH_CUDA_MOE_MAX_TOPK + 1], bi[SPLASH_CUDA_MOE_MAX_TOPK + 1];
-            float aw[SPLASH_CUDA_MOE_MAX_TOPK + 1], bw[SPLASH_CUDA_MOE_MAX_TOPK + 1];
-            SPLASH_CUDA_CHECK(cudaMemcpy(dx0, x0, NH * 4, cudaMemcpyHostToDevice));
-            poison(dfo, NH * 4);
-            rc = splash_cuda_moe_route(dlog, E, 1, E, k, 1, E, dsl, 1, didx1, dw1, NULL, NULL);
-            if (!rc)
-                rc = splash_cuda_moe_experts_grouped(gm[0], gm[1], gm[2], E + 1, didx1, dw1, NULL, 1, k1, &xp, dfo, H,
-                                                     dx0, H, &sc, NULL);
-            down(af, dfo, NH * 4), down(ax, dx0, NH * 4), down(ai, didx1, k1 * 4), down(aw, dw1, k1 * 4);
-            SPLASH_CUDA_CHECK(cudaMemcpy(dx0, x0, NH * 4, cudaMemcpyHostToDevice));
-            poison(dfo, NH * 4), poison(dw1, k1 * 4);
-            SPLASH_CUDA_CHECK(cudaMemset(didx1, 0xFF, k1 * 4));
-            const splash_q4_route rt = {dlog, dsl, E, k, 1, E, didx1, dw1};
-            const int frc = splash_cuda_moe_route_experts(&rt, gm[0], gm[1], gm[2], E + 1, &xp, dfo, H, dx0, H, &sc,
-                                                          NULL);
-            down(bf, dfo, NH * 4), down(bx, dx0, NH * 4), down(bi, didx1, k1 * 4), down(bw, dw1, k1 * 4);
-            if (frc == SPLASH_E_UNSUPPORTED && E < 256) {
-                printf("note: moe_route_experts: %s's preset has no self-routing kernel (the model routes first)\n",
-                       s->name);
-            } else {
-                err = rc || frc || memcmp(af, bf, NH * 4) || memcmp(ax, bx, NH * 4) || memcmp(ai, bi, k1 * 4) ||
-                              memcmp(aw, bw, k1 * 4)
-                          ? INFINITY
-                          : 0.0;
-                us = time_us([&](int) {
-                    return splash_cuda_moe_route_experts(&rt, gm[0], gm[1], gm[2], E + 1, &xp, dfo, H, dx0, H, &sc,
-                                                         NULL);
-                });
-                report("moe_route_experts (routed in gate|up, = route + grouped bits)", sh2, err, 0.0, us,
-                       3.0 * k1 * splash_q4_tiled_bytes(I, H) + 3.0 * NH * 4);
-            }
-            free(af), free(ax), free(bf), free(bx);
-        }
         free(sl), free(x0), free(rfo), free(rx), free(gx), free(gidx1), free(gw1);
         cudaFree(dsl), cudaFree(dx0), cudaFree(dw1), cudaFree(didx1);
         }
@@ -2242,7 +2206,6 @@ int main(int argc, char **argv) {
     test_gdn();
 
     /* 5. MoE and the FFN's elementwise ops */
-    test_moe(&kTinyMoe, 1); /* a decode row (the route made in the experts' launch where compiled) */
     test_moe(&kTinyMoe, 16);
     test_moe(&kTinyMoe, 40); /* every row on expert 3: groups of 16, 16, 8 */
     test_moe(&kTinyMoe, 100); /* expert 3 in two tiles of the GEMM step */

@@ -1,7 +1,11 @@
 /* moe.cu - MoE routing and the expert steps (moe.h).
  *
- * route: one warp per row, the row's probabilities in registers
- * (moe_route.cuh, which the q4 product's self-routing launches share).
+ * route: one warp per row, the row's probabilities in registers.  The
+ * softmax is the CPU's (max subtracted, expf, divided by the sum; the sum is
+ * a warp tree here, not a sequential loop), the top-k is k rounds of a warp
+ * argmax (larger p, then lower id; two reduxes a round), and the
+ * renormalising sum runs in the order of selection as the CPU's does; the
+ * choice is sorted by id by ranks (shuffles).
  * With a plan the block (then every row) groups the slots by expert after
  * a barrier (q4_plan.cuh): no launch of its own.
  *
@@ -18,7 +22,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
 #include "backend/cuda/moe.h"
-#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/q4_matmul.h"
 #include "backend/cuda/q4_plan.cuh"
 
@@ -29,17 +32,76 @@ namespace {
 constexpr int kRouteWarps = 4;
 constexpr int kGroup = SPLASH_Q4_MAX_M; /* rows of one expert product */
 
-/* Row r's choice by one warp (moe_route.cuh), written sorted by id, the
- * shared expert's slot last. */
+/* Row r's choice by one warp, its probabilities in registers (expert
+ * lane + 32 j in p[j]; NPL >= E / 32).  A round of the top-k: each lane's
+ * best untaken expert (ascending id, strictly larger p), then the warp's
+ * largest by one redux over the p's bits (p >= 0, so the bits order as the
+ * values; 0 = no candidate, NaN is none) and the lowest id holding it by a
+ * second.  Lane kk keeps the kk-th choice, so the renormalising sum (in the
+ * order of selection, as the CPU's) and the sort by id are shuffles: no
+ * local memory. */
 template <int NPL>
 __device__ void route_row(const float *logits, size_t ldl, int r, int E, int k, int norm, int shared, const float *sl,
                           size_t lds, int32_t *idx, float *wout) {
     const int lane = threadIdx.x & 31;
-    const RouteChoice c = route_choose<NPL>(logits + (size_t)r * ldl, E, k, norm);
+    const float *x = logits + (size_t)r * ldl;
+    float p[NPL];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NPL; j++) {
+        p[j] = lane + 32 * j < E ? x[lane + 32 * j] : -INFINITY;
+        mx = fmaxf(mx, p[j]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < NPL; j++)
+        if (lane + 32 * j < E) {
+            p[j] = expf(p[j] - mx);
+            sum += p[j];
+        }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int j = 0; j < NPL; j++) p[j] = lane + 32 * j < E ? p[j] / sum : -1.f; /* -1: taken (or no expert) */
+    int my_i = 0;
+    float my_w = 0.f;
+    for (int kk = 0; kk < k; kk++) {
+        float bv = -1.f; /* probabilities are >= 0; taken ones are -1, NaN never compares larger */
+        int bj = -1;
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (p[j] > bv) bv = p[j], bj = j;
+        const unsigned key = bj >= 0 ? __float_as_uint(bv) + 1u : 0u;
+        const unsigned kmax = __reduce_max_sync(kFull, key);
+        int bi;
+        if (kmax) {
+            bi = __reduce_min_sync(kFull, key == kmax ? lane + 32 * bj : 0x7FFFFFFF);
+        } else { /* every untaken p is NaN: the lowest untaken id, as the CPU */
+            int lo = 0x7FFFFFFF;
+#pragma unroll
+            for (int j = NPL - 1; j >= 0; j--)
+                if (lane + 32 * j < E && p[j] != -1.f) lo = lane + 32 * j;
+            lo = __reduce_min_sync(kFull, lo);
+            bi = lo < E ? lo : 0; /* lo < E: k <= E leaves one untaken */
+        }
+        float own = 0.f; /* the owner lane's p of bi, then taken */
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (lane + 32 * j == bi) own = p[j], p[j] = -1.f;
+        const float w = __shfl_sync(kFull, own, bi & 31);
+        if (lane == kk) my_i = bi, my_w = w;
+    }
+    if (norm) {
+        float s = 0.f;
+        for (int kk = 0; kk < k; kk++) s += __shfl_sync(kFull, my_w, kk);
+        my_w = my_w / s;
+    }
+    int rank = 0; /* the choice sorted by expert id (distinct ids) */
+    for (int kk = 0; kk < k; kk++) rank += __shfl_sync(kFull, my_i, kk) < my_i;
     const int stride = k + (shared >= 0); /* slots a row */
     if (lane < k) {
-        idx[(size_t)r * stride + c.rank] = c.id;
-        wout[(size_t)r * stride + c.rank] = c.w;
+        idx[(size_t)r * stride + rank] = my_i;
+        wout[(size_t)r * stride + rank] = my_w;
     }
     if (shared >= 0 && lane == 0) { /* the shared expert, last (its id is above the routed ones: ffn.c adds it last) */
         idx[(size_t)r * stride + k] = shared;
@@ -352,12 +414,12 @@ extern "C" int splash_cuda_moe_experts(const splash_q4_matrix *gate, const splas
     return SPLASH_OK;
 }
 
-/* splash_cuda_moe_experts_grouped, or with route (not NULL; rows 1, no
- * plan) splash_cuda_moe_route_experts: the gate|up launch routes the row. */
-static int experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up, const splash_q4_matrix *down,
-                           int n_experts, const int32_t *idx, const float *w, const int32_t *plan,
-                           const splash_q4_route *route, int rows, int K, const splash_q4_xprep *xp, float *fo,
-                           size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s, cudaStream_t stream) {
+extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
+                                               const splash_q4_matrix *down, int n_experts, const int32_t *idx,
+                                               const float *w, const int32_t *plan, int rows, int K,
+                                               const splash_q4_xprep *xp, float *fo,
+                                               size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
+                                               struct CUstream_st *stream) {
     if (!gate || !up || !down || !idx || !w || !xp || !s || !s->dev || rows < 0 || rows > kGroup ||
         n_experts < 1 || n_experts > SPLASH_CUDA_MOE_MAX_EXPERTS || (fo && ldf < (size_t)s->hidden) || K < 1 ||
         K > s->top_k + 1 || (x && ldx < (size_t)s->hidden))
@@ -369,8 +431,7 @@ static int experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix 
     int rc = expert_strides(gate, up, down, n_experts, H, I, &sg, &sd);
     if (rc) return rc;
     /* gate and up of every (row, k) slot in one launch, x row = slot / K */
-    rc = route ? splash_q4_matmul_grouped_route(gate, up, n_experts, sg, route, xp, s->sg, s->su, (size_t)I, stream)
-               : splash_q4_matmul_grouped(gate, up, n_experts, sg, idx, plan, S, K, xp, s->sg, s->su, (size_t)I, stream);
+    rc = splash_q4_matmul_grouped(gate, up, n_experts, sg, idx, plan, S, K, xp, s->sg, s->su, (size_t)I, stream);
     if (!rc) rc = splash_q4_prep_silu_mul_rows(&s->xs, s->sg, I, s->su, I, s->sg, I, S, I, stream);
     if (!rc)
         rc = splash_q4_matmul_grouped(down, nullptr, n_experts, sd, idx, plan, S, 1, &s->xs, s->smo, nullptr, (size_t)H,
@@ -378,30 +439,6 @@ static int experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix 
     if (rc || !fo) return rc; /* fo NULL: the sum is the caller's (splash_q4_prep_rmsnorm_moe) */
     const splash_q4_moe_sum ms = {s->smo, (size_t)H, w, K, fo, ldf};
     return splash_cuda_moe_sum(&ms, rows, H, x, ldx, stream);
-}
-
-extern "C" int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q4_matrix *up,
-                                               const splash_q4_matrix *down, int n_experts, const int32_t *idx,
-                                               const float *w, const int32_t *plan, int rows, int K,
-                                               const splash_q4_xprep *xp, float *fo,
-                                               size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
-                                               struct CUstream_st *stream) {
-    return experts_grouped(gate, up, down, n_experts, idx, w, plan, nullptr, rows, K, xp, fo, ldf, x, ldx, s,
-                           (cudaStream_t)stream);
-}
-
-extern "C" int splash_cuda_moe_route_experts(const splash_q4_route *route, const splash_q4_matrix *gate,
-                                             const splash_q4_matrix *up, const splash_q4_matrix *down, int n_experts,
-                                             const splash_q4_xprep *xp, float *fo, size_t ldf, float *x, size_t ldx,
-                                             splash_cuda_moe_scratch *s, struct CUstream_st *stream) {
-    if (!route || !gate || route->shared < 0 || route->top_k > SPLASH_CUDA_MOE_MAX_TOPK) return SPLASH_E_INVALID;
-    if (route->n_routed > SPLASH_Q4_ROUTE_MAX_EXPERTS) return SPLASH_E_UNSUPPORTED;
-    splash_q4_config cfg; /* the launch the gate's preset picks must have a self-routing kernel */
-    int rc = splash_q4_config_pick_grouped(gate->rows, gate->cols, route->top_k + 1, &cfg);
-    if (rc) return rc;
-    if (!splash_q4_grouped_route_compiled(&cfg)) return SPLASH_E_UNSUPPORTED;
-    return experts_grouped(gate, up, down, n_experts, route->idx, route->w, nullptr, route, 1, route->top_k + 1, xp,
-                           fo, ldf, x, ldx, s, (cudaStream_t)stream);
 }
 
 extern "C" int splash_cuda_moe_sum(const splash_q4_moe_sum *ms, int rows, int H, float *x, size_t ldx,

@@ -141,21 +141,6 @@ int splash_cuda_moe_experts_grouped(const splash_q4_matrix *gate, const splash_q
                                     size_t ldf, float *x, size_t ldx, splash_cuda_moe_scratch *s,
                                     struct CUstream_st *stream);
 
-/* splash_cuda_moe_route of one row (shared >= 0), then
- * splash_cuda_moe_experts_grouped of it (no plan), with the route made by the
- * experts' gate|up launch itself (q4_matmul.h, splash_q4_route: every block
- * routes the row with the route kernel's code, one writes idx and w for the
- * down product and the sum): the same idx, w and fo bits, one launch and one
- * dependent wait less on a decode step's chain.  route->logits, sl, the
- * counts and idx / w ([top_k + 1]) as splash_cuda_moe_route's; n_experts
- * counts the shared expert's matrices.  SPLASH_E_UNSUPPORTED when the gate's
- * preset has no self-routing kernel or n_routed > SPLASH_Q4_ROUTE_MAX_EXPERTS
- * (nothing launched: the caller routes first). */
-int splash_cuda_moe_route_experts(const splash_q4_route *route, const splash_q4_matrix *gate,
-                                  const splash_q4_matrix *up, const splash_q4_matrix *down, int n_experts,
-                                  const splash_q4_xprep *xp, float *fo, size_t ldf, float *x, size_t ldx,
-                                  splash_cuda_moe_scratch *s, struct CUstream_st *stream);
-
 /* The step's weighted sum alone: ms->fo[r] = sum over k of ms->mo[(r K + k)
  * H ..] ms->w[r K + k], k ascending from 0; x (not NULL) += fo[r].  ms->ldm
  * must be H (SPLASH_E_UNSUPPORTED otherwise). */

@@ -77,7 +77,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
-#include "backend/cuda/moe_route.cuh"
 #include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
 #include "backend/cuda/q4_plan.cuh"
@@ -121,12 +120,6 @@ struct Params {
     size_t estride, sboff, yslot;
     int n_experts, xdiv, nmat;
     int add;                /* y += the product (rounded first: the bits of a product, then an add) */
-    /* a self-routing grouped launch (splash_q4_route; rlogits NULL: idx is read): slot j < rk
-     * takes the row's expert of rank j, slot rk the shared expert rshared */
-    const float *rlogits, *rsl;
-    int32_t *ridx;
-    float *rw;
-    int rn, rk, rnorm, rshared;
 };
 
 /* What a block reads and writes: Params' pointers, or for a grouped block its
@@ -505,29 +498,12 @@ __device__ __forceinline__ void compute_any(const Params &p, const View &v, floa
 constexpr int kPartStride = 17;
 __host__ __device__ constexpr size_t part_bytes(int warps, int r) { return (size_t)warps * r * 16 * kPartStride * 4; }
 
-/* A self-routing launch's slot j: its expert (moe_route.cuh's choice, made
- * by every warp of the block; the shared expert's slot needs none), and the
- * route's idx and w written once, by warp 0 of the launch's first block. */
-__device__ __forceinline__ int routed_expert(const Params &p, int j) {
-    if (j >= p.rk) return p.rshared; /* block-uniform */
-    const RouteChoice c = route_choose<SPLASH_Q4_ROUTE_MAX_EXPERTS / 32>(p.rlogits, p.rn, p.rk, p.rnorm);
-    const int lane = threadIdx.x & 31;
-    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x < 32) {
-        if (lane < p.rk) p.ridx[c.rank] = c.id, p.rw[c.rank] = c.w;
-        if (p.rshared >= 0 && lane == 0) p.ridx[p.rk] = p.rshared, p.rw[p.rk] = sigmoidf_(*p.rsl);
-    }
-    return __reduce_max_sync(kFull, lane < p.rk && c.rank == j ? c.id : -1);
-}
-
 /* A block's view: Params' own pointers, or for a grouped block (Params'
  * grouped fields) its slot's matrix, x row and output, or its planned
  * group's; false when the slot's expert id is out of range or the group
  * does not exist (the block then writes nothing: every block of its cluster
  * has the same slot / group).  x rows are relative to v.x8 / gsum / ginv. */
-/* GROUPED: 0 a plain product, 1 grouped (idx or plan), kRouted grouped and self-routing. */
-constexpr int kRouted = 2;
-
-template <int MODE, int GROUPED>
+template <int MODE, bool GROUPED>
 __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
     const int g = lane >> 2, t = lane & 3;
     v.gslot = nullptr;
@@ -554,8 +530,7 @@ __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
         v.x8 = p.x8, v.gsum = p.gsum, v.ginv = p.ginv;
         v.y = mat ? p.y2 : p.y;
     } else { /* MODE 0, one x row: row (the lanes of x row 1 read it too: M = 1) */
-        if constexpr (GROUPED == kRouted) e = routed_expert(p, j);
-        else e = __ldg(p.idx + j);
+        e = __ldg(p.idx + j);
         const int row = j / p.xdiv;
         v.x8 = p.x8 + (size_t)row * 3 * p.cols;
         v.gsum = p.gsum + row, v.ginv = p.ginv + row;
@@ -569,7 +544,7 @@ __device__ __forceinline__ bool make_view(const Params &p, View &v, int lane) {
     return true;
 }
 
-template <int MODE, int NT, int R, int U, int S, int GROUPED>
+template <int MODE, int NT, int R, int U, int S, bool GROUPED>
 __global__ void __launch_bounds__(kMaxWarps * 32) q4_matmul_kernel(const Params p) {
     extern __shared__ __align__(16) uint8_t smem[];
     /* Launched without the programmatic attribute (launch() below): the
@@ -945,7 +920,7 @@ __global__ void __launch_bounds__(kPlanThreads) group_plan_kernel(const int32_t 
 
 typedef int (*LaunchFn)(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t s);
 
-template <int MODE, int NT, int R, int U, int S, int GROUPED>
+template <int MODE, int NT, int R, int U, int S, bool GROUPED>
 int launch(const Params &p, int warps, int ksplit, int rowgroups, cudaStream_t stream) {
     auto fn = q4_matmul_kernel<MODE, NT, R, U, S, GROUPED>;
     const size_t smem = ksplit > 1 || p.wk > 1 ? part_bytes(warps, R) : 0;
@@ -965,7 +940,7 @@ constexpr Variant kVariants[] = {
 };
 constexpr int kNumVariants = sizeof kVariants / sizeof kVariants[0];
 
-template <int MODE, int NT, int GROUPED = 0>
+template <int MODE, int NT, bool GROUPED = false>
 LaunchFn pick_launch(int r, int u, int s) {
 #define Q4_V(R_, U_, S_) \
     if (r == R_ && u == U_ && s == S_) return launch<MODE, NT, R_, U_, S_, GROUPED>;
@@ -978,23 +953,14 @@ LaunchFn pick_launch(int r, int u, int s) {
 /* M = 0: grouped, one x row a slot; M = -1: grouped by a plan, up to
  * splash_q4_plan_group() slots a block. */
 LaunchFn launch_for(int M, int r, int u, int s) {
-    if (M == 0) return pick_launch<0, 1, 1>(r, u, s);
-    if (M == -1) return splash_q4_plan_group() <= 2 ? pick_launch<0, 1, 1>(r, u, s) : pick_launch<0, 2, 1>(r, u, s);
+    if (M == 0) return pick_launch<0, 1, true>(r, u, s);
+    if (M == -1) return splash_q4_plan_group() <= 2 ? pick_launch<0, 1, true>(r, u, s) : pick_launch<0, 2, true>(r, u, s);
     switch (mclass(M)) {
     case 0: return pick_launch<0, 1>(r, u, s);
     case 1: return pick_launch<0, 2>(r, u, s);
     case 2: return pick_launch<1, 1>(r, u, s);
     default: return pick_launch<1, 2>(r, u, s);
     }
-}
-
-/* The self-routing grouped launches (splash_q4_matmul_grouped_route): compiled
- * for the 35B-A3B's decode gate|up preset (R 1 U 8) and R 1 U 4 only, so the
- * routing's registers stay out of every other kernel; NULL for the rest. */
-LaunchFn launch_routed(int r, int u, int s) {
-    if (r == 1 && u == 8 && s == 0) return launch<0, 1, 1, 8, 0, kRouted>;
-    if (r == 1 && u == 4 && s == 0) return launch<0, 1, 1, 4, 0, kRouted>;
-    return nullptr;
 }
 
 size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
@@ -1492,14 +1458,6 @@ extern "C" int splash_q4_moe_norm(void) { return env_switch(&g_moe_norm, "SPLASH
 
 extern "C" void splash_q4_set_moe_norm(int on) { g_moe_norm = on ? 1 : 0; }
 
-static int g_moe_route_fused = -1; /* benign race, as g_early_loads */
-
-extern "C" int splash_q4_moe_route_fused(void) {
-    return env_switch(&g_moe_route_fused, "SPLASH_CUDA_MOE_ROUTE_FUSED", 1);
-}
-
-extern "C" void splash_q4_set_moe_route_fused(int on) { g_moe_route_fused = on ? 1 : 0; }
-
 extern "C" int splash_q4_plan_group(void) {
     static int g = 0; /* benign race: every thread computes the same value */
     if (!g) {
@@ -1534,13 +1492,11 @@ extern "C" int splash_q4_matmul_grouped(const splash_q4_matrix *first, const spl
                                         stream);
 }
 
-/* splash_q4_matmul_grouped_cfg, or with route (not NULL) the self-routing launch. */
-static int grouped_launch(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts, size_t stride,
-                          const int32_t *idx, const int32_t *plan, const splash_q4_route *route, int slots, int xdiv,
-                          const splash_q4_xprep *xp, float *y, float *y2, size_t ldy, const splash_q4_config *cfg,
-                          cudaStream_t stream) {
-    if (!first || !cfg || !(idx || plan || route) || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 ||
-        (first2 && !y2) ||
+extern "C" int splash_q4_matmul_grouped_cfg(const splash_q4_matrix *first, const splash_q4_matrix *first2,
+                                            int n_experts, size_t stride, const int32_t *idx, const int32_t *plan,
+                                            int slots, int xdiv, const splash_q4_xprep *xp, float *y, float *y2,
+                                            size_t ldy, const splash_q4_config *cfg, struct CUstream_st *stream) {
+    if (!first || !cfg || !(idx || plan) || !xp || !y || n_experts < 1 || slots < 1 || xdiv < 1 || (first2 && !y2) ||
         ldy < (size_t)first->rows || (size_t)slots * (first2 ? 2 : 1) > 65535 || (n_experts > 1 && !stride))
         return SPLASH_E_INVALID;
     if (xp->cols != first->cols || (slots - 1) / xdiv >= xp->M ||
@@ -1548,7 +1504,7 @@ static int grouped_launch(const splash_q4_matrix *first, const splash_q4_matrix 
         return SPLASH_E_MISMATCH;
     int rc = splash_q4_config_check(cfg, first->rows, first->cols);
     if (rc) return rc;
-    LaunchFn fn = route ? launch_routed(cfg->r, cfg->u, cfg->stages) : launch_for(plan ? -1 : 0, cfg->r, cfg->u, cfg->stages);
+    LaunchFn fn = launch_for(plan ? -1 : 0, cfg->r, cfg->u, cfg->stages);
     if (!fn) return SPLASH_E_UNSUPPORTED;
     Params p;
     memset(&p, 0, sizeof p);
@@ -1560,39 +1516,6 @@ static int grouped_launch(const splash_q4_matrix *first, const splash_q4_matrix 
     p.M = slots; /* the launch's grid.z (slots, or at most as many groups); each block's view has its own M */
     p.ksplit = cfg->ksplit, p.wk = cfg->wk, p.gstride = xp->rows_cap;
     p.idx = idx, p.plan = plan, p.n_experts = n_experts, p.xdiv = xdiv, p.nmat = first2 ? 2 : 1;
-    if (route) {
-        p.rlogits = route->logits, p.rsl = route->sl, p.ridx = route->idx, p.rw = route->w;
-        p.rn = route->n_routed, p.rk = route->top_k, p.rnorm = route->norm_topk, p.rshared = route->shared;
-    }
     const int per_block = cfg->warps / cfg->wk * cfg->r;
-    return fn(p, cfg->warps, cfg->ksplit, (first->tiles + per_block - 1) / per_block, stream);
-}
-
-extern "C" int splash_q4_matmul_grouped_cfg(const splash_q4_matrix *first, const splash_q4_matrix *first2,
-                                            int n_experts, size_t stride, const int32_t *idx, const int32_t *plan,
-                                            int slots, int xdiv, const splash_q4_xprep *xp, float *y, float *y2,
-                                            size_t ldy, const splash_q4_config *cfg, struct CUstream_st *stream) {
-    if (!idx && !plan) return SPLASH_E_INVALID;
-    return grouped_launch(first, first2, n_experts, stride, idx, plan, nullptr, slots, xdiv, xp, y, y2, ldy, cfg,
-                          (cudaStream_t)stream);
-}
-
-extern "C" int splash_q4_grouped_route_compiled(const splash_q4_config *cfg) {
-    return cfg && launch_routed(cfg->r, cfg->u, cfg->stages) != nullptr;
-}
-
-extern "C" int splash_q4_matmul_grouped_route(const splash_q4_matrix *first, const splash_q4_matrix *first2,
-                                              int n_experts, size_t stride, const splash_q4_route *route,
-                                              const splash_q4_xprep *xp, float *y, float *y2, size_t ldy,
-                                              struct CUstream_st *stream) {
-    if (!first || !route || !route->logits || !route->idx || !route->w || route->n_routed < 1 ||
-        route->n_routed > SPLASH_Q4_ROUTE_MAX_EXPERTS || route->top_k < 1 || route->top_k > 32 ||
-        route->top_k > route->n_routed || (route->shared >= 0 && (!route->sl || route->shared >= n_experts)))
-        return SPLASH_E_INVALID;
-    const int slots = route->top_k + (route->shared >= 0);
-    splash_q4_config cfg;
-    int rc = splash_q4_config_pick_grouped(first->rows, first->cols, slots, &cfg);
-    if (rc) return rc;
-    return grouped_launch(first, first2, n_experts, stride, nullptr, nullptr, route, slots, slots, xp, y, y2, ldy, &cfg,
-                          (cudaStream_t)stream);
+    return fn(p, cfg->warps, cfg->ksplit, (first->tiles + per_block - 1) / per_block, (cudaStream_t)stream);
 }

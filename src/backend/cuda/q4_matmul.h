@@ -192,35 +192,6 @@ int splash_q4_matmul_grouped_cfg(const splash_q4_matrix *first, const splash_q4_
                                  const splash_q4_xprep *xp, float *y, float *y2, size_t ldy, const splash_q4_config *cfg,
                                  struct CUstream_st *stream);
 
-/* A grouped launch that routes its own row (a MoE decode row's gate|up):
- * every block chooses the row's experts from the router's logits itself, by
- * the route kernel's warp code (moe_route.cuh: the same ids and weights as
- * splash_cuda_moe_route), and takes its slot's (slot j < top_k: the chosen
- * expert of rank j by id; slot top_k, when shared >= 0: the shared expert),
- * so the route's own launch and its wait leave a decode step's chain.  One
- * block writes the route's idx and w ([top_k (+1)], as the route kernel
- * writes a row) for the launches after it (the down product, the sum). */
-#define SPLASH_Q4_ROUTE_MAX_EXPERTS 256 /* routed experts a self-routing launch takes (8 a lane) */
-typedef struct splash_q4_route {
-    const float *logits; /* device [n_routed] the row's router logits */
-    const float *sl;     /* device: the shared expert's gate logit (shared >= 0) */
-    int n_routed, top_k, norm_topk;
-    int shared;          /* the shared expert's id (its slot last), or -1 */
-    int32_t *idx;        /* device [top_k (+1)], written */
-    float *w;            /* device [top_k (+1)], written */
-} splash_q4_route;
-/* splash_q4_matmul_grouped of one row's top_k (+1) slots (xdiv = slots) with
- * the route made in the launch (above); each slot's y is the bits the same
- * launch with the route kernel's idx gives.  n_experts: the matrices, the
- * shared expert's included. */
-int splash_q4_matmul_grouped_route(const splash_q4_matrix *first, const splash_q4_matrix *first2, int n_experts,
-                                   size_t stride, const splash_q4_route *route, const splash_q4_xprep *xp, float *y,
-                                   float *y2, size_t ldy, struct CUstream_st *stream);
-/* 1 when cfg's kernel is compiled in a self-routing form (else
- * splash_q4_matmul_grouped_route of a shape whose preset is cfg fails with
- * SPLASH_E_UNSUPPORTED). */
-int splash_q4_grouped_route_compiled(const splash_q4_config *cfg);
-
 /* The plan of a grouped product (plan, not NULL, above; idx is then not
  * read): idx's slots of each expert in groups of up to splash_q4_plan_group(),
  * so one block reads an expert for up to that many slots (the slots' x rows as
@@ -255,12 +226,6 @@ void splash_q4_set_prep_padded(int on);
  * an A/B switch, the same results either way. */
 int splash_q4_moe_norm(void);
 void splash_q4_set_moe_norm(int on);
-/* Whether the model routes a MoE decode row inside its experts' gate|up
- * launch (splash_q4_matmul_grouped_route) instead of a route launch before
- * it.  On unless SPLASH_CUDA_MOE_ROUTE_FUSED=0 (read at the first call) or
- * set: an A/B switch, the same results either way. */
-int splash_q4_moe_route_fused(void);
-void splash_q4_set_moe_route_fused(int on);
 int splash_q4_group_plan(const int32_t *idx, int slots, int n_experts, int32_t *plan, struct CUstream_st *stream);
 
 #ifdef __cplusplus

@@ -218,12 +218,8 @@ int qc_ffn_layer(qc_fwd *f, const qc_layer *L) {
  * norm when it holds these rows.  Per row the same bits as the host-driven
  * step (splash_cuda_moe_experts), so a row's numbers depend on its lane only.
  * shared (rows [0, R <= 16) only): the route appended the shared expert
- * (expert E) to each row, and the sum also adds x += fo.  route (not NULL:
- * one row, shared): the row is not routed yet; the experts' gate|up launch
- * routes it (splash_cuda_moe_route_experts), or, where the shape's preset has
- * no self-routing kernel, the route's own launch runs first. */
-static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, const int32_t *plan, int shared,
-                       const splash_q4_route *route = nullptr) {
+ * (expert E) to each row, and the sum also adds x += fo. */
+static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, const int32_t *plan, int shared) {
     qc_model *m = f->m;
     const qwen35_dims *d = &m->d;
     const size_t H = (size_t)d->hidden, K = (size_t)d->top_k + (shared ? 1 : 0); /* slots a row */
@@ -251,24 +247,9 @@ static int moe_experts(qc_fwd *f, const qc_layer *L, int r0, int r1, int bulk, c
     }
     /* the residual's sum left to the next RMS norm (qc_fwd.moe_sum_rows): rows [0, n) */
     const int defer = shared && !r0 && splash_q4_moe_norm();
-    float *xres = shared ? m->x + (size_t)r0 * H : nullptr;
-    int rc = route ? splash_cuda_moe_route_experts(route, L->experts_gate, L->experts_up, L->experts_down,
-                                                   d->experts + shared, &m->xp, defer ? nullptr : fo, H, xres, H,
-                                                   &m->moe, m->stream)
-                   : SPLASH_E_UNSUPPORTED;
-    if (rc && rc != SPLASH_E_UNSUPPORTED) {
-        f->what = "splash_cuda_moe_route_experts";
-        return rc;
-    }
-    if (rc) { /* not routed in the launch: route, then the experts */
-        if (route)
-            QC_TRY(f, splash_cuda_moe_route(route->logits, (size_t)route->n_routed, 1, route->n_routed, route->top_k,
-                                            route->norm_topk, route->shared, route->sl, 1, route->idx, route->w, nullptr,
-                                            m->stream));
-        QC_TRY(f, splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + shared,
-                                                  idx, w, plan, n, (int)K, &m->xp, defer ? nullptr : fo, H, xres, H,
-                                                  &m->moe, m->stream));
-    }
+    QC_TRY(f, splash_cuda_moe_experts_grouped(L->experts_gate, L->experts_up, L->experts_down, d->experts + shared, idx,
+                                              w, plan, n, (int)K, &m->xp, defer ? nullptr : fo, H,
+                                              shared ? m->x + (size_t)r0 * H : nullptr, H, &m->moe, m->stream));
     if (defer) {
         const splash_q4_moe_sum ms = {m->moe.smo, H, w, (int)K, fo, H};
         f->moe_sum = ms, f->moe_sum_rows = n;
@@ -314,11 +295,6 @@ int qc_moe_layer(qc_fwd *f, const qc_layer *L) {
      * chosen by several rows is read once for up to 4 of them (verify) */
     int32_t *plan = grouped_all && R > 1 ? m->moe.plan : nullptr;
     const int shared = L->shared_slot && grouped_all;
-    /* a decode row: its route made by the experts' gate|up launch (one dependent launch less) */
-    if (shared && R == 1 && splash_q4_moe_route_fused()) {
-        const splash_q4_route route = {m->rlog, sgate, d->experts, d->top_k, d->norm_topk, d->experts, m->topi, m->topw};
-        return moe_experts(f, L, 0, R, 0, nullptr, 1, &route);
-    }
     QC_TRY(f, splash_cuda_moe_route(m->rlog, ldl, R, d->experts, d->top_k, d->norm_topk, shared ? d->experts : -1,
                                     sgate, lds, m->topi, m->topw, plan, m->stream));
     if (shared) {
