@@ -1375,7 +1375,7 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
                       !(dp && !strcmp(dp, "0"));
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
         !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->derr || !e->dtaps ||
-        !e->dfirst) {
+        !e->dfirst || !e->cslots) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
