@@ -16,14 +16,12 @@ import csv
 import collections
 import sys
 
+import trace_summary  # tools/: the kernel names as trace_summary.py shortens them
+
 
 def short(name):
-    name = name.replace("(anonymous namespace)::", "").replace("splash_cuda::", "")
-    head = name.split("(")[0]
-    if head.startswith("void "):
-        head = head[5:]
-    head = head.split("<")[0]
-    return head if len(head) <= 60 else head[:57] + "..."
+    """A kernel's name without its template arguments (the gaps are grouped by kernel)."""
+    return trace_summary.short(name).split("<")[0]
 
 
 def arg(args, name, conv, default):

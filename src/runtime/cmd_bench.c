@@ -770,14 +770,14 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     }
     splash_batch mb = {.n_lanes = LANES, .n_rows = 8 * LANES, .lanes = ml, .rows = rows, .top_k = 1, .top_ids = top_id,
                        .top_logits = top_val};
+    int slots[LANES], counts[LANES]; /* every lane commits its 8 rows */
+    for (int i = 0; i < LANES; i++) slots[i] = i, counts[i] = 8;
     for (int k = 0; k < vreps; k++) {
         t0 = now();
         if (splash_model_forward(m, &mb, &err)) {
             fprintf(stderr, "verify %d lanes: %s\n", LANES, err.msg);
             return 1;
         }
-        int slots[LANES], counts[LANES];
-        for (int i = 0; i < LANES; i++) slots[i] = i, counts[i] = 8;
         if (splash_model_commit_lanes(m, slots, counts, LANES, &err)) { /* as the engine commits a step's lanes */
             fprintf(stderr, "commit of %d lanes: %s\n", LANES, err.msg);
             return 1;
