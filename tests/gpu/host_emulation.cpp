@@ -891,10 +891,16 @@ extern "C" int splash_cuda_dflash_conv(const float *x, size_t ldx, int rows, int
     splash_dflash2_conv(x, ldx, rows, hidden, base, dyn, lddyn, side, kernel, group, out, ldo);
     return 0;
 }
-extern "C" int splash_cuda_dflash_ring_write(const float *src, size_t lds, int rows, int width, float *ring, int cap,
-                                             int pos0, struct CUstream_st *) {
-    for (int r = 0; r < rows; r++)
-        memcpy(ring + (size_t)((pos0 + r) % cap) * width, src + r * lds, (size_t)width * sizeof(float));
+extern "C" int splash_cuda_dflash_ring_write_rows(const float *k, const float *v, size_t lds, int rows, int width,
+                                                  float *ring_k, float *ring_v, size_t lane_stride, int cap,
+                                                  const int32_t *pos, const int32_t *lane, const int32_t *end,
+                                                  struct CUstream_st *) {
+    for (int r = 0; r < rows; r++) {
+        if (lane[r] < 0 || pos[r] < end[r] - cap) continue;
+        const size_t at = (size_t)lane[r] * lane_stride + (size_t)(pos[r] % cap) * width;
+        memcpy(ring_k + at, k + r * lds, (size_t)width * sizeof(float));
+        memcpy(ring_v + at, v + r * lds, (size_t)width * sizeof(float));
+    }
     return 0;
 }
 extern "C" size_t splash_cuda_dflash_attention_workspace_bytes(int block, int heads, int head_dim, int max_keys) {

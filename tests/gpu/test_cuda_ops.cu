@@ -1970,6 +1970,48 @@ static void test_dflash_conv(const char *name, int rows, int hidden, int K, int 
     cudaFree(dx), cudaFree(db), cudaFree(dd), cudaFree(dout), cudaFree(dl);
 }
 
+/* An append pass's ring write against a host copy, bitwise: 3 lanes' rows (one
+ * lane longer than its ring, so its early rows map to slots its later rows
+ * take: the kernel must leave them to the later rows, whatever the order its
+ * blocks run in), padding rows of no lane, and a lane past the ring's wrap;
+ * slots no row writes keep their bytes. */
+static void test_dflash_ring_write(const char *name, int width, int cap) {
+    const int lanes = 3, n[lanes] = {cap + cap / 2 + 3, 5, 1}, p0[lanes] = {7, 3 * cap - 2, 0};
+    int rows = 0;
+    for (int j = 0; j < lanes; j++) rows += n[j];
+    const int padded = rows + 4;
+    const size_t lds = (size_t)width + 8, stride = (size_t)cap * width + 64; /* lanes' rings apart, row stride > width */
+    float *k = hfloats((size_t)padded * lds), *v = hfloats((size_t)padded * lds);
+    float *rk = hfloats(lanes * stride), *rv = hfloats(lanes * stride), *gk = hfloats(lanes * stride), *gv = hfloats(lanes * stride);
+    fill(k, (size_t)padded * lds, -1, 1), fill(v, (size_t)padded * lds, -1, 1);
+    fill(rk, lanes * stride, -1, 1), fill(rv, lanes * stride, -1, 1);
+    int32_t *pos = (int32_t *)hmalloc(padded * 4), *lane = (int32_t *)hmalloc(padded * 4), *end = (int32_t *)hmalloc(padded * 4);
+    float *dk = dcopy(k, (size_t)padded * lds), *dv = dcopy(v, (size_t)padded * lds);
+    float *drk = dcopy(rk, lanes * stride), *drv = dcopy(rv, lanes * stride);
+    for (int j = 0, r = 0; j < lanes; j++)
+        for (int i = 0; i < n[j]; i++, r++) pos[r] = p0[j] + i, lane[r] = j, end[r] = p0[j] + n[j];
+    for (int r = rows; r < padded; r++) pos[r] = r, lane[r] = -1, end[r] = 0;
+    for (int r = 0; r < padded; r++) /* the reference: every row in order, the later rows winning */
+        if (lane[r] >= 0) {
+            const size_t at = (size_t)lane[r] * stride + (size_t)(pos[r] % cap) * width;
+            memcpy(rk + at, k + r * lds, (size_t)width * 4), memcpy(rv + at, v + r * lds, (size_t)width * 4);
+        }
+    int32_t *dpos = (int32_t *)dmalloc(padded * 4), *dlane = (int32_t *)dmalloc(padded * 4), *dend = (int32_t *)dmalloc(padded * 4);
+    up(dpos, pos, padded * 4), up(dlane, lane, padded * 4), up(dend, end, padded * 4);
+    int rc = splash_cuda_dflash_ring_write_rows(dk, dv, lds, padded, width, drk, drv, stride, cap, dpos, dlane, dend, NULL);
+    down(gk, drk, lanes * stride * 4), down(gv, drv, lanes * stride * 4);
+    double err = rc ? INFINITY : 0;
+    for (size_t i = 0; i < lanes * stride; i++) err += memcmp(&gk[i], &rk[i], 4) != 0 || memcmp(&gv[i], &rv[i], 4) != 0;
+    double us = time_us([&](int) {
+        return splash_cuda_dflash_ring_write_rows(dk, dv, lds, padded, width, drk, drv, stride, cap, dpos, dlane, dend, NULL);
+    });
+    char sh[96];
+    snprintf(sh, sizeof sh, "%s %d rows (%d padding) x %d, ring %d (bits)", name, rows, padded - rows, width, cap);
+    report("dflash ring write", sh, err, 0, us, (double)rows * width * 16);
+    free(k), free(v), free(rk), free(rv), free(gk), free(gv), free(pos), free(lane), free(end);
+    cudaFree(dk), cudaFree(dv), cudaFree(drk), cudaFree(drv), cudaFree(dpos), cudaFree(dlane), cudaFree(dend);
+}
+
 /* top-k (exact: dflash2.c's candidates: descending, equal values by lower id, no -inf / NaN),
  * then the selector's edges against a double reference. */
 static void test_dflash_select(const char *name, int rows, int V, int k, int rank) {
@@ -2245,11 +2287,13 @@ int main(int argc, char **argv) {
     test_dflash_attention("tiles masked", 8, 4, 2, 32, 500, 0, 200, 50, 0);  /* early tiles: no key visible */
     test_dflash_attention("2 query tiles", 16, 16, 2, 64, 200, 0, 128, 0, 1); /* 128 queries a kv head */
     test_dflash_conv("tiny", 16, 128, 2, 16, 512);
+    test_dflash_ring_write("tiny", 64, 16);
     test_dflash_select("tiny", 15, 512, 16, 64);
     if (!g_quick) {
         test_dflash_attention("27B draft", 16, 32, 8, 128, 5000, 0, 2048, 2048, 0);
         test_dflash_attention("27B draft", 16, 32, 8, 128, 300, 0, 2048, 0, 0);
         test_dflash_conv("27B draft", 16, 5120, 2, 16, 248320);
+        test_dflash_ring_write("27B draft", 1024, 2048);
         test_dflash_select("vocab", 15, 248320, 16, 256);
         test_dflash_select("vocab", 15, 248320, 64, 256);
     }

@@ -34,11 +34,20 @@ __global__ void conv_kernel(const float *x, size_t ldx, int hidden, const float 
     out[(size_t)t * ldo + c] = o;
 }
 
-__global__ void ring_write_kernel(const float *src, size_t lds, int width, float *ring, int cap, int pos0) {
-    const int r = blockIdx.y;
-    float *dst = ring + (size_t)((pos0 + r) % cap) * width;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x)
-        dst[c] = src[(size_t)r * lds + c];
+/* Row r of an append pass (blockIdx.y): its lane, position and the lane's end
+ * from the device arrays; rows of no lane (padding) and rows the ring would
+ * overwrite within the pass (pos < end - cap) write nothing, so no two rows
+ * that write share a slot. */
+__global__ void ring_write_rows_kernel(const float *k, const float *v, size_t lds, int width, float *ring_k,
+                                       float *ring_v, size_t lane_stride, int cap, const int32_t *pos,
+                                       const int32_t *lane, const int32_t *end) {
+    const int r = blockIdx.y, j = lane[r], p = pos[r];
+    if (j < 0 || p < end[r] - cap) return;
+    const size_t at = (size_t)j * lane_stride + (size_t)(p % cap) * width;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) {
+        ring_k[at + c] = k[(size_t)r * lds + c];
+        ring_v[at + c] = v[(size_t)r * lds + c];
+    }
 }
 
 __global__ void transform_kernel(float *x, size_t ldx, int n, float mult, float cap) {
@@ -287,13 +296,16 @@ extern "C" int splash_cuda_dflash_conv(const float *x, size_t ldx, int rows, int
     return SPLASH_OK;
 }
 
-extern "C" int splash_cuda_dflash_ring_write(const float *src, size_t lds, int rows, int width, float *ring, int cap,
-                                             int pos0, struct CUstream_st *stream) {
-    if (!src || !ring || rows < 0 || rows > 65535 || width < 1 || lds < (size_t)width || cap < 1 || pos0 < 0)
+extern "C" int splash_cuda_dflash_ring_write_rows(const float *k, const float *v, size_t lds, int rows, int width,
+                                                  float *ring_k, float *ring_v, size_t lane_stride, int cap,
+                                                  const int32_t *pos, const int32_t *lane, const int32_t *end,
+                                                  struct CUstream_st *stream) {
+    if (!k || !v || !ring_k || !ring_v || !pos || !lane || !end || rows < 0 || rows > 65535 || width < 1 ||
+        lds < (size_t)width || cap < 1)
         return SPLASH_E_INVALID;
     if (!rows) return SPLASH_OK;
-    ring_write_kernel<<<dim3((unsigned)((width + kThreads - 1) / kThreads), (unsigned)rows), kThreads, 0,
-                        (cudaStream_t)stream>>>(src, lds, width, ring, cap, pos0);
+    ring_write_rows_kernel<<<dim3((unsigned)((width + kThreads - 1) / kThreads), (unsigned)rows), kThreads, 0,
+                             (cudaStream_t)stream>>>(k, v, lds, width, ring_k, ring_v, lane_stride, cap, pos, lane, end);
     SPLASH_CUDA_LAUNCHED();
     return SPLASH_OK;
 }

@@ -5,7 +5,9 @@
  *   conv        DFlash 2's grouped dynamic causal conv over a block's rows
  *               (splash_dflash2_conv: the same fmaf chain in tap order, so
  *               the result is the CPU's bit for bit);
- *   ring write  rows of context K or V into a lane's ring (slot = pos % cap);
+ *   ring write  an append pass's rows of context K and V into their lanes'
+ *               rings (slot = pos % cap), lane and position read from device
+ *               arrays (a graph serves every pass of its row count);
  *   attention   the block's queries over the context ring and the block's own
  *               keys, with the per-layer mask of dflash_ctx.c (sliding window,
  *               causal or not inside the block): tiles of 64 keys, each read
@@ -43,10 +45,14 @@ int splash_cuda_dflash_conv(const float *x, size_t ldx, int rows, int hidden, co
                             size_t lddyn, int side, int kernel, int group, float *out, size_t ldo,
                             struct CUstream_st *stream);
 
-/* ring[(pos0 + r) % cap] = src[r] for r < rows (width floats a row). */
-int splash_cuda_dflash_ring_write(const float *src, size_t lds, int rows, int width, float *ring, int cap, int pos0,
-                                  struct CUstream_st *stream);
-
+/* For each row r < rows of lane j = lane[r] (-1: a padding row, skipped) at
+ * position p = pos[r]: lane j's rings (ring_k / ring_v + j * lane_stride
+ * floats) get k[r] and v[r] (width floats) at slot p % cap, unless
+ * p < end[r] - cap (the lane's later rows of the pass take that slot; end[r]:
+ * the position after the lane's rows).  pos, lane and end: device int32 [rows]. */
+int splash_cuda_dflash_ring_write_rows(const float *k, const float *v, size_t lds, int rows, int width, float *ring_k,
+                                       float *ring_v, size_t lane_stride, int cap, const int32_t *pos,
+                                       const int32_t *lane, const int32_t *end, struct CUstream_st *stream);
 typedef struct splash_cuda_dflash_attn_args {
     const float *q;                /* [block][heads * hd] normed, roped (every array 16-byte aligned, strides
                                       multiples of 4 floats) */

@@ -58,7 +58,7 @@ struct DLayer {
  * uploaded with one copy.  Byte offsets (256-aligned).  A forward drafts the
  * blocks of up to `lanes` requests together (Blk below). */
 struct Desc {
-    size_t pos;   /* int32 [R] positions of the rows (the blocks, or an append chunk) */
+    size_t pos;   /* int32 [R] positions of the blocks' rows (an append pass has its own: adesc_h) */
     size_t gidx;  /* int32 [R] each row's input: block i's anchor row i, every MASK row `lanes` */
     size_t emb;   /* float [lanes + 1][H] the blocks' anchors' input rows, then the MASK's */
     size_t hrow;  /* int32 [Rh] the rows of the proposals' hidden states (every block's rows 1..B-1) */
@@ -128,6 +128,14 @@ struct CDraft {
     Desc dp;
     uint8_t *desc_h, *desc_d;
     cudaEvent_t desc_up;             /* recorded after each upload of desc_h: rewrite it only once that ran */
+    /* The append passes' descriptors, two in turn, apart from desc_h so that neither a pass nor the
+     * next blocks wait on the host for the other's graph (its upload is the graph's first node, its
+     * event recorded after the graph): int32 [R] positions at 0, lanes (-1: the padding up to the
+     * pass's bucket) at arow, and each row's lane's end (the position after its rows) at 2 arow. */
+    uint8_t *adesc_h[2], *adesc_d[2];
+    cudaEvent_t adesc_up[2];
+    size_t arow;
+    int aslot;                       /* the slot the next pass fills */
     cudaStream_t taps_stream;        /* where the target writes the device taps (bind_device_taps), or NULL */
     cudaEvent_t in_free, taps_in;    /* the draft is done with `in` / the taps' copy into it ran (on taps_stream) */
     cudaEvent_t props_out;           /* propose_device's proposals are written (tok) and copied (h_tok) */
@@ -141,7 +149,8 @@ struct CDraft {
     ABlk *ablk;                      /* [lanes] the lanes of one append pass (append_lanes) */
     int *who;                        /* [lanes] ... and their requests */
     qc_graph_set graphs;             /* the blocks' forwards by shape (cuda_graphs.cu) */
-    int use_graphs;
+    qc_graph_set agraphs;            /* the append passes by row bucket */
+    int use_graphs, append_graphs;   /* append_graphs: SPLASH_DRAFT_APPEND_GRAPHS=0 runs the passes eagerly (an A/B) */
 };
 
 size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -714,25 +723,73 @@ int cd_propose(void *impl, const splash_draft_req *r, float *logits, int32_t *to
     return kind;
 }
 
-/* The committed rows of a[0..m) (at most R in all) into their lanes' rings
- * (dflash_ctx.c's append: a layer computes only the positions its ring
- * keeps): fc, the norm and each layer's k / v products over all rows at once,
- * the rings written lane by lane.  Not waited for: the kernels run on the
+/* The rows an append pass computes: its rows rounded up to a power of two
+ * (at most R), so the passes of a decode cycle (1 to a block's rows a lane)
+ * meet a few graphs; the padding rows are computed and dropped. */
+int append_bucket(const CDraft *d, int rows) {
+    int b = 1;
+    while (b < rows) b *= 2;
+    return b < d->R ? b : d->R;
+}
+
+struct AppendRun {
+    CDraft *d;
+    int rows; /* the bucket */
+    int slot; /* its descriptor */
+};
+
+/* The device side of an append pass, on the draft's stream alone (a graph
+ * may capture it): the descriptor's upload, fc and the hidden norm over the
+ * pass's rows, then each layer's k and v, their norm and rotary at the rows'
+ * positions and one ring write of every row into its lane's rings (lane,
+ * position and the lane's end read from the descriptor: one graph serves
+ * every pass of a bucket whatever its lanes and positions). */
+int append_body(void *p) {
+    const AppendRun *g = (const AppendRun *)p;
+    CDraft *d = g->d;
+    const splash_dflash_dims *dm = &d->c->d;
+    const int rows = g->rows;
+    const uint8_t *ad = d->adesc_d[g->slot];
+    SPLASH_CUDA_TRY(
+        cudaMemcpyAsync(d->adesc_d[g->slot], d->adesc_h[g->slot], 3 * d->arow, cudaMemcpyHostToDevice, d->stream));
+    const int32_t *pos_d = (const int32_t *)ad, *lane_d = (const int32_t *)(ad + d->arow);
+    const int32_t *end_d = (const int32_t *)(ad + 2 * d->arow);
+    TRY(prod(d, d->in, (size_t)d->n_in, rows, &d->fc, d->x));
+    TRY(norm_rows(d, d->x, d->xn, d->hidden_norm, rows));
+    const size_t lane_stride = d->kv[0].bytes / sizeof(float); /* alloc_rings: the lanes' rings one after another */
+    for (int l = 0; l < dm->n_layers; l++) {
+        const DLayer *L = &d->layers[l];
+        QKV kv; /* k and v (a stack's q comes along) */
+        TRY(qkv_products(d, L, d->xn, rows, false, &kv));
+        TRY(qk_prep(d, L, nullptr, 0, kv.k, kv.ldkv, rows, pos_d));
+        TRY(splash_cuda_dflash_ring_write_rows(kv.k, kv.v, kv.ldkv, rows, d->kvw, d->kv[0].k[l], d->kv[0].v[l],
+                                               lane_stride, d->kv[0].cap[l], pos_d, lane_d, end_d, d->stream));
+    }
+    return 0;
+}
+
+/* One pass of lanes' appends (ABlk, rows one after the other from row 0):
+ * the taps into `in`, then append_body over the pass's bucket of rows (a
+ * graph per bucket once a bucket has run).  Every row is computed; the ring
+ * write drops those a lane's ring would not keep (a long append into a
+ * sliding layer).  Not waited for: the kernels run on the
  * draft's stream while the engine goes on (the next propose, snapshot or
  * restore queues behind them on that stream); the taps are copied out of the
  * caller's buffers before this returns (a pageable host buffer's copy is
  * staged before cudaMemcpyAsync returns, a device buffer's - on_device: the
  * target's, which its next forward rewrites - is waited for). */
 int append_pass(CDraft *d, const ABlk *a, int m, bool on_device) {
-    const splash_dflash_dims *dm = &d->c->d;
-    const size_t H = (size_t)d->H;
-    const int rows = a[m - 1].row0 + a[m - 1].rows;
-    SPLASH_CUDA_TRY(cudaEventSynchronize(d->desc_up)); /* the last upload of desc_h has run */
-    int32_t *pos = (int32_t *)(d->desc_h + d->dp.pos);
+    const AppendRun g = {d, append_bucket(d, a[m - 1].row0 + a[m - 1].rows), d->aslot};
+    d->aslot ^= 1;
+    SPLASH_CUDA_TRY(cudaEventSynchronize(d->adesc_up[g.slot])); /* the graph that last read this slot has run */
+    int32_t *pos = (int32_t *)d->adesc_h[g.slot], *lane = (int32_t *)(d->adesc_h[g.slot] + d->arow);
+    int32_t *end = (int32_t *)(d->adesc_h[g.slot] + 2 * d->arow);
+    for (int r = 0; r < g.rows; r++) pos[r] = 0, lane[r] = -1, end[r] = 0;
     for (int i = 0; i < m; i++)
-        for (int r = 0; r < a[i].rows; r++) pos[a[i].row0 + r] = a[i].pos0 + r;
-    SPLASH_CUDA_TRY(cudaMemcpyAsync(d->desc_d, d->desc_h, d->dp.bytes, cudaMemcpyHostToDevice, d->stream));
-    SPLASH_CUDA_TRY(cudaEventRecord(d->desc_up, d->stream));
+        for (int r = 0; r < a[i].rows; r++) {
+            const int at = a[i].row0 + r;
+            pos[at] = a[i].pos0 + r, lane[at] = (int32_t)(a[i].kv - d->kv), end[at] = a[i].end;
+        }
     /* the device taps' copy on the target's stream when bound: after the forward that wrote
      * them and before the next one, and after the draft's last use of `in`; the draft's
      * kernels wait for it on the device.  Else on the draft's stream, waited for. */
@@ -752,33 +809,12 @@ int append_pass(CDraft *d, const ABlk *a, int m, bool on_device) {
     } else if (on_device) {
         SPLASH_CUDA_TRY(cudaStreamSynchronize(d->stream));
     }
-    TRY(prod(d, d->in, (size_t)d->n_in, rows, &d->fc, d->x));
-    TRY(norm_rows(d, d->x, d->xn, d->hidden_norm, rows));
-    const int32_t *pos_d = (const int32_t *)(d->desc_d + d->dp.pos);
-    for (int l = 0; l < dm->n_layers; l++) {
-        const DLayer *L = &d->layers[l];
-        int first = rows; /* the pass's first row a ring keeps: the products start there */
-        for (int i = 0; i < m; i++) {
-            const int keep_from = a[i].end - a[i].kv->cap[l], skip = keep_from > a[i].pos0 ? keep_from - a[i].pos0 : 0;
-            if (skip < a[i].rows && a[i].row0 + skip < first) first = a[i].row0 + skip;
-        }
-        if (first == rows) continue;
-        const int nr = rows - first; /* the buffers' row 0 is the pass's row `first` */
-        QKV kv; /* k and v (a stack's q comes along) */
-        TRY(qkv_products(d, L, d->xn + (size_t)first * H, nr, false, &kv));
-        TRY(qk_prep(d, L, nullptr, 0, kv.k, kv.ldkv, nr, pos_d + first));
-        for (int i = 0; i < m; i++) {
-            const ABlk &b = a[i];
-            const int keep_from = b.end - b.kv->cap[l], skip = keep_from > b.pos0 ? keep_from - b.pos0 : 0;
-            if (skip >= b.rows) continue;
-            const size_t r = (size_t)(b.row0 + skip - first);
-            TRY(splash_cuda_dflash_ring_write(kv.k + r * kv.ldkv, kv.ldkv, b.rows - skip, d->kvw, b.kv->k[l],
-                                              b.kv->cap[l], b.pos0 + skip, d->stream));
-            TRY(splash_cuda_dflash_ring_write(kv.v + r * kv.ldkv, kv.ldkv, b.rows - skip, d->kvw, b.kv->v[l],
-                                              b.kv->cap[l], b.pos0 + skip, d->stream));
-        }
-    }
-    return 0;
+    const int key[2] = {g.slot, g.rows};
+    qc_graph *gr = d->append_graphs ? qc_graph_find(&d->agraphs, key, 2) : nullptr;
+    const int rc = qc_graph_run(&d->agraphs, gr, append_body, (void *)&g);
+    d->xp_src = nullptr; /* a replay ran the body's products without its bookkeeping */
+    SPLASH_CUDA_TRY(cudaEventRecord(d->adesc_up[g.slot], d->stream)); /* the slot's next fill waits for it */
+    return rc;
 }
 
 /* A lane's append checked and its rings moved to pos. */
@@ -884,6 +920,7 @@ void cd_free(void *impl) {
     if (!d) return;
     if (d->stream) cudaStreamSynchronize(d->stream);
     qc_graphs_clear(&d->graphs);
+    qc_graphs_clear(&d->agraphs);
     if (d->wdev) cudaFree(d->wdev);
     if (d->head_dev) cudaFree(d->head_dev);
     if (d->scratch) cudaFree(d->scratch);
@@ -892,6 +929,8 @@ void cd_free(void *impl) {
     if (d->pinned) cudaFreeHost(d->pinned);
     if (d->stream) cudaStreamDestroy(d->stream);
     if (d->desc_up) cudaEventDestroy(d->desc_up);
+    for (int i = 0; i < 2; i++)
+        if (d->adesc_up[i]) cudaEventDestroy(d->adesc_up[i]);
     if (d->in_free) cudaEventDestroy(d->in_free);
     if (d->taps_in) cudaEventDestroy(d->taps_in);
     if (d->props_out) cudaEventDestroy(d->props_out);
@@ -981,6 +1020,9 @@ int alloc_scratch(CDraft *d, splash_error *err) {
         return splash_fail(err, SPLASH_E_NOMEM, "draft on the GPU: cudaMalloc of %zu MiB of scratch: %s", total >> 20,
                            cudaGetErrorString(e));
     }
+    /* zeroed: an append pass's padding rows read `in` rows no append wrote yet (their results are dropped) */
+    if ((e = cudaMemset(d->scratch, 0, total)) != cudaSuccess)
+        return splash_fail(err, SPLASH_E_IO, "draft on the GPU: zeroing the scratch: %s", cudaGetErrorString(e));
     uint8_t *p = (uint8_t *)d->scratch;
     for (size_t i = 0; i < n; i++) *ptrs[i] = (float *)p, p += up256(sizes[i] * sizeof(float));
     d->ncand = (int32_t *)p, p += up256(Rc * sizeof(int32_t));
@@ -1000,16 +1042,21 @@ int alloc_scratch(CDraft *d, splash_error *err) {
     dp.ids = off, off += up256(lanes * (1 + nb * k) * sizeof(int32_t));
     dp.ctx = off, off += up256(lanes * 2 * sizeof(int32_t));
     dp.bytes = off;
+    d->arow = up256(R * sizeof(int32_t));
+    const size_t abytes = 3 * d->arow; /* an append pass's descriptor (adesc_h) */
     const size_t edges = nb * k * k > Rc * k ? nb * k * k : Rc * k; /* v2's edges of a block, v1's top values */
     const size_t res = up256(Rh * sizeof(int32_t)) + up256(Rc * sizeof(int32_t)) + up256(Rc * k * sizeof(int32_t)) +
                        edges * sizeof(float);
-    if ((e = cudaMalloc(&d->desc_d, dp.bytes)) != cudaSuccess || (e = cudaMallocHost(&d->pinned, dp.bytes + res)) != cudaSuccess) {
+    const size_t dbytes = dp.bytes + 2 * abytes;
+    if ((e = cudaMalloc(&d->desc_d, dbytes)) != cudaSuccess || (e = cudaMallocHost(&d->pinned, dbytes + res)) != cudaSuccess) {
         d->pinned = nullptr;
         return splash_fail(err, SPLASH_E_NOMEM, "draft on the GPU: the descriptor: %s", cudaGetErrorString(e));
     }
-    memset(d->pinned, 0, dp.bytes + res);
+    memset(d->pinned, 0, dbytes + res);
     d->desc_h = (uint8_t *)d->pinned;
-    uint8_t *h = d->desc_h + dp.bytes;
+    for (int i = 0; i < 2; i++)
+        d->adesc_h[i] = d->desc_h + dp.bytes + i * abytes, d->adesc_d[i] = d->desc_d + dp.bytes + i * abytes;
+    uint8_t *h = d->desc_h + dbytes;
     d->h_tok = (int32_t *)h, h += up256(Rh * sizeof(int32_t));
     d->h_ncand = (int32_t *)h, h += up256(Rc * sizeof(int32_t));
     d->h_cand = (int32_t *)h, h += up256(Rc * k * sizeof(int32_t));
@@ -1081,9 +1128,13 @@ int open_draft(CDraft *d, splash_package *pkg, const splash_draft_options *opt, 
         d->stream = nullptr;
         return splash_fail(err, SPLASH_E_IO, "draft on the GPU: a stream: %s", cudaGetErrorString(e));
     }
-    d->graphs.stream = d->stream;
+    d->graphs.stream = d->agraphs.stream = d->stream;
     d->use_graphs = qc_graphs_enabled();
+    const char *ag = getenv("SPLASH_DRAFT_APPEND_GRAPHS");
+    d->append_graphs = d->use_graphs && !(ag && !strcmp(ag, "0"));
     if ((e = cudaEventCreateWithFlags(&d->desc_up, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&d->adesc_up[0], cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&d->adesc_up[1], cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&d->in_free, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&d->taps_in, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&d->props_out, cudaEventDisableTiming)) != cudaSuccess) {
