@@ -144,6 +144,7 @@ typedef struct lane {
     splash_spec_q dq[SPLASH_DRAFT_MAX_BLOCK]; /* the proposals' q from a SPARSE draft */
     int taps_from;        /* first prompt position whose taps the draft gets (the last window positions) */
     int tap_row, tap_first; /* this step: the lane's first row in the batch's taps, and its row in the lane */
+    int batch_row;        /* this step: its first row in the batch */
     int logit_row;        /* this step: index into logits (or the TOP rows when use_top), or -1 */
     int use_top;          /* this step: the lane's rows come back as TOP rows (top_ids / top_logits) */
     int in_batch, decoding;
@@ -212,6 +213,12 @@ struct splash_engine {
     int *dfirst;          /* [max_lanes] */
     int *cslots, *ccounts; /* [max_lanes] a step's commits: the lanes' slots and accepted rows */
     uint64_t spec_device_cycles;
+    int greedy_model;     /* greedy steps decided and committed by the model (splash_model_commit_greedy;
+                             SPLASH_MODEL_DECIDES=1; else by the engine) */
+    splash_greedy_lane *glanes; /* [max_lanes] such a step's lanes, */
+    splash_greedy_result *gres; /* their decisions, */
+    lane **gwho;                /* and whose they are */
+    uint64_t spec_model_decided;
     int block, max_block; /* default rows per decoding lane, and the most a gen may ask */
     int auto_block;       /* the block chosen step by step (block_policy.h) ... */
     int step_spec;        /* ... this step's choice for the lanes that follow it: e->block (1) or 1 (0) */
@@ -827,6 +834,24 @@ static void lane_decode_snapshot(splash_engine *e, lane *l) {
     }
 }
 
+/* The most rows a decoding lane may commit this cycle out of `want`: up to the
+ * page boundary when its pages go to the prefix cache (a snapshot there). */
+static int lane_commit_limit(const splash_engine *e, const lane *l, int want) {
+    const int pt = e->needs->page_tokens, n0 = l->n_past, edge = (n0 / pt + 1) * pt;
+    return e->use_cache && edge < n0 + want ? edge - n0 : want;
+}
+
+/* A lane's cycle after its decision (k proposals accepted, out[j] the last
+ * token emitted, c rows committed): its counts, positions and tokens. */
+static void cycle_cut(splash_engine *e, lane *l, int k, int j, int c, int verified) {
+    const int nf = l->n_feed, n0 = l->n_past, good = nf + j;
+    l->cy_verified = verified;
+    l->n_past += c;
+    for (int r = nf; r < good; r++) l->seq[n0 + r] = l->props[r - nf];
+    l->seq[n0 + good] = l->out[j];
+    l->cy_k = k, l->cy_j = j, l->cy_good = good, l->cy_c = c, l->cy_n0 = n0;
+}
+
 /* After the decode forward (VERIFY rows, or one PREFILL row when nothing was
  * proposed: verified = 0, nothing to commit), a cycle ends in phases run for
  * all its lanes: decide (this function, lane by lane), the model's commit of
@@ -836,7 +861,7 @@ static void lane_decode_snapshot(splash_engine *e, lane *l) {
  * at once (commit_lanes, append_lanes).  0, or 1 when the lane ended. */
 static int cycle_commit(splash_engine *e, lane *l, spec_times *tm, int verified) {
     splash_gen *g = l->g;
-    int nf = l->n_feed, np = l->n_props, pt = e->needs->page_tokens, n0 = l->n_past;
+    int nf = l->n_feed, np = l->n_props;
     int32_t forced[SPLASH_DRAFT_MAX_BLOCK];
     if (g->script)
         for (int i = 0; i <= np; i++) forced[i] = script_token(e, g, l->n_out + i);
@@ -863,15 +888,45 @@ static int cycle_commit(splash_engine *e, lane *l, spec_times *tm, int verified)
             j = i;
             break;
         }
-    int good = nf + j, c = good;
-    if (e->use_cache && (n0 / pt + 1) * pt < n0 + c) c = (n0 / pt + 1) * pt - n0; /* stop on the page boundary */
-    l->cy_verified = verified;
-    l->n_past += c;
-    for (int r = nf; r < good; r++) l->seq[n0 + r] = l->props[r - nf];
-    l->seq[n0 + good] = l->out[j];
-    l->cy_k = k, l->cy_j = j, l->cy_good = good, l->cy_c = c, l->cy_n0 = n0;
+    cycle_cut(e, l, k, j, lane_commit_limit(e, l, nf + j), verified);
     tm->commit += splash_now() - t;
     return 0;
+}
+
+/* The greedy lanes of a step whose model decides and commits them (splash_model_commit_greedy,
+ * runtime/spec_greedy.h: the same decision and the same cut as cycle_commit's), in one call
+ * right behind the forward; the phases after it as cycle_commit's lanes (already committed:
+ * cy_verified 0).  Every lane of the step is one (step's `greedy`). */
+static void cycle_commit_model(splash_engine *e, spec_times *tm) {
+    int n = 0;
+    for (int i = 0; i < e->max_lanes; i++) {
+        lane *l = &e->lanes[i];
+        if (!l->in_batch || !l->g) continue; /* ended by cycle_fetch: its rows are dropped with the next forward */
+        const splash_spec_block b = lane_rows(e, l);
+        e->glanes[n] = (splash_greedy_lane){l->slot, l->batch_row + l->n_feed - 1, l->n_feed, l->n_props,
+                                            lane_commit_limit(e, l, l->n_feed + l->n_props), b.top_ids,
+                                            b.top_logits, b.top_n, l->props};
+        e->gwho[n++] = l;
+    }
+    splash_error err = {0};
+    double t = splash_now();
+    int rc = splash_model_commit_greedy(e->model, e->glanes, n, e->stop_ids, e->n_stop_ids, e->gres, &err);
+    tm->verify += splash_now() - t; /* mostly the wait for the forward */
+    t = splash_now();
+    for (int i = 0; i < n; i++) {
+        lane *l = e->gwho[i];
+        const splash_greedy_result *r = &e->gres[i];
+        if (rc || r->status) {
+            lane_end(e, l, SPLASH_FINISH_ERROR,
+                     rc ? err.msg : "sampling: no token can be chosen (every token is masked or has a -inf/NaN logit)");
+            continue;
+        }
+        for (int k = 0; k <= r->k; k++) l->out[k] = r->out[k];
+        cycle_cut(e, l, r->k, r->j, r->c, 0);
+        l->cycling = 1;
+    }
+    if (!rc) e->spec_model_decided += (uint64_t)n;
+    tm->commit += splash_now() - t;
 }
 
 /* The model's commit of every cycling lane whose rows were verified, in one
@@ -964,8 +1019,18 @@ static void cycle_end(splash_engine *e, spec_times *tm) {
     }
 }
 
+/* This step, a decoding lane that the model may decide and commit itself
+ * (cycle_commit_model): greedy, verifying proposals, its rows TOP rows, and
+ * nothing that reads the rows on the host (logprobs, a test script). */
+static int lane_model_decides(const splash_engine *e, const lane *l, int mode) {
+    const splash_gen *g = l->g;
+    return l->decoding && mode == SPLASH_LANE_VERIFY && l->use_top && g->sp.temperature == 0 && !g->sp.logprobs &&
+           !g->script && l->n_props + 1 <= SPLASH_GREEDY_MAX_ROWS && e->n_stop_ids <= SPLASH_GREEDY_MAX_STOP;
+}
+
 static void step(splash_engine *e) {
     int n_rows = 0, n_lanes = 0, n_logits = 0, n_tops = 0, n_taps = 0;
+    int greedy = e->greedy_model; /* every lane of the step one the model decides */
     double t0 = splash_now();
     int any_prefill = 0, any_decode = 0;
     int taps = e->draft && e->draft->n_taps;
@@ -997,6 +1062,7 @@ static void step(splash_engine *e) {
         bl->pages = l->pages;
         bl->n_pages = l->n_pages;
         l->tap_row = n_taps;
+        l->batch_row = n_rows;
         if (l->decoding) {
             int nf = l->n_feed, n = nf + l->n_props;
             any_decode = 1;
@@ -1005,6 +1071,7 @@ static void step(splash_engine *e) {
              * the commit's GDN replay is skipped; same numbers, one pass less. */
             bl->mode = l->n_props == 0 && nf == 1 ? SPLASH_LANE_PREFILL : SPLASH_LANE_VERIFY;
             bl->n_rows = n;
+            greedy &= lane_model_decides(e, l, bl->mode);
             for (int r = 0; r < n; r++) {
                 int p = l->n_past + r;
                 uint32_t fl = r >= nf - 1 ? decide | (taps ? SPLASH_ROW_TAPS : 0) : 0;
@@ -1019,6 +1086,7 @@ static void step(splash_engine *e) {
         } else {
             int n = e->slanes[i].rows;
             any_prefill += n;
+            greedy = 0;
             bl->mode = SPLASH_LANE_PREFILL;
             bl->n_rows = n;
             l->tap_first = -1;
@@ -1045,7 +1113,8 @@ static void step(splash_engine *e) {
         return;
     }
     splash_batch b = {n_lanes, n_rows, e->blanes, e->rows, e->logits, taps ? e->taps : NULL,
-                      e->top_k, e->top_ids, e->top_logits, taps && e->device_taps, e->step_dev ? e->dev_props : NULL};
+                      e->top_k, e->top_ids, e->top_logits, taps && e->device_taps, e->step_dev ? e->dev_props : NULL,
+                      greedy};
     splash_error err = {0};
     e->rows_decided += (uint64_t)(n_logits + n_tops);
     e->rows_decided_top += (uint64_t)n_tops;
@@ -1055,6 +1124,7 @@ static void step(splash_engine *e) {
     double td = splash_now();
     cycle_fetch(e);
     tm.draft += splash_now() - td;
+    if (greedy && !rc) cycle_commit_model(e, &tm);
     for (int i = 0, k = 0; i < e->max_lanes; i++) {
         lane *l = &e->lanes[i];
         if (!l->in_batch) continue;
@@ -1065,7 +1135,7 @@ static void step(splash_engine *e) {
             continue;
         }
         if (l->decoding) {
-            l->cycling = !cycle_commit(e, l, &tm, bl->mode == SPLASH_LANE_VERIFY);
+            if (!greedy) l->cycling = !cycle_commit(e, l, &tm, bl->mode == SPLASH_LANE_VERIFY);
             continue;
         }
         int n0 = l->n_past;
@@ -1140,6 +1210,7 @@ static void publish(splash_engine *e) {
     c->snapshots_restored = e->sc.restored;
     c->spec_cycles = e->spec_cycles;
     c->spec_device_cycles = e->spec_device_cycles;
+    c->spec_model_decided = e->spec_model_decided;
     c->spec_drafted = e->spec_drafted;
     c->spec_accepted = e->spec_accepted;
     c->spec_steps = e->spec_steps;
@@ -1342,6 +1413,9 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     e->dtaps = calloc((size_t)e->max_lanes, sizeof *e->dtaps);
     e->dfirst = calloc((size_t)e->max_lanes, sizeof *e->dfirst);
     e->cslots = calloc((size_t)e->max_lanes * 2, sizeof *e->cslots);
+    e->glanes = calloc((size_t)e->max_lanes, sizeof *e->glanes);
+    e->gres = calloc((size_t)e->max_lanes, sizeof *e->gres);
+    e->gwho = calloc((size_t)e->max_lanes, sizeof *e->gwho);
     e->ccounts = e->cslots ? e->cslots + e->max_lanes : NULL;
     e->rows = malloc(sizeof(splash_row) * (size_t)(e->chunk + e->max_lanes * e->max_block));
     e->blanes = malloc(sizeof(splash_lane) * (size_t)e->max_lanes);
@@ -1373,9 +1447,16 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     const char *dp = getenv("SPLASH_DEVICE_PROPOSALS");
     e->device_props = e->draft && e->draft->ops->propose_device && e->draft->ops->fetch_proposals &&
                       !(dp && !strcmp(dp, "0"));
+    /* SPLASH_MODEL_DECIDES=1: greedy steps decided and committed by the model right behind
+     * the forward (on a GPU the host waits once, for the decisions, while the commit runs;
+     * other models decide on the host as the engine would).  Off by default: on the H200 the
+     * default model served the same or fewer tokens a second with it (docs/cuda.md, session
+     * 36); it is step 3 of the cycle as one graph, whose gain needs the steps after it. */
+    const char *md = getenv("SPLASH_MODEL_DECIDES");
+    e->greedy_model = md && !strcmp(md, "1");
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
         !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->derr || !e->dtaps ||
-        !e->dfirst || !e->cslots) {
+        !e->dfirst || !e->cslots || !e->glanes || !e->gres || !e->gwho) {
         rc = splash_fail(err, SPLASH_E_NOMEM, "out of memory for the KV pool (%d pages)", e->n_pages);
         goto fail;
     }
@@ -1482,6 +1563,9 @@ void splash_engine_free(splash_engine *e) {
     free(e->dreq);
     free(e->dwho);
     free(e->cslots);
+    free(e->glanes);
+    free(e->gres);
+    free(e->gwho);
     free(e->dlog);
     free(e->dtok);
     free(e->dkind);
@@ -1563,6 +1647,7 @@ void splash_engine_get_stats(splash_engine *e, splash_engine_stats *s) {
     s->snapshots_restored = c->snapshots_restored;
     s->spec_cycles = c->spec_cycles;
     s->spec_device_cycles = c->spec_device_cycles;
+    s->spec_model_decided = c->spec_model_decided;
     s->spec_drafted = c->spec_drafted;
     s->spec_accepted = c->spec_accepted;
     s->spec_steps = c->spec_steps;

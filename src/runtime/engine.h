@@ -222,6 +222,7 @@ typedef struct splash_engine_stats {
     int auto_best[2];       /* the faster way measured at 1 and 4 lanes: 1 the block, 0 block 1, -1 not yet */
     uint64_t spec_cycles, spec_drafted, spec_accepted;
     uint64_t spec_device_cycles; /* lane cycles whose proposals went from the draft to the verify on the device */
+    uint64_t spec_model_decided; /* lane cycles decided and committed by the model (splash_model_commit_greedy) */
     uint64_t spec_steps; /* decode-only steps, whose time the split below covers */
     double spec_draft_seconds, spec_verify_seconds, spec_accept_seconds, spec_commit_seconds;
     uint64_t rows_decided, rows_decided_top; /* target rows decisions were read from; of them TOP rows (model.h) */

@@ -168,6 +168,35 @@ int splash_model_commit_lanes(splash_model *m, const int *slots, const int *n_ac
     return SPLASH_OK;
 }
 
+int splash_model_commit_greedy(splash_model *m, const splash_greedy_lane *lanes, int n, const int32_t *stop,
+                               int n_stop, splash_greedy_result *res, splash_error *err) {
+    if (n < 0 || (n > 0 && (!lanes || !res)) || n_stop < 0 || n_stop > SPLASH_GREEDY_MAX_STOP || (n_stop && !stop))
+        return splash_fail(err, SPLASH_E_INVALID, "commit greedy: %d lanes, %d stop ids", n, n_stop);
+    for (int i = 0; i < n; i++) {
+        const splash_greedy_lane *l = &lanes[i];
+        if (l->n_feed < 1 || l->n_props < 0 || l->n_props + 1 > SPLASH_GREEDY_MAX_ROWS || l->limit < 1 || l->row < 0)
+            return splash_fail(err, SPLASH_E_RANGE, "commit greedy: lane %d: %d fed, %d proposed, limit %d", i,
+                               l->n_feed, l->n_props, l->limit);
+    }
+    if (m->ops->commit_greedy) return m->ops->commit_greedy(m->impl, lanes, n, stop, n_stop, res, err);
+    int *slots = malloc(sizeof *slots * (size_t)(2 * n + 1)), *counts = slots + n;
+    if (!slots) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
+    int rc = splash_model_finish(m) ? splash_fail(err, SPLASH_E_IO, "commit greedy: the forward failed") : 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const splash_greedy_lane *l = &lanes[i];
+        if (!l->top_ids || !l->top_logits || l->top_k < 1 || (l->n_props && !l->props)) {
+            rc = splash_fail(err, SPLASH_E_INVALID, "commit greedy: lane %d without its host rows", i);
+            break;
+        }
+        splash_greedy_decide(l->top_ids, l->top_logits, (size_t)l->top_k, splash_model_get_needs(m)->vocab, l->props, l->n_feed,
+                             l->n_props, l->limit, stop, n_stop, &res[i]);
+        slots[i] = l->slot, counts[i] = res[i].c;
+    }
+    if (!rc) rc = splash_model_commit_lanes(m, slots, counts, n, err);
+    free(slots);
+    return rc;
+}
+
 int splash_model_snapshot(splash_model *m, int slot, void *dst) { return m->ops->snapshot(m->impl, slot, dst); }
 
 int splash_model_restore(splash_model *m, int slot, const void *src) { return m->ops->restore(m->impl, slot, src); }

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "runtime/spec_greedy.h"
 
 typedef struct splash_model splash_model;
 typedef struct splash_package splash_package;
@@ -142,6 +143,10 @@ typedef struct splash_batch {
      * outside the vocabulary embeds as nothing (the row's outputs are then
      * meaningless, never a fault). */
     const int32_t *device_tokens;
+    /* 1: the forward may return with its work still queued (a model on a
+     * GPU): the host outputs above are written once splash_model_finish or
+     * splash_model_commit_greedy returns.  0: written when it returns. */
+    int defer;
 } splash_batch;
 
 /* The device a run uses.  want: "cpu" (or NULL), "cuda", or "auto" (cuda when
@@ -192,6 +197,39 @@ int splash_model_commit(splash_model *m, int slot, int n_accepted, splash_error 
  * does every model when SPLASH_COMMIT_LANES=0 is in the environment (an A/B
  * of the two). */
 int splash_model_commit_lanes(splash_model *m, const int *slots, const int *n_accepted, int n, splash_error *err);
+
+/* A greedy lane verified by the last forward (splash_model_commit_greedy):
+ * its decision rows are the batch's rows row .. row + n_props, TOP rows;
+ * the proposals are the tokens of rows row + 1 .. row + n_props.  The host's
+ * copy of the same rows (top_ids / top_logits: [n_props + 1][top_k], the
+ * batch's; props: [n_props]) is read only by a model that decides on the
+ * host. */
+typedef struct splash_greedy_lane {
+    int slot;
+    int row;      /* the batch row of its first decision row: its feed's last */
+    int n_feed;   /* its rows before the proposals (the batch row of its first row is row - n_feed + 1) */
+    int n_props;  /* n_props + 1 <= SPLASH_GREEDY_MAX_ROWS */
+    int limit;    /* the most rows it may commit, >= 1 (a page boundary: runtime/engine.c) */
+    const int32_t *top_ids;
+    const float *top_logits;
+    int top_k;
+    const int32_t *props;
+} splash_greedy_lane;
+
+/* The greedy decision of n lanes verified by the last forward, and their
+ * commits, in one call: lane i decides as splash_greedy_decide
+ * (runtime/spec_greedy.h) into res[i], with stop[0..n_stop) (n_stop <=
+ * SPLASH_GREEDY_MAX_STOP) as the stop ids, and commits res[i].c rows (as
+ * splash_model_commit_lanes would; a lane whose status is not 0 commits
+ * res[i].c rows all the same: the caller ends it).  A model on a GPU
+ * decides there, right behind the forward (a forward of batch.defer = 1 may
+ * still be running when this is called), queues the commits behind the
+ * decision and returns once the decisions are on the host, the replays
+ * still running; the batch's host outputs (logits, TOP rows, taps) are then
+ * written too.  Other models decide on the host from each lane's top_ids,
+ * top_logits and props.  Errors (bad lanes, no TOP rows) change nothing. */
+int splash_model_commit_greedy(splash_model *m, const splash_greedy_lane *lanes, int n, const int32_t *stop,
+                               int n_stop, splash_greedy_result *res, splash_error *err);
 
 /* Copies a slot's recurrent state to / from a snapshot buffer of state_bytes
  * (allocated with splash_model_alloc_memory). */

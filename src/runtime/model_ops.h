@@ -28,6 +28,8 @@ typedef struct splash_model_ops {
     int (*finish)(void *impl);               /* NULL: nothing queued, ever (splash_model_finish) */
     const void *(*device_weight)(void *impl, const void *data); /* NULL: none (splash_model_device_weight) */
     int (*use_spare)(void *impl, size_t bytes, size_t *used, splash_error *err); /* NULL: none */
+    int (*commit_greedy)(void *impl, const splash_greedy_lane *lanes, int n, const int32_t *stop, int n_stop,
+                         splash_greedy_result *res, splash_error *err); /* NULL: decided on the host */
 } splash_model_ops;
 
 #endif

@@ -44,6 +44,7 @@ extern "C" {
 #include "backend/cuda/dense_matmul.h"
 #include "backend/cuda/dflash.h"
 #include "backend/cuda/gdn.h"
+#include "backend/cuda/greedy.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/norm.h"
 #include "backend/cuda/q4_matmul.h"
@@ -880,6 +881,24 @@ extern "C" int splash_cuda_rope(float *x, size_t ldx, int rows, int heads, int h
                 v[i + half] = x2 * c + x1 * s;
             }
         }
+    return 0;
+}
+
+/* ---- the greedy decisions (greedy.h): runtime/spec_greedy.h's function, lane by lane ---------- */
+
+extern "C" int splash_cuda_greedy_decide(const splash_cuda_greedy_lane *lanes, int n, const int32_t *top_ids,
+                                         const float *top_vals, int top_k, int vocab, const int32_t *tokens,
+                                         const int32_t *stop, int n_stop, splash_greedy_result *res,
+                                         splash_cuda_gdn_lane *commit, int n_gdn, int n_commit, struct CUstream_st *) {
+    if (n < 0 || top_k < 1 || n_stop < 0 || n_stop > SPLASH_GREEDY_MAX_STOP || (n_gdn && n_commit < 1))
+        return SPLASH_E_INVALID;
+    for (int i = 0; i < n; i++) {
+        const splash_cuda_greedy_lane *l = &lanes[i];
+        splash_greedy_decide(top_ids + (size_t)l->head * top_k, top_vals + (size_t)l->head * top_k, (size_t)top_k,
+                             vocab, tokens + l->row + 1, l->n_feed, l->n_props, l->limit, stop, n_stop, &res[i]);
+        if (l->commit >= 0)
+            for (int g = 0; g < n_gdn; g++) commit[(size_t)g * n_commit + l->commit].n_rows = res[i].c;
+    }
     return 0;
 }
 

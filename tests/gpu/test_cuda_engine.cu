@@ -171,12 +171,13 @@ static splash_draft *device_oracle(int vocab, int block) {
     return d;
 }
 
-static splash_engine *start(const char *pkg, const char *device, int block, splash_draft *draft) {
+static splash_engine *start_hooks(const char *pkg, const char *device, int block, splash_draft *draft, int hooks) {
     splash_engine_options o;
     memset(&o, 0, sizeof o);
     o.model_dir = pkg, o.device = device, o.threads = 2, o.max_context = 512, o.max_lanes = NPROMPT;
     o.max_queue = 64, o.prefill_chunk = 256, o.kv_format = SPLASH_KV_F32, o.cpu_activations = SPLASH_CPU_ACT_F32;
-    o.block_size = block, o.test_on_logits = on_logits, o.test_on_propose = on_propose, o.test_draft = draft;
+    o.block_size = block, o.test_draft = draft;
+    if (hooks) o.test_on_logits = on_logits, o.test_on_propose = on_propose;
     splash_engine *e = NULL;
     splash_error err;
     memset(&err, 0, sizeof err);
@@ -185,6 +186,10 @@ static splash_engine *start(const char *pkg, const char *device, int block, spla
         exit(1);
     }
     return e;
+}
+
+static splash_engine *start(const char *pkg, const char *device, int block, splash_draft *draft) {
+    return start_hooks(pkg, device, block, draft, 1);
 }
 
 /* Submits jobs [0, n) at once and waits for all. */
@@ -387,10 +392,14 @@ static void test_package(const char *dir, const char *name, int has_draft) {
     /* the oracle draft: prompt p's cycles propose its block-1 continuation, the first
      * kk[p] of each block right, so every cycle accepts exactly min(kk, proposals)
      * and the commits of 0..15 rows run on the CUDA model; the third run's proposals
-     * go to the verify from device memory */
-    for (int bi = 0; bi < 3; bi++) {
-        static const int blocks[3] = {8, 16, 8}, kks[3][NPROMPT] = {{0, 1, 3, 7}, {0, 5, 11, 15}, {2, 7, 4, 6}};
-        const int block = blocks[bi], *kk = kks[bi], dev = bi == 2;
+     * go to the verify from device memory; the fourth's too, without the logits
+     * hook and with SPLASH_MODEL_DECIDES=1: its rows are TOP rows, and the CUDA model
+     * decides and commits its greedy steps (splash_model_commit_greedy), the tokens
+     * compared alone */
+    for (int bi = 0; bi < 4; bi++) {
+        static const int blocks[4] = {8, 16, 8, 8};
+        static const int kks[4][NPROMPT] = {{0, 1, 3, 7}, {0, 5, 11, 15}, {2, 7, 4, 6}, {2, 7, 4, 6}};
+        const int block = blocks[bi], *kk = kks[bi], dev = bi >= 2, model_decides = bi == 3;
         splash_draft *d = dev ? device_oracle(512, block) : splash_draft_oracle_new(512, block);
         for (int p = 0; p < NPROMPT && d; p++) {
             int32_t seq[64 + NOUT + 1];
@@ -404,7 +413,9 @@ static void test_package(const char *dir, const char *name, int has_draft) {
             fprintf(stderr, "FATAL oracle draft\n");
             exit(1);
         }
-        e = start(pkg, "cuda", block, d);
+        if (model_decides) setenv("SPLASH_MODEL_DECIDES", "1", 1); /* read at the engine's start */
+        e = start_hooks(pkg, "cuda", block, d, !model_decides);
+        unsetenv("SPLASH_MODEL_DECIDES");
         jobs_init(spec);
         for (int p = 0; p < NPROMPT; p++) spec[p].seed = (uint64_t)kk[p];
         run(e, spec, NPROMPT);
@@ -412,20 +423,24 @@ static void test_package(const char *dir, const char *name, int has_draft) {
         splash_engine_free(e);
         splash_draft_free(d);
         ok = !dev || (st.spec_device_cycles > 0 && st.spec_device_cycles <= st.spec_cycles);
+        ok &= model_decides ? st.spec_model_decided > 0 && st.spec_model_decided <= st.spec_cycles
+                            : st.spec_model_decided == 0;
         int accepted = 0;
         for (int p = 0; p < NPROMPT; p++) {
             const splash_gen_take *t = &spec[p].t;
-            ok &= same(&base[p], &spec[p], 1) && t->accepted <= kk[p] * t->cycles;
+            ok &= same(&base[p], &spec[p], !model_decides) && t->accepted <= kk[p] * t->cycles;
             if (kk[p] == 0) ok &= t->accepted == 0;
             if (kk[p] == block - 1) ok &= t->accepted == t->drafted && t->accepted > 0;
             accepted += t->accepted;
         }
         snprintf(msg, sizeof msg,
-                 "agreeing %d / %d / %d / %d a cycle: %d accepted, %llu of %llu lane cycles on the device", kk[0],
-                 kk[1], kk[2], kk[3], accepted, (unsigned long long)st.spec_device_cycles,
-                 (unsigned long long)st.spec_cycles);
-        char what[64];
-        snprintf(what, sizeof what, "oracle block %d%s = block 1", block, dev ? ", proposals on the device" : "");
+                 "agreeing %d / %d / %d / %d a cycle: %d accepted, %llu of %llu lane cycles on the device, %llu "
+                 "decided by the model",
+                 kk[0], kk[1], kk[2], kk[3], accepted, (unsigned long long)st.spec_device_cycles,
+                 (unsigned long long)st.spec_cycles, (unsigned long long)st.spec_model_decided);
+        char what[80];
+        snprintf(what, sizeof what, "oracle block %d%s = block 1", block,
+                 model_decides ? ", decided by the model (tokens)" : dev ? ", proposals on the device" : "");
         check(ok, name, what, msg);
     }
 

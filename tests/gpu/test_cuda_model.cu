@@ -537,6 +537,102 @@ static void case_commit_lanes(Fixture *f, float *lg) {
     free(each), free(all);
 }
 
+/* splash_model_commit_greedy on the GPU: three lanes verifying 7, 5 and 3
+ * rows (feeds of 1, 2 and 1), TOP rows of 2, every row's token the fixture's
+ * but for the proposals, which are taught the model's own picks first (two
+ * forwards), so the lanes accept up to 2 proposals and the device's reads of
+ * the rows' tokens matter.  The decisions equal splash_greedy_decide on the
+ * host's copy of the same TOP rows (every field), and the states after the
+ * call equal those of splash_model_commit_lanes with the decided counts
+ * (bytes); once with no stop ids and no limits, once with lane 0's second
+ * token a stop id and lane 1 limited to one row.  An unverified slot is
+ * refused. */
+static void greedy_forward(Fixture *f, const int32_t *tok, int defer, int32_t *ids, float *vals, float *lg) {
+    static const int pre[LANES] = {70, 20, 40}, nr[LANES] = {7, 5, 3};
+    Side *g = &f->gpu;
+    for (int s = 0; s < LANES; s++) {
+        reset(f, s);
+        run1(f, g, s, 0, pre[s], SPLASH_LANE_PREFILL, lg);
+    }
+    splash_lane lanes[LANES];
+    static splash_row rows[16];
+    int r = 0;
+    for (int i = 0; i < LANES; i++) {
+        lanes[i] = (splash_lane){i, pre[i], r, nr[i], f->pages + i * f->ppl, f->ppl, SPLASH_LANE_VERIFY};
+        for (int k = 0; k < nr[i]; k++, r++) {
+            const int t = pre[i] + k;
+            rows[r] = (splash_row){tok[r], {t, t, t}, (uint32_t)SPLASH_ROW_TOP, NULL};
+        }
+    }
+    splash_batch b;
+    memset(&b, 0, sizeof b);
+    b.n_lanes = LANES, b.n_rows = r, b.lanes = lanes, b.rows = rows, b.top_k = 2, b.top_ids = ids, b.top_logits = vals;
+    b.defer = defer;
+    splash_error err = {0, {0}};
+    if (splash_model_forward(g->m, &b, &err)) die("forward (cuda, greedy)", &err);
+    if (!defer) SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+static void case_commit_greedy(Fixture *f, float *lg) {
+    static const int pre[LANES] = {70, 20, 40}, nr[LANES] = {7, 5, 3}, nf[LANES] = {1, 2, 1}, first[LANES] = {0, 7, 12};
+    Side *g = &f->gpu;
+    int32_t tok[15], ids[15 * 2];
+    float vals[15 * 2];
+    for (int i = 0; i < LANES; i++)
+        for (int k = 0; k < nr[i]; k++) tok[first[i] + k] = f->tokens[(pre[i] + k) % f->T];
+    for (int level = 0; level < 2; level++) { /* proposal `level` of each lane := its row's pick */
+        greedy_forward(f, tok, 0, ids, vals, lg);
+        for (int i = 0; i < LANES; i++) {
+            const int row = first[i] + nf[i] - 1 + level; /* the row deciding proposal `level` */
+            if (row + 1 < first[i] + nr[i] && ids[2 * row] >= 0) tok[row + 1] = ids[2 * row];
+        }
+    }
+    const size_t sb = g->nd->state_bytes * LANES;
+    uint8_t *want = (uint8_t *)malloc(sb), *got = (uint8_t *)malloc(sb);
+    splash_error err = {0, {0}};
+    int32_t stop[1] = {-1};
+    for (int config = 0; config < 2; config++) {
+        splash_greedy_lane gl[LANES];
+        splash_greedy_result res[LANES], ref[LANES];
+        for (int i = 0; i < LANES; i++) {
+            const int row = first[i] + nf[i] - 1;
+            gl[i] = (splash_greedy_lane){i, row, nf[i], nr[i] - nf[i], config && i == 1 ? 1 : nr[i], NULL, NULL, 0,
+                                         NULL};
+        }
+        greedy_forward(f, tok, 1, ids, vals, lg);
+        if (splash_model_commit_greedy(g->m, gl, LANES, stop, config, res, &err)) die("commit greedy (cuda)", &err);
+        SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        SPLASH_CUDA_CHECK(cudaMemcpy(got, g->states, sb, cudaMemcpyDeviceToHost));
+        int same = 1, accepted = 0, counts[LANES], slots[LANES] = {0, 1, 2};
+        for (int i = 0; i < LANES; i++) {
+            const int row = gl[i].row;
+            splash_greedy_decide(ids + 2 * row, vals + 2 * row, 2, f->V, tok + row + 1, nf[i], gl[i].n_props,
+                                 gl[i].limit, stop, config, &ref[i]);
+            same &= res[i].status == ref[i].status && res[i].k == ref[i].k && res[i].j == ref[i].j &&
+                    res[i].c == ref[i].c && !memcmp(res[i].out, ref[i].out, sizeof(int32_t) * (size_t)(ref[i].k + 1));
+            accepted += ref[i].k;
+            counts[i] = ref[i].c;
+        }
+        greedy_forward(f, tok, 0, ids, vals, lg);
+        if (splash_model_commit_lanes(g->m, slots, counts, LANES, &err)) die("commit lanes (cuda)", &err);
+        SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        SPLASH_CUDA_CHECK(cudaMemcpy(want, g->states, sb, cudaMemcpyDeviceToHost));
+        char what[96];
+        snprintf(what, sizeof what, "GPU: greedy = host (%d acc., c %d/%d/%d)", accepted,
+                 counts[0], counts[1], counts[2]);
+        report_exact(f->tag, what, same && accepted >= 2);
+        report_exact(f->tag, config ? "GPU: commit greedy = commit lanes (a stop id, a limit)"
+                                    : "GPU: commit greedy = commit lanes",
+                     !memcmp(want, got, sb));
+        stop[0] = res[0].k >= 1 ? res[0].out[1] : res[0].out[0]; /* the next config's stop id */
+    }
+    splash_greedy_lane none = {0, 0, 1, 0, 1, NULL, NULL, 0, NULL}; /* committed above: nothing verified */
+    splash_greedy_result r;
+    report_exact(f->tag, "GPU: commit greedy, unverified slot fails",
+                 splash_model_commit_greedy(g->m, &none, 1, NULL, 0, &r, &err) != 0);
+    free(want), free(got);
+}
+
 /* TOP rows (runtime/model.h): two VERIFY lanes (no state moves, so every
  * run sees the same rows) with LOGITS, TOP and both mixed, top k 1, 5 and
  * the most; on each side the LOGITS rows equal an all-LOGITS run's bit for
@@ -668,6 +764,7 @@ int main(int argc, char **argv) {
         case_lanes(f, lc, lg);
         case_commit_exact(f, lc, lg);
         case_commit_lanes(f, lg);
+        case_commit_greedy(f, lg);
         case_top(f, lc, lg);
         case_move(f, lc, lg);
         side_free(&f->cpu);

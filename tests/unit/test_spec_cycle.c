@@ -284,12 +284,14 @@ static void run(splash_engine *e, job *jobs, int n) {
 
 /* b's output is the start of the reference a (all of it when b ran as long):
  * the same tokens, finish, text, and rows behind every token. */
+static int check_hashes = 1; /* 0: b ran without the logits hook (same_output compares tokens and text) */
+
 static void same_output(const job *a, const job *b, const char *what) {
     int whole = b->max_tokens >= a->max_tokens, n = b->n_tokens;
     if ((whole && (a->n_tokens != n || a->finish != b->finish)) || n > a->n_tokens || b->n_out > a->n_out ||
         memcmp(a->out, b->out, sizeof(int32_t) * (size_t)b->n_out))
         fail_msg("%s: %d/%d tokens, finish %d/%d differ from block 1", what, n, a->n_tokens, b->finish, a->finish);
-    for (int i = 0; i < n && i <= MAXOUT; i++)
+    for (int i = 0; check_hashes && i < n && i <= MAXOUT; i++)
         if (a->hash[i] != b->hash[i]) fail_msg("%s: the logits behind token %d differ from block 1", what, i);
     if (whole) assert_string_equal(a->text, b->text);
 }
@@ -351,11 +353,20 @@ static splash_draft *oracle(int lanes) {
  * together (4 lanes share every forward); lanes 1: the oracle proposes through
  * propose_lanes, one call for all decoding lanes of a step; 2: through
  * propose_device, the verify reading the proposals as DEVICE_TOKEN rows (a
- * CPU model's device memory is the host's). */
-static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache, int lanes) {
+ * CPU model's device memory is the host's).  hooks 0: no logits hook, so the
+ * rows are TOP rows and the model decides and commits the greedy steps
+ * (SPLASH_MODEL_DECIDES=1, splash_model_commit_greedy: here model.c's host
+ * fallback; the same jobs then run with the engine deciding from the same rows,
+ * and every job's tokens and cycle counts must agree: a page boundary cut
+ * missed shows in the cycles); with the hook the engine decides from whole
+ * rows. */
+static void oracle_sweep_hooks(const char *pkg, const int *bs, int nb, int cache, int lanes, int hooks) {
     splash_draft *d = oracle(lanes);
     unsetenv("SPLASH_DEVICE_PROPOSALS"); /* the default (on), read at the engine's start */
-    splash_engine *e = engine(pkg, 8, d, 0, cache);
+    if (!hooks) setenv("SPLASH_MODEL_DECIDES", "1", 1); /* read at the engine's start */
+    splash_engine *e = engine_with(pkg, 8, d, 0, cache, hooks, 0);
+    unsetenv("SPLASH_MODEL_DECIDES");
+    check_hashes = hooks;
     int n = 0;
     for (int i = 0; i < nb; i++) n += bs[i];
     job *jobs = calloc((size_t)n, sizeof *jobs);
@@ -403,9 +414,40 @@ static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache, int 
         printf("# propose_lanes: %d calls, at most %d requests in one\n", calls, most);
         assert_true(calls > 0 && most > 1 && most <= 4);
     }
+    if (!hooks) { /* greedy steps with TOP rows: the model decided them, as the engine would */
+        printf("# decided by the model: %llu lane cycles\n", (unsigned long long)st.spec_model_decided);
+        assert_true(st.spec_model_decided > 0 && st.spec_model_decided <= st.spec_cycles);
+        job *again = calloc((size_t)n, sizeof *again);
+        for (int i = 0; i < n; i++)
+            again[i] = (job){.prompt = jobs[i].prompt, .n_prompt = jobs[i].n_prompt, .max_tokens = jobs[i].max_tokens,
+                             .block = jobs[i].block, .seed = jobs[i].seed};
+        splash_draft *d2 = oracle(lanes);
+        splash_engine *e2 = engine_with(pkg, 8, d2, 0, cache, 0, 0); /* the engine decides (the default) */
+        run(e2, again, n);
+        splash_engine_stats st2;
+        splash_engine_get_stats(e2, &st2);
+        assert_int_equal(st2.spec_model_decided, 0);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(again[i].n_tokens, jobs[i].n_tokens);
+            assert_memory_equal(again[i].out, jobs[i].out, sizeof(int32_t) * (size_t)jobs[i].n_out);
+            assert_int_equal(again[i].t.cycles, jobs[i].t.cycles);
+            assert_int_equal(again[i].t.drafted, jobs[i].t.drafted);
+            assert_int_equal(again[i].t.accepted, jobs[i].t.accepted);
+        }
+        splash_engine_free(e2);
+        splash_draft_free(d2);
+        free(again);
+    } else {
+        assert_int_equal(st.spec_model_decided, 0);
+    }
+    check_hashes = 1;
     splash_engine_free(e);
     splash_draft_free(d);
     free(jobs);
+}
+
+static void oracle_sweep(const char *pkg, const int *bs, int nb, int cache, int lanes) {
+    oracle_sweep_hooks(pkg, bs, nb, cache, lanes, 1);
 }
 
 static void test_greedy_oracle_dense(void **state) {
@@ -419,6 +461,8 @@ static void test_greedy_oracle_dense(void **state) {
     oracle_sweep(pkg, (int[]){5, 16}, 2, 0, 0);
     oracle_sweep(pkg, (int[]){8, 16}, 2, 1, 1);
     oracle_sweep(pkg, (int[]){8, 16}, 2, 1, 2);
+    oracle_sweep_hooks(pkg, all, 15, 1, 0, 0);
+    oracle_sweep_hooks(pkg, (int[]){8, 16}, 2, 0, 2, 0);
 }
 
 static void test_greedy_oracle_moe(void **state) {
@@ -429,6 +473,7 @@ static void test_greedy_oracle_moe(void **state) {
     oracle_sweep(pkg, (int[]){3, 16}, 2, 1, 0);
     oracle_sweep(pkg, (int[]){8}, 1, 0, 1);
     oracle_sweep(pkg, (int[]){5}, 1, 0, 2);
+    oracle_sweep_hooks(pkg, (int[]){3, 16}, 2, 1, 2, 0);
 }
 
 /* --block-size auto (runtime/block_policy.h) on 24 greedy requests, 4 lanes:
@@ -814,6 +859,38 @@ static void test_greedy_dflash2(void **state) {
     splash_package_close(pk);
 }
 
+/* runtime/spec_greedy.h's decision on hand-made TOP rows (best entry first,
+ * 2 a row): proposals standing while they equal their row's best, the first
+ * stop token among the emitted ones ending the rows that stand, the limit
+ * (a page boundary) capping the commit, a row with no finite entry failing. */
+static void test_greedy_decide(void **state) {
+    (void)state;
+    const int32_t ids[5][2] = {{10, 3}, {11, 4}, {12, 5}, {EOS, 6}, {14, 7}};
+    const float vals[5][2] = {{2, 1}, {2, 1}, {2, 1}, {2, 1}, {2, 1}};
+    const int32_t stop[1] = {EOS};
+    splash_greedy_result r;
+    /* all four proposals stand (no stop id given): k 4, out = 10 11 12 EOS 14 */
+    splash_greedy_decide(&ids[0][0], &vals[0][0], 2, V, (const int32_t[]){10, 11, 12, EOS}, 1, 4, 99, stop, 0, &r);
+    assert_int_equal(r.status, 0), assert_int_equal(r.k, 4), assert_int_equal(r.j, 4), assert_int_equal(r.c, 5);
+    assert_int_equal(r.out[3], EOS), assert_int_equal(r.out[4], 14);
+    /* the same with EOS a stop id: the rows end at it (j 3), the commit too (feed 2: c 5) */
+    splash_greedy_decide(&ids[0][0], &vals[0][0], 2, V, (const int32_t[]){10, 11, 12, EOS}, 2, 4, 99, stop, 1, &r);
+    assert_int_equal(r.k, 4), assert_int_equal(r.j, 3), assert_int_equal(r.c, 5);
+    /* the second proposal wrong: k 1, out[1] its row's best; a limit of 1 caps the commit */
+    splash_greedy_decide(&ids[0][0], &vals[0][0], 2, V, (const int32_t[]){10, 4, 12, EOS}, 1, 4, 1, stop, 1, &r);
+    assert_int_equal(r.k, 1), assert_int_equal(r.j, 1), assert_int_equal(r.c, 1), assert_int_equal(r.out[1], 11);
+    /* no proposals: row 0 decides alone */
+    splash_greedy_decide(&ids[0][0], &vals[0][0], 2, V, NULL, 1, 0, 99, stop, 1, &r);
+    assert_int_equal(r.k, 0), assert_int_equal(r.c, 1), assert_int_equal(r.out[0], 10);
+    /* a row whose best entry is -inf (or an id outside the vocabulary): the lane fails */
+    const float bad[2][2] = {{2, 1}, {-INFINITY, -INFINITY}};
+    splash_greedy_decide(&ids[0][0], &bad[0][0], 2, V, (const int32_t[]){10}, 1, 1, 99, stop, 1, &r);
+    assert_int_equal(r.status, 1);
+    const int32_t far[1][1] = {{V}};
+    splash_greedy_decide(&far[0][0], &vals[0][0], 2, V, NULL, 1, 0, 99, stop, 1, &r);
+    assert_int_equal(r.status, 1);
+}
+
 /* A stop token and a stop string inside accepted proposals. */
 static void test_stops_inside_a_cycle(void **state) {
     (void)state;
@@ -988,9 +1065,11 @@ static void test_top_rows_decide_alike(void **state) {
         assert_true(st[0].rows_decided_top > 0);
         assert_int_equal(st[0].rows_decided_top, st[0].rows_decided); /* every request here can use them */
         assert_int_equal(st[1].rows_decided_top, 0);
-        printf("# draft %d: %llu rows decided, all from TOP rows; the same %d+%d+%d+%d tokens as from whole rows\n",
-               which, (unsigned long long)st[0].rows_decided, runs[0][0].n_tokens, runs[0][1].n_tokens,
-               runs[0][2].n_tokens, runs[0][3].n_tokens);
+        assert_int_equal(st[1].spec_model_decided, 0); /* whole rows: the engine decides */
+        printf("# draft %d: %llu rows decided, all from TOP rows (%llu lane cycles by the model); the same "
+               "%d+%d+%d+%d tokens as from whole rows\n",
+               which, (unsigned long long)st[0].rows_decided, (unsigned long long)st[0].spec_model_decided,
+               runs[0][0].n_tokens, runs[0][1].n_tokens, runs[0][2].n_tokens, runs[0][3].n_tokens);
         splash_draft_free(d);
     }
     /* a penalty needs the whole row: no TOP rows for it */
@@ -1483,6 +1562,7 @@ int main(void) {
         cmocka_unit_test(test_package_draft_unsupported),
         cmocka_unit_test(test_greedy_dflash2),
         cmocka_unit_test(test_stops_inside_a_cycle),
+        cmocka_unit_test(test_greedy_decide),
         cmocka_unit_test(test_sampled_batch_invariance),
         cmocka_unit_test(test_prefix_reuse_with_draft),
         cmocka_unit_test(test_sampled_dflash2),

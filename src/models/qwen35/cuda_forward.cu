@@ -528,7 +528,11 @@ static int run(qc_fwd *f) {
     if (f->n_tap && f->b->taps) /* else they stay in m->taps (batch.taps_on_device: a draft on this device) */
         SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->taps, m->taps, (size_t)f->n_tap * m->n_taps * m->d.hidden * sizeof(float),
                                         cudaMemcpyDeviceToHost, s));
-    SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
+    /* what a greedy decision on the device reads (c_commit_greedy): every head row's TOP entries
+     * in top_ids when the head was one pass; the rows' tokens stay in the descriptor */
+    m->dec_top_k = f->n_top && f->n_head <= m->head_cap ? b->top_k : 0;
+    m->dec_n_head = f->n_head, m->dec_rows = f->R;
+    if (!b->defer) SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
     return 0;
 }
 
@@ -539,6 +543,7 @@ int qc_forward(void *impl, const splash_batch *b, splash_error *err) {
     qc_fwd f;
     memset(&f, 0, sizeof f);
     f.m = m, f.b = b, f.R = b->n_rows;
+    m->dec_top_k = 0; /* until this forward's head is queued */
     rc = run(&f);
     if (rc) {
         cudaStreamSynchronize((cudaStream_t)m->stream);

@@ -203,6 +203,10 @@ static void plan_scratch(qc_model *m, bump *b) {
             (splash_cuda_gdn_lane *)carve(b, (size_t)d->n_gdn * m->max_lanes * sizeof(splash_cuda_gdn_lane));
         m->commit_conv = CARVE_F(b, (size_t)QC_COMMIT_BRANCHES * m->verify_cap * C);
     }
+    m->greedy_stop = ((size_t)m->max_lanes * sizeof(splash_cuda_greedy_lane) + 255) & ~(size_t)255;
+    m->greedy_res = m->greedy_stop + 256;
+    m->greedy_bytes = m->greedy_res + (size_t)m->max_lanes * sizeof(splash_greedy_result);
+    m->greedy_dev = (uint8_t *)carve(b, m->greedy_bytes);
     m->gdn_ws = nullptr, m->gdn_ws_floats = 0;
     if (d->n_gdn && m->max_rows >= QWEN35_CHUNKED_MIN_ROWS) { /* the chunked kernel's prepared chunks */
         const int lanes = m->max_lanes < m->max_rows / QWEN35_CHUNKED_MIN_ROWS ? m->max_lanes
@@ -247,6 +251,10 @@ static int alloc_scratch(qc_model *m, splash_error *err) {
             return splash_fail(err, SPLASH_E_NOMEM, "cudaMallocHost for commit: %s", cudaGetErrorString(e));
         }
     }
+    if ((e = cudaMallocHost((void **)&m->greedy_host, m->greedy_bytes)) != cudaSuccess) {
+        m->greedy_host = nullptr;
+        return splash_fail(err, SPLASH_E_NOMEM, "cudaMallocHost for the greedy decisions: %s", cudaGetErrorString(e));
+    }
     m->pending = (qc_pending *)calloc((size_t)m->max_lanes, sizeof *m->pending);
     m->commit_p = (qc_pending *)calloc((size_t)m->max_lanes, sizeof *m->commit_p);
     m->commit_n = (int *)calloc((size_t)m->max_lanes * 2, sizeof *m->commit_n);
@@ -283,6 +291,7 @@ static void c_free(void *impl) {
     drop_f16_copies(m);
     if (m->scratch) cudaFree(m->scratch);
     if (m->commit_host) cudaFreeHost(m->commit_host);
+    if (m->greedy_host) cudaFreeHost(m->greedy_host);
     splash_cuda_moe_scratch_free(&m->moe);
     splash_cuda_blas_close(m->blas);
     qc_weights_free(&m->w);
@@ -293,6 +302,7 @@ static void c_free(void *impl) {
     }
     if (m->commit_fork) cudaEventDestroy((cudaEvent_t)m->commit_fork);
     if (m->commit_up) cudaEventDestroy((cudaEvent_t)m->commit_up);
+    if (m->greedy_done) cudaEventDestroy((cudaEvent_t)m->greedy_done);
     free(m->pending);
     free(m->commit_p);
     free(m->commit_n);
@@ -395,6 +405,8 @@ static int c_load(splash_package *pkg, const splash_model_options *opt, void **i
             m->commit_fork = ev;
         if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
             m->commit_up = ev;
+        if (e == cudaSuccess && (e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming)) == cudaSuccess)
+            m->greedy_done = ev;
         if (e != cudaSuccess) {
             rc = splash_fail(err, SPLASH_E_IO, "the commit's streams: %s", cudaGetErrorString(e));
             goto fail;
@@ -617,7 +629,32 @@ static int replay_kernels(void *ctx) {
  * behind it on the stream, while the host goes on (the draft's append and next
  * proposals run on the draft's stream meanwhile); the pinned commit_host is
  * rewritten only after its last upload ran (commit_up). */
-static int replay(qc_model *m, const qc_pending *p, const int *n, int n_lanes) {
+/* The greedy decisions of c_commit_greedy (its lanes and stop ids in greedy_host), queued on
+ * the stream: the lanes uploaded, the kernel (which writes each lane's count into the commit's
+ * descriptors when n_commit > 0: the replay behind it reads them), the results copied back,
+ * greedy_done recorded. */
+static int greedy_queue(qc_model *m, int n, int n_stop, int n_commit) {
+    const cudaStream_t s = (cudaStream_t)m->stream;
+    uint8_t *gd = m->greedy_dev;
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(gd, m->greedy_host, m->greedy_res, cudaMemcpyHostToDevice, s));
+    int rc = splash_cuda_greedy_decide((const splash_cuda_greedy_lane *)gd, n, m->top_ids, m->top_vals, m->dec_top_k,
+                                       m->d.vocab, qc_desc_i32(m, m->plan.tok), (const int32_t *)(gd + m->greedy_stop),
+                                       n_stop, (splash_greedy_result *)(gd + m->greedy_res), m->commit_dev,
+                                       n_commit ? m->d.n_gdn : 0, n_commit, m->stream);
+    if (rc) return rc;
+    SPLASH_CUDA_TRY(cudaMemcpyAsync(m->greedy_host + m->greedy_res, gd + m->greedy_res,
+                                    (size_t)n * sizeof(splash_greedy_result), cudaMemcpyDeviceToHost, s));
+    SPLASH_CUDA_TRY(cudaEventRecord((cudaEvent_t)m->greedy_done, s));
+    return 0;
+}
+
+/* A replay's counts from the device: its lanes' greedy decisions (greedy_queue) between the
+ * descriptors' upload and the replay. */
+typedef struct qc_decide {
+    int n, n_stop;
+} qc_decide;
+
+static int replay(qc_model *m, const qc_pending *p, const int *n, int n_lanes, const qc_decide *dec) {
     const qwen35_dims *d = &m->d;
     const cudaStream_t s = (cudaStream_t)m->stream;
     SPLASH_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)m->commit_up));
@@ -635,6 +672,10 @@ static int replay(qc_model *m, const qc_pending *p, const int *n, int n_lanes) {
                                     (size_t)d->n_gdn * n_lanes * sizeof(splash_cuda_gdn_lane), cudaMemcpyHostToDevice,
                                     s));
     SPLASH_CUDA_TRY(cudaEventRecord((cudaEvent_t)m->commit_up, s));
+    if (dec) {
+        int rc = greedy_queue(m, dec->n, dec->n_stop, n_lanes);
+        if (rc) return rc;
+    }
     replay_ctx r = {m, n_lanes, max_rows};
     int key[QC_GRAPH_KEY_MAX], nk = 0;
     key[nk++] = 2; /* a commit (forward keys start with 1) */
@@ -672,7 +713,7 @@ static int c_commit_lanes(void *impl, const int *slots, const int *n_acc, int n,
     for (int i = 0; i < n; i++)
         if (n_acc[i] > 0) p[k] = m->pending[at[i]], cnt[k++] = n_acc[i];
     if (k > 0 && m->d.n_gdn) {
-        int rc = replay(m, p, cnt, k);
+        int rc = replay(m, p, cnt, k, nullptr);
         if (rc) return splash_fail(err, rc, "commit: the GDN replay on the device failed (%s)", splash_status_name(rc));
     }
     for (int i = 0; i < n; i++) /* the lanes' pending entries dropped (by slot: removal moves the last one) */
@@ -685,6 +726,61 @@ static int c_commit_lanes(void *impl, const int *slots, const int *n_acc, int n,
 }
 
 static int c_commit(void *impl, int slot, int n, splash_error *err) { return c_commit_lanes(impl, &slot, &n, 1, err); }
+
+/* Greedy lanes decided on the device and committed (model.h, splash_model_commit_greedy):
+ * every lane checked against the last forward first (its verified rows, its decision rows
+ * among the head's), then the decisions queued between the commit descriptors' upload and the
+ * replay (each lane's count written into them on the device: the replay's graph is the one
+ * commit_lanes uses for the same verified rows), and the host waits for the decisions only. */
+static int c_commit_greedy(void *impl, const splash_greedy_lane *gl, int n, const int32_t *stop, int n_stop,
+                           splash_greedy_result *res, splash_error *err) {
+    qc_model *m = (qc_model *)impl;
+    if (n > m->max_lanes)
+        return splash_fail(err, SPLASH_E_RANGE, "commit greedy: %d lanes, more than the %d a forward holds", n,
+                           m->max_lanes);
+    if (n > 0 && !m->dec_top_k)
+        return splash_fail(err, SPLASH_E_INVALID, "commit greedy: the last forward left no TOP rows to decide from");
+    const int32_t *head = (const int32_t *)(m->desc_host + m->plan.head_rows);
+    splash_cuda_greedy_lane *dl = (splash_cuda_greedy_lane *)m->greedy_host;
+    int *at = m->commit_at;
+    SPLASH_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)m->greedy_done)); /* greedy_host's last upload ran */
+    for (int i = 0; i < n; i++) {
+        const splash_greedy_lane *l = &gl[i];
+        at[i] = -1;
+        for (int k = 0; k < m->n_pending; k++)
+            if (m->pending[k].slot == l->slot) at[i] = k;
+        for (int j = 0; j < i && at[i] >= 0; j++)
+            if (gl[j].slot == l->slot) at[i] = -1;
+        if (!slot_ok(m, l->slot) || at[i] < 0)
+            return splash_fail(err, SPLASH_E_INVALID, "commit greedy: slot %d has no verified rows, or is named twice",
+                               l->slot);
+        int h = 0;
+        while (h < m->dec_n_head && head[h] != l->row) h++;
+        bool rows_ok = l->n_feed + l->n_props <= m->pending[at[i]].n_rows && h + l->n_props < m->dec_n_head;
+        for (int r = 1; rows_ok && r <= l->n_props; r++) rows_ok = head[h + r] == l->row + r;
+        if (!rows_ok)
+            return splash_fail(err, SPLASH_E_RANGE,
+                               "commit greedy: slot %d: rows %d..%d are not its verified decision rows", l->slot, l->row,
+                               l->row + l->n_props);
+        dl[i] = {h, l->row, l->n_feed, l->n_props, l->limit, i};
+    }
+    if (n_stop) memcpy(m->greedy_host + m->greedy_stop, stop, (size_t)n_stop * sizeof(int32_t));
+    qc_pending *p = m->commit_p;
+    int *cnt = m->commit_n;
+    for (int i = 0; i < n; i++) p[i] = m->pending[at[i]], cnt[i] = p[i].n_rows; /* the decisions write the counts */
+    const qc_decide dec = {n, n_stop};
+    int rc = n <= 0 ? 0 : m->d.n_gdn ? replay(m, p, cnt, n, &dec) : greedy_queue(m, n, n_stop, 0);
+    if (!rc && n > 0 && cudaEventSynchronize((cudaEvent_t)m->greedy_done) != cudaSuccess) rc = SPLASH_E_IO;
+    if (rc) return splash_fail(err, rc, "commit greedy: the decisions on the device failed (%s)", splash_status_name(rc));
+    if (n > 0) memcpy(res, m->greedy_host + m->greedy_res, (size_t)n * sizeof *res);
+    for (int i = 0; i < n; i++) /* the lanes' pending entries dropped */
+        for (int j = 0; j < m->n_pending; j++)
+            if (m->pending[j].slot == gl[i].slot) {
+                m->pending[j] = m->pending[--m->n_pending];
+                break;
+            }
+    return 0;
+}
 
 static int c_snapshot(void *impl, int slot, void *dst) {
     qc_model *m = (qc_model *)impl;
@@ -734,5 +830,5 @@ static const void *c_device_weight(void *impl, const void *data) {
 extern "C" const splash_model_ops qwen35_cuda_ops = {
     c_load, c_free, c_needs, c_attach, c_alloc, c_free_mem, c_reset, qc_forward, c_commit, c_commit_lanes, c_snapshot,
     c_restore,
-    c_device_taps, c_device_stream, c_finish, c_device_weight, c_use_spare,
+    c_device_taps, c_device_stream, c_finish, c_device_weight, c_use_spare, c_commit_greedy,
 };

@@ -57,6 +57,7 @@ extern "C" {
 #include "backend/cuda/attention.h"
 #include "backend/cuda/dense_matmul.h"
 #include "backend/cuda/gdn.h"
+#include "backend/cuda/greedy.h"
 #include "backend/cuda/moe.h"
 #include "backend/cuda/q4_gemm.h"
 #include "backend/cuda/q4_matmul.h"
@@ -314,6 +315,15 @@ typedef struct qc_model {
     int *commit_n, *commit_at;     /* [max_lanes] their counts; each lane's pending entry */
     qc_rows *bulk;                 /* [max_lanes] this forward's bulk-prefill row ranges (qc_fwd.n_bulk) */
     int n_pending;
+    /* greedy decisions (c_commit_greedy): [max_lanes] splash_cuda_greedy_lane, then
+     * [SPLASH_GREEDY_MAX_STOP] stop ids at greedy_stop, [max_lanes] splash_greedy_result at
+     * greedy_res; pinned and device, one upload and one copy back a call */
+    uint8_t *greedy_host, *greedy_dev;
+    size_t greedy_stop, greedy_res, greedy_bytes;
+    struct CUevent_st *greedy_done; /* after the results' copy back */
+    /* what the last forward leaves a decision: its TOP rows' k (0: no TOP rows, or not all in
+     * one head pass: top_ids then holds the last pass only), its head rows and rows */
+    int dec_top_k, dec_n_head, dec_rows;
     /* graphs of forward / commit shapes (cuda_graphs.cu) */
     int use_graphs;                /* SPLASH_CUDA_GRAPHS != 0 */
     int use_gemm;                  /* SPLASH_CUDA_GEMM != 0: bulk prefill rows on the GEMM (gx_mem carved) */
