@@ -214,7 +214,7 @@ struct splash_engine {
     int *cslots, *ccounts; /* [max_lanes] a step's commits: the lanes' slots and accepted rows */
     uint64_t spec_device_cycles;
     int greedy_model;     /* greedy steps decided and committed by the model (splash_model_commit_greedy;
-                             SPLASH_MODEL_DECIDES=1; else by the engine) */
+                             SPLASH_MODEL_DECIDES=0: by the engine) */
     splash_greedy_lane *glanes; /* [max_lanes] such a step's lanes, */
     splash_greedy_result *gres; /* their decisions, */
     lane **gwho;                /* and whose they are */
@@ -1447,13 +1447,13 @@ int splash_engine_start(const splash_engine_options *opt, splash_engine **out, s
     const char *dp = getenv("SPLASH_DEVICE_PROPOSALS");
     e->device_props = e->draft && e->draft->ops->propose_device && e->draft->ops->fetch_proposals &&
                       !(dp && !strcmp(dp, "0"));
-    /* SPLASH_MODEL_DECIDES=1: greedy steps decided and committed by the model right behind
-     * the forward (on a GPU the host waits once, for the decisions, while the commit runs;
-     * other models decide on the host as the engine would).  Off by default: on the H200 the
-     * default model served the same or fewer tokens a second with it (docs/cuda.md, session
-     * 36); it is step 3 of the cycle as one graph, whose gain needs the steps after it. */
+    /* Greedy steps decided and committed by the model right behind the forward: on a GPU the
+     * forward is not waited for and the host waits once, for the decisions, while the commit
+     * runs (the default model served at block 8 on the H200: +5% one lane, +3% four; docs/
+     * cuda.md, session 36); other models decide on the host as the engine would.
+     * SPLASH_MODEL_DECIDES=0: the engine decides (an A/B switch). */
     const char *md = getenv("SPLASH_MODEL_DECIDES");
-    e->greedy_model = md && !strcmp(md, "1");
+    e->greedy_model = !(md && !strcmp(md, "0"));
     if (!e->kv || !e->states || !e->lanes || !e->slanes || !e->rows || !e->blanes || !e->logits || !e->top_ids ||
         !e->top_logits || !e->dreq || !e->dwho || !e->dlog || !e->dtok || !e->dkind || !e->derr || !e->dtaps ||
         !e->dfirst || !e->cslots || !e->glanes || !e->gres || !e->gwho) {

@@ -178,7 +178,11 @@ int splash_model_commit_greedy(splash_model *m, const splash_greedy_lane *lanes,
             return splash_fail(err, SPLASH_E_RANGE, "commit greedy: lane %d: %d fed, %d proposed, limit %d", i,
                                l->n_feed, l->n_props, l->limit);
     }
-    if (m->ops->commit_greedy) return m->ops->commit_greedy(m->impl, lanes, n, stop, n_stop, res, err);
+    if (m->ops->commit_greedy) { /* SPLASH_E_UNSUPPORTED: not this forward (it then wrote the host outputs) */
+        const int rc = m->ops->commit_greedy(m->impl, lanes, n, stop, n_stop, res, err);
+        if (rc != SPLASH_E_UNSUPPORTED) return rc;
+        memset(err, 0, sizeof *err);
+    }
     int *slots = malloc(sizeof *slots * (size_t)(2 * n + 1)), *counts = slots + n;
     if (!slots) return splash_fail(err, SPLASH_E_NOMEM, "out of memory");
     int rc = splash_model_finish(m) ? splash_fail(err, SPLASH_E_IO, "commit greedy: the forward failed") : 0;

@@ -143,9 +143,11 @@ typedef struct splash_batch {
      * outside the vocabulary embeds as nothing (the row's outputs are then
      * meaningless, never a fault). */
     const int32_t *device_tokens;
-    /* 1: the forward may return with its work still queued (a model on a
-     * GPU): the host outputs above are written once splash_model_finish or
-     * splash_model_commit_greedy returns.  0: written when it returns. */
+    /* 1: the caller decides this forward's lanes with splash_model_commit_greedy
+     * and reads none of the host outputs above (logits, TOP rows): a model on
+     * a GPU may then return with its work queued and copy none of them (a
+     * model that decides on the host writes them as usual).  0: every output
+     * written when the forward returns. */
     int defer;
 } splash_batch;
 
@@ -206,7 +208,7 @@ int splash_model_commit_lanes(splash_model *m, const int *slots, const int *n_ac
  * host. */
 typedef struct splash_greedy_lane {
     int slot;
-    int row;      /* the batch row of its first decision row: its feed's last */
+    int row;      /* the batch row of its first decision row: its feed's last (the lane's first row + n_feed - 1) */
     int n_feed;   /* its rows before the proposals (the batch row of its first row is row - n_feed + 1) */
     int n_props;  /* n_props + 1 <= SPLASH_GREEDY_MAX_ROWS */
     int limit;    /* the most rows it may commit, >= 1 (a page boundary: runtime/engine.c) */
@@ -228,6 +230,9 @@ typedef struct splash_greedy_lane {
  * still running; the batch's host outputs (logits, TOP rows, taps) are then
  * written too.  Other models decide on the host from each lane's top_ids,
  * top_logits and props.  Errors (bad lanes, no TOP rows) change nothing. */
+/* (A model on a GPU that cannot decide the last forward on the device - its TOP
+ * rows were not one head pass - decides on the host like the others: its
+ * deferred forward then wrote the host outputs.) */
 int splash_model_commit_greedy(splash_model *m, const splash_greedy_lane *lanes, int n, const int32_t *stop,
                                int n_stop, splash_greedy_result *res, splash_error *err);
 

@@ -393,9 +393,8 @@ static void test_package(const char *dir, const char *name, int has_draft) {
      * kk[p] of each block right, so every cycle accepts exactly min(kk, proposals)
      * and the commits of 0..15 rows run on the CUDA model; the third run's proposals
      * go to the verify from device memory; the fourth's too, without the logits
-     * hook and with SPLASH_MODEL_DECIDES=1: its rows are TOP rows, and the CUDA model
-     * decides and commits its greedy steps (splash_model_commit_greedy), the tokens
-     * compared alone */
+     * hook: its rows are TOP rows, and the CUDA model decides and commits its greedy
+     * steps (splash_model_commit_greedy), the tokens compared alone */
     for (int bi = 0; bi < 4; bi++) {
         static const int blocks[4] = {8, 16, 8, 8};
         static const int kks[4][NPROMPT] = {{0, 1, 3, 7}, {0, 5, 11, 15}, {2, 7, 4, 6}, {2, 7, 4, 6}};
@@ -413,9 +412,7 @@ static void test_package(const char *dir, const char *name, int has_draft) {
             fprintf(stderr, "FATAL oracle draft\n");
             exit(1);
         }
-        if (model_decides) setenv("SPLASH_MODEL_DECIDES", "1", 1); /* read at the engine's start */
         e = start_hooks(pkg, "cuda", block, d, !model_decides);
-        unsetenv("SPLASH_MODEL_DECIDES");
         jobs_init(spec);
         for (int p = 0; p < NPROMPT; p++) spec[p].seed = (uint64_t)kk[p];
         run(e, spec, NPROMPT);

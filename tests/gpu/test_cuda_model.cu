@@ -599,10 +599,11 @@ static void case_commit_greedy(Fixture *f, float *lg) {
             gl[i] = (splash_greedy_lane){i, row, nf[i], nr[i] - nf[i], config && i == 1 ? 1 : nr[i], NULL, NULL, 0,
                                          NULL};
         }
-        greedy_forward(f, tok, 1, ids, vals, lg);
+        greedy_forward(f, tok, 1, ids, vals, lg); /* deferred: no host copy of its TOP rows */
         if (splash_model_commit_greedy(g->m, gl, LANES, stop, config, res, &err)) die("commit greedy (cuda)", &err);
         SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
         SPLASH_CUDA_CHECK(cudaMemcpy(got, g->states, sb, cudaMemcpyDeviceToHost));
+        greedy_forward(f, tok, 0, ids, vals, lg); /* the same rows, copied: the host's decisions from them */
         int same = 1, accepted = 0, counts[LANES], slots[LANES] = {0, 1, 2};
         for (int i = 0; i < LANES; i++) {
             const int row = gl[i].row;
@@ -613,7 +614,6 @@ static void case_commit_greedy(Fixture *f, float *lg) {
             accepted += ref[i].k;
             counts[i] = ref[i].c;
         }
-        greedy_forward(f, tok, 0, ids, vals, lg);
         if (splash_model_commit_lanes(g->m, slots, counts, LANES, &err)) die("commit lanes (cuda)", &err);
         SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
         SPLASH_CUDA_CHECK(cudaMemcpy(want, g->states, sb, cudaMemcpyDeviceToHost));

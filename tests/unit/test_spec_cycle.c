@@ -355,17 +355,16 @@ static splash_draft *oracle(int lanes) {
  * propose_device, the verify reading the proposals as DEVICE_TOKEN rows (a
  * CPU model's device memory is the host's).  hooks 0: no logits hook, so the
  * rows are TOP rows and the model decides and commits the greedy steps
- * (SPLASH_MODEL_DECIDES=1, splash_model_commit_greedy: here model.c's host
- * fallback; the same jobs then run with the engine deciding from the same rows,
+ * (splash_model_commit_greedy: here model.c's host fallback; the same jobs
+ * then run with the engine deciding from the same rows, SPLASH_MODEL_DECIDES=0,
  * and every job's tokens and cycle counts must agree: a page boundary cut
  * missed shows in the cycles); with the hook the engine decides from whole
  * rows. */
 static void oracle_sweep_hooks(const char *pkg, const int *bs, int nb, int cache, int lanes, int hooks) {
     splash_draft *d = oracle(lanes);
     unsetenv("SPLASH_DEVICE_PROPOSALS"); /* the default (on), read at the engine's start */
-    if (!hooks) setenv("SPLASH_MODEL_DECIDES", "1", 1); /* read at the engine's start */
+    unsetenv("SPLASH_MODEL_DECIDES"); /* the default (on), read at the engine's start */
     splash_engine *e = engine_with(pkg, 8, d, 0, cache, hooks, 0);
-    unsetenv("SPLASH_MODEL_DECIDES");
     check_hashes = hooks;
     int n = 0;
     for (int i = 0; i < nb; i++) n += bs[i];
@@ -422,7 +421,9 @@ static void oracle_sweep_hooks(const char *pkg, const int *bs, int nb, int cache
             again[i] = (job){.prompt = jobs[i].prompt, .n_prompt = jobs[i].n_prompt, .max_tokens = jobs[i].max_tokens,
                              .block = jobs[i].block, .seed = jobs[i].seed};
         splash_draft *d2 = oracle(lanes);
-        splash_engine *e2 = engine_with(pkg, 8, d2, 0, cache, 0, 0); /* the engine decides (the default) */
+        setenv("SPLASH_MODEL_DECIDES", "0", 1);
+        splash_engine *e2 = engine_with(pkg, 8, d2, 0, cache, 0, 0); /* the engine decides */
+        unsetenv("SPLASH_MODEL_DECIDES");
         run(e2, again, n);
         splash_engine_stats st2;
         splash_engine_get_stats(e2, &st2);

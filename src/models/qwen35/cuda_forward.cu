@@ -524,15 +524,18 @@ static int run(qc_fwd *f) {
     const int nk = graph_key(f, key);
     int rc = nk ? qc_graph_run(&m->graphs, qc_graph_find(&m->graphs, key, nk), body, f) : body(f);
     if (rc) return rc;
-    if (f->n_head && f->n_head <= m->head_cap && (rc = copy_head(f, 0, f->n_head))) return rc;
-    if (f->n_tap && f->b->taps) /* else they stay in m->taps (batch.taps_on_device: a draft on this device) */
-        SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->taps, m->taps, (size_t)f->n_tap * m->n_taps * m->d.hidden * sizeof(float),
-                                        cudaMemcpyDeviceToHost, s));
     /* what a greedy decision on the device reads (c_commit_greedy): every head row's TOP entries
      * in top_ids when the head was one pass; the rows' tokens stay in the descriptor */
     m->dec_top_k = f->n_top && f->n_head <= m->head_cap ? b->top_k : 0;
     m->dec_n_head = f->n_head, m->dec_rows = f->R;
-    if (!b->defer) SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
+    /* deferred and decidable on the device: the caller reads no host output (model.h), so
+     * nothing is copied (a copy to pageable memory would wait for the forward) nor waited for */
+    const bool defer = b->defer && m->dec_top_k;
+    if (!defer && f->n_head && f->n_head <= m->head_cap && (rc = copy_head(f, 0, f->n_head))) return rc;
+    if (f->n_tap && f->b->taps) /* else they stay in m->taps (batch.taps_on_device: a draft on this device) */
+        SPLASH_CUDA_TRY(cudaMemcpyAsync(f->b->taps, m->taps, (size_t)f->n_tap * m->n_taps * m->d.hidden * sizeof(float),
+                                        cudaMemcpyDeviceToHost, s));
+    if (!defer) SPLASH_CUDA_TRY(cudaStreamSynchronize(s));
     return 0;
 }
 

@@ -738,8 +738,8 @@ static int c_commit_greedy(void *impl, const splash_greedy_lane *gl, int n, cons
     if (n > m->max_lanes)
         return splash_fail(err, SPLASH_E_RANGE, "commit greedy: %d lanes, more than the %d a forward holds", n,
                            m->max_lanes);
-    if (n > 0 && !m->dec_top_k)
-        return splash_fail(err, SPLASH_E_INVALID, "commit greedy: the last forward left no TOP rows to decide from");
+    if (n > 0 && !m->dec_top_k) /* model.c decides on the host from the rows the forward copied */
+        return splash_fail(err, SPLASH_E_UNSUPPORTED, "commit greedy: the last forward's TOP rows are not on the device");
     const int32_t *head = (const int32_t *)(m->desc_host + m->plan.head_rows);
     splash_cuda_greedy_lane *dl = (splash_cuda_greedy_lane *)m->greedy_host;
     int *at = m->commit_at;
