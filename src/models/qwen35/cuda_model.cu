@@ -621,14 +621,6 @@ static int replay_kernels(void *ctx) {
     return 0;
 }
 
-/* Replays the first n[i] saved verify rows of p[i] on its slot, every lane
- * at once, as a PREFILL of those rows would: the lanes' descriptors uploaded,
- * then the kernels, a graph per shape (the lanes' places and verified rows in
- * the save: the counts travel in the descriptors, so one graph serves every
- * count).  Not waited for: the next forward, snapshot or restore queues
- * behind it on the stream, while the host goes on (the draft's append and next
- * proposals run on the draft's stream meanwhile); the pinned commit_host is
- * rewritten only after its last upload ran (commit_up). */
 /* The greedy decisions of c_commit_greedy (its lanes and stop ids in greedy_host), queued on
  * the stream: the lanes uploaded, the kernel (which writes each lane's count into the commit's
  * descriptors when n_commit > 0: the replay behind it reads them), the results copied back,
@@ -654,6 +646,15 @@ typedef struct qc_decide {
     int n, n_stop;
 } qc_decide;
 
+/* Replays the first n[i] saved verify rows of p[i] on its slot, every lane
+ * at once, as a PREFILL of those rows would: the lanes' descriptors uploaded,
+ * then the kernels, a graph per shape (the lanes' places and verified rows in
+ * the save: the counts travel in the descriptors, so one graph serves every
+ * count).  Not waited for: the next forward, snapshot or restore queues
+ * behind it on the stream, while the host goes on (the draft's append and next
+ * proposals run on the draft's stream meanwhile); the pinned commit_host is
+ * rewritten only after its last upload ran (commit_up).  dec: the counts decided on
+ * the device instead (c_commit_greedy), n[] then the lanes' verified rows. */
 static int replay(qc_model *m, const qc_pending *p, const int *n, int n_lanes, const qc_decide *dec) {
     const qwen35_dims *d = &m->d;
     const cudaStream_t s = (cudaStream_t)m->stream;
