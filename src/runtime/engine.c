@@ -680,12 +680,6 @@ static splash_spec_block lane_rows(const splash_engine *e, const lane *l) {
     return b;
 }
 
-static int is_stop(const splash_engine *e, int32_t tok) {
-    for (int i = 0; i < e->n_stop_ids; i++)
-        if (tok == e->stop_ids[i]) return 1;
-    return 0;
-}
-
 /* The scripted token (test hook) of output index i. */
 static int32_t script_token(const splash_engine *e, const splash_gen *g, int i) {
     return i < g->n_script ? g->script[i] : (e->n_stop_ids ? e->stop_ids[0] : 0);
@@ -882,12 +876,7 @@ static int cycle_commit(splash_engine *e, lane *l, spec_times *tm, int verified)
     }
     t = splash_now();
     /* rows whose inputs stand: the feed and the accepted proposals before any stop token */
-    int j = k;
-    for (int i = 0; i <= k; i++)
-        if (is_stop(e, l->out[i])) {
-            j = i;
-            break;
-        }
+    const int j = splash_spec_first_stop(l->out, k, e->stop_ids, e->n_stop_ids);
     cycle_cut(e, l, k, j, lane_commit_limit(e, l, nf + j), verified);
     tm->commit += splash_now() - t;
     return 0;

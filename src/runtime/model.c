@@ -177,6 +177,9 @@ int splash_model_commit_greedy(splash_model *m, const splash_greedy_lane *lanes,
         if (l->n_feed < 1 || l->n_props < 0 || l->n_props + 1 > SPLASH_GREEDY_MAX_ROWS || l->limit < 1 || l->row < 0)
             return splash_fail(err, SPLASH_E_RANGE, "commit greedy: lane %d: %d fed, %d proposed, limit %d", i,
                                l->n_feed, l->n_props, l->limit);
+        for (int j = 0; j < i; j++)
+            if (lanes[j].slot == l->slot)
+                return splash_fail(err, SPLASH_E_INVALID, "commit greedy: slot %d named twice", l->slot);
     }
     if (m->ops->commit_greedy) { /* SPLASH_E_UNSUPPORTED: not this forward (it then wrote the host outputs) */
         const int rc = m->ops->commit_greedy(m->impl, lanes, n, stop, n_stop, res, err);

@@ -33,6 +33,15 @@ typedef struct splash_greedy_result {
     int32_t out[SPLASH_GREEDY_MAX_ROWS]; /* out[0..k]: rows 0..k's tokens (the accepted proposals, then row k's) */
 } splash_greedy_result;
 
+/* The index of the first stop token among the emitted out[0..k], else k: the
+ * rows whose inputs stand end there (the engine's cut for every decision). */
+static inline SPLASH_HD int splash_spec_first_stop(const int32_t *out, int k, const int32_t *stop, int n_stop) {
+    for (int i = 0; i < k; i++)
+        for (int s = 0; s < n_stop; s++)
+            if (out[i] == stop[s]) return i;
+    return k;
+}
+
 /* Row i's best entry is top_ids[i * ld] (value top_vals[i * ld]) for rows
  * 0..n_props; props[i] is the proposal row i decides; rows before row 0 (the
  * feed but its last) are n_feed - 1 more rows whose inputs stand. */
@@ -52,14 +61,7 @@ static inline SPLASH_HD void splash_greedy_decide(const int32_t *top_ids, const 
         k = i;
         if (i == n_props || props[i] != id) break;
     }
-    int j = k;
-    for (int i = 0; i <= k && j == k; i++)
-        for (int s = 0; s < n_stop; s++)
-            if (r->out[i] == stop[s]) {
-                j = i;
-                break;
-            }
-    const int c = n_feed + j;
+    const int j = splash_spec_first_stop(r->out, k, stop, n_stop), c = n_feed + j;
     r->k = k, r->j = j, r->c = c < limit ? c : limit;
 }
 

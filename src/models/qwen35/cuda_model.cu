@@ -547,6 +547,13 @@ static void c_free_mem(void *impl, void *p) {
 
 static int slot_ok(const qc_model *m, int slot) { return m->n_slots > 0 && slot >= 0 && slot < m->n_slots; }
 
+/* The slot's entry in pending (its rows verified by the last forward), or -1. */
+static int pending_at(const qc_model *m, int slot) {
+    for (int k = 0; k < m->n_pending; k++)
+        if (m->pending[k].slot == slot) return k;
+    return -1;
+}
+
 static void drop_pending(qc_model *m, int slot) {
     for (int i = 0; i < m->n_pending; i++)
         if (m->pending[i].slot == slot) m->pending[i] = m->pending[--m->n_pending];
@@ -697,10 +704,7 @@ static int c_commit_lanes(void *impl, const int *slots, const int *n_acc, int n,
         const int slot = slots[i];
         if (!slot_ok(m, slot))
             return splash_fail(err, SPLASH_E_RANGE, "commit: slot %d outside [0, %d)", slot, m->n_slots);
-        at[i] = -1;
-        for (int k = 0; k < m->n_pending; k++)
-            if (m->pending[k].slot == slot) at[i] = k;
-        if (at[i] < 0)
+        if ((at[i] = pending_at(m, slot)) < 0)
             return splash_fail(err, SPLASH_E_INVALID,
                                "commit: slot %d has no verified rows (commit follows the VERIFY forward, before the next one)",
                                slot);
@@ -717,12 +721,7 @@ static int c_commit_lanes(void *impl, const int *slots, const int *n_acc, int n,
         int rc = replay(m, p, cnt, k, nullptr);
         if (rc) return splash_fail(err, rc, "commit: the GDN replay on the device failed (%s)", splash_status_name(rc));
     }
-    for (int i = 0; i < n; i++) /* the lanes' pending entries dropped (by slot: removal moves the last one) */
-        for (int j = 0; j < m->n_pending; j++)
-            if (m->pending[j].slot == slots[i]) {
-                m->pending[j] = m->pending[--m->n_pending];
-                break;
-            }
+    for (int i = 0; i < n; i++) drop_pending(m, slots[i]); /* by slot: removal moves the last entry */
     return 0;
 }
 
@@ -747,14 +746,8 @@ static int c_commit_greedy(void *impl, const splash_greedy_lane *gl, int n, cons
     SPLASH_CUDA_TRY(cudaEventSynchronize((cudaEvent_t)m->greedy_done)); /* greedy_host's last upload ran */
     for (int i = 0; i < n; i++) {
         const splash_greedy_lane *l = &gl[i];
-        at[i] = -1;
-        for (int k = 0; k < m->n_pending; k++)
-            if (m->pending[k].slot == l->slot) at[i] = k;
-        for (int j = 0; j < i && at[i] >= 0; j++)
-            if (gl[j].slot == l->slot) at[i] = -1;
-        if (!slot_ok(m, l->slot) || at[i] < 0)
-            return splash_fail(err, SPLASH_E_INVALID, "commit greedy: slot %d has no verified rows, or is named twice",
-                               l->slot);
+        if (!slot_ok(m, l->slot) || (at[i] = pending_at(m, l->slot)) < 0) /* model.c refused a slot named twice */
+            return splash_fail(err, SPLASH_E_INVALID, "commit greedy: slot %d has no verified rows", l->slot);
         int h = 0;
         while (h < m->dec_n_head && head[h] != l->row) h++;
         bool rows_ok = l->n_feed + l->n_props <= m->pending[at[i]].n_rows && h + l->n_props < m->dec_n_head;
@@ -774,12 +767,7 @@ static int c_commit_greedy(void *impl, const splash_greedy_lane *gl, int n, cons
     if (!rc && n > 0 && cudaEventSynchronize((cudaEvent_t)m->greedy_done) != cudaSuccess) rc = SPLASH_E_IO;
     if (rc) return splash_fail(err, rc, "commit greedy: the decisions on the device failed (%s)", splash_status_name(rc));
     if (n > 0) memcpy(res, m->greedy_host + m->greedy_res, (size_t)n * sizeof *res);
-    for (int i = 0; i < n; i++) /* the lanes' pending entries dropped */
-        for (int j = 0; j < m->n_pending; j++)
-            if (m->pending[j].slot == gl[i].slot) {
-                m->pending[j] = m->pending[--m->n_pending];
-                break;
-            }
+    for (int i = 0; i < n; i++) drop_pending(m, gl[i].slot);
     return 0;
 }
 
