@@ -518,6 +518,11 @@ static int default_split() {
 static int g_attn_wide = -1;
 static bool wide_kernel() { return env_switch(&g_attn_wide, "SPLASH_CUDA_ATTN_WIDE", 1); }
 
+/* Whether the long split's calls over int8 pages take attention_int8_flash.cu
+ * (SPLASH_CUDA_ATTN_FLASH=0: attention_int8_wide.cu's, an A/B switch, read once). */
+static int g_attn_flash = -1;
+extern "C" int splash_cuda_attn_flash(void) { return env_switch(&g_attn_flash, "SPLASH_CUDA_ATTN_FLASH", 1); }
+
 static int split_of(int split) { return split ? split : default_split(); }
 static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }
 
@@ -583,7 +588,11 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     k.stage_bufs = G * a->max_lane_rows <= kInt8NTile && blocks <= 2LL * sm_count() ? 2 : 1;
     k.deep_only = 0;
     int rc = SPLASH_OK;
-    if (int8) {
+    if (int8 && a->split == SPLASH_CUDA_ATTN_SPLIT_LONG && splash_cuda_attn_flash()) {
+        /* bulk prefill rows: every lane in blocks of kFlashQ query vectors */
+        k.qchunk = kFlashQ, k.n_qchunks = (nq + kFlashQ - 1) / kFlashQ;
+        rc = attn_int8_flash_launch(k, hd, dim3((unsigned)(l->kv_heads * k.n_qchunks), grid.y, grid.z), s);
+    } else if (int8) {
         /* lanes of more than one n-tile to attention_int8_wide.cu (unless
          * SPLASH_CUDA_ATTN_WIDE=0), the others to attention_int8.cu; a kernel
          * runs only where the lanes' row counts say it has lanes */

@@ -30,6 +30,9 @@
  *     output, max and sum.  int8 pages: the split's K/V bytes are staged as
  *     stored and both products run on the tensor cores (attention_int8.cu);
  *     bf16 / f32 pages: tiles of 32 positions widened to fp32, CUDA cores.
+ *     Calls with the long split over int8 pages (bulk prefill) take
+ *     attention_int8_flash.cu instead: blocks of 128 query vectors, fp16
+ *     grade (splash_cuda_attn_flash).
  *  2. combine: one block per (row, head, 64 dims) merges the row's splits,
  *     divides, and applies the output gate sigmoid(gate) when gate is not
  *     NULL.
@@ -83,6 +86,12 @@ int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, int n_layer
  * call) or set: an A/B switch, the same results either way. */
 int splash_cuda_attn_early_loads(void);
 void splash_cuda_set_attn_early_loads(int on);
+
+/* Whether calls with the long split over int8 pages (bulk prefill rows) run
+ * the flash-style kernel (attention_int8_flash.cu: q as two 8-bit digits, P
+ * in fp16, ~1e-4 relative) instead of the fp32-grade split kernels.  On
+ * unless SPLASH_CUDA_ATTN_FLASH=0 (read at the first call): an A/B switch. */
+int splash_cuda_attn_flash(void);
 
 typedef struct splash_cuda_attn_lane {
     const int32_t *pages; /* device: page ids, pages[pos / page_tokens] */

@@ -52,6 +52,35 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t &hi, uint3
     lo = *reinterpret_cast<const uint32_t *>(&l);
 }
 
+/* ldmatrix: four 8 x 8 matrices of 16-bit elements (lane l gives the address
+ * of matrix l / 8's row l % 8), as they are or transposed. */
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+/* mma.sync m16n8k32, D += A B in int32, A and B s8 */
+__device__ __forceinline__ void imma_ss(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Byte `sel` picks (0x40: byte 0, 0x51: byte 1, 0x62: byte 2) of x0..x3, as one word (x0's low). */
+__device__ __forceinline__ uint32_t bytes_of(int x0, int x1, int x2, int x3, uint32_t sel) {
+    return prmt(prmt((uint32_t)x0, (uint32_t)x1, sel), prmt((uint32_t)x2, (uint32_t)x3, sel), 0x5410);
+}
+
+__device__ __forceinline__ float4 load4(const float *p, bool aligned) {
+    if (aligned) return *reinterpret_cast<const float4 *>(p);
+    return make_float4(p[0], p[1], p[2], p[3]);
+}
+
 /* A block's place in the grid (kv_heads * n_qchunks, lanes, splits): lane,
  * kv head, the chunk's query vectors qv0 .. qv0 + nqb - 1 (nqt n-tiles of
  * kInt8NTile), the split's positions p0 .. p1 - 1 (up to the block's
@@ -114,6 +143,63 @@ __device__ __forceinline__ void split_vmax(const AttnArgs &a, const splash_cuda_
     }
     vmax = warp_max(vmax);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = vmax;
+}
+
+/* A split block's start (every thread; read the results after a barrier):
+ * the rows of its first two stages of ST positions (nst: the split's
+ * stages) and this warp's share of the split's largest V scale in
+ * red[warp], from the scales just staged when the split is those two
+ * stages (each thread reads what it wrote), else split_vmax. */
+template <int HD, int ST>
+__device__ __forceinline__ void split_start(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int p0, int p1,
+                                            int nst, const uint8_t **rowp, float *ksc, float *vsc, float *red) {
+    stage_rows<HD, ST>(a, ln, kvh, p0, p1, rowp, ksc, vsc);
+    if (nst > 1) stage_rows<HD, ST>(a, ln, kvh, p0 + ST, p1, rowp + ST, ksc + ST, vsc + ST);
+    if (nst <= 2) {
+        const int tid = threadIdx.x;
+        float vm = tid < ST ? fmaxf(vsc[tid], nst > 1 ? vsc[ST + tid] : 0.f) : 0.f;
+        vm = warp_max(vm);
+        if ((tid & 31) == 0) red[tid >> 5] = vm;
+    } else {
+        split_vmax(a, ln, kvh, p0, p1, red);
+    }
+}
+
+/* A stage's copy (after its stage_rows and a barrier; every one of the
+ * block's THREADS), PART 1: K rows into their ldmatrix rows (KP bytes
+ * apart), 2: V rows into the landing area (HD apart), 3: both; by cp.async,
+ * zeros past p1; consecutive threads on consecutive 16-byte pieces; one
+ * group. */
+template <int HD, int ST, int KP, int THREADS, int UNROLL, int PART>
+__device__ __forceinline__ void stage_copy_async(const AttnArgs &a, const uint8_t *const *rowp, uint8_t *Kb,
+                                                 uint8_t *Vl) {
+    constexpr int RP = HD / 16, i0 = PART & 1 ? 0 : ST * RP, i1 = PART & 2 ? 2 * ST * RP : ST * RP;
+    const size_t vdelta = a.v_off - a.k_off;
+#pragma unroll(UNROLL)
+    for (int i = i0 + threadIdx.x; i < i1; i += THREADS) {
+        const int isv = i >= ST * RP, ii = isv ? i - ST * RP : i;
+        const int r = ii / RP, c = ii % RP;
+        const uint8_t *row = rowp[r];
+        cp_async16(smem_addr(isv ? Vl + r * HD + 16 * c : Kb + r * KP + 16 * c),
+                   row ? row + (isv ? vdelta : 0) + (size_t)c * 16 : a.pool, row ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
+/* The landed V rows as fp16 rows VP bytes apart (every one of THREADS; 8
+ * bytes in, 16 out, so a warp's stores are contiguous). */
+template <int HD, int ST, int VP, int THREADS, int UNROLL>
+__device__ __forceinline__ void stage_widen(const uint8_t *Vl, uint8_t *V16) {
+    constexpr int U = HD / 8;
+#pragma unroll(UNROLL)
+    for (int i = threadIdx.x; i < ST * U; i += THREADS) {
+        const int r = i / U, c = i % U;
+        const uint2 w = *reinterpret_cast<const uint2 *>(Vl + r * HD + 8 * c);
+        uint4 o;
+        word_pairs(w.x ^ 0x80808080u, o.x, o.y);
+        word_pairs(w.y ^ 0x80808080u, o.z, o.w);
+        *reinterpret_cast<uint4 *>(V16 + r * VP + 16 * c) = o;
+    }
 }
 
 /* The end of query vector qv (the block's, its context lim) in split z: from its

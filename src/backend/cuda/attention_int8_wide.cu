@@ -100,16 +100,6 @@ struct WideGeo {
     static constexpr size_t bar = (red + kWarps * 4 + 7) & ~(size_t)7, bytes = bar + 3 * 8;
 };
 
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
 /* An 8 x 8 matrix of halves, lane (g, t) holding row g's columns 2t, 2t + 1,
  * transposed: the lane then holds column g's rows 2t, 2t + 1. */
 __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
@@ -117,26 +107,11 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
     asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
     return r;
 }
-/* mma.sync m16n8k32, D += A B in int32: A s8 (K codes), B s8 (q's hi digit) or u8 (mid, lo) */
-__device__ __forceinline__ void imma_ss(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+/* mma.sync m16n8k32, D += A B in int32: A s8 (K codes), B u8 (q's mid and lo digits; imma_ss the hi) */
 __device__ __forceinline__ void imma_su(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* Byte `sel` picks (0x40: byte 0, 0x51: byte 1, 0x62: byte 2) of x0..x3, as one word (x0's low). */
-__device__ __forceinline__ uint32_t bytes_of(int x0, int x1, int x2, int x3, uint32_t sel) {
-    return prmt(prmt((uint32_t)x0, (uint32_t)x1, sel), prmt((uint32_t)x2, (uint32_t)x3, sel), 0x5410);
-}
-
-__device__ __forceinline__ float4 load4(const float *p, bool aligned) {
-    if (aligned) return *reinterpret_cast<const float4 *>(p);
-    return make_float4(p[0], p[1], p[2], p[3]);
 }
 
 /* The warp's B operands: query vector `src` (NULL: zeros) of B column g as
@@ -199,23 +174,10 @@ struct QDigits<HD, true> {
     __device__ __forceinline__ uint2 get(int j, int d) const { return p[(3 * j + d) * 32]; }
 };
 
-/* A stage's copy (after its stage_rows and a barrier; every thread), PART
- * 1: K rows into their ldmatrix rows, 2: V rows into the landing area, 3:
- * both; by cp.async, zeros past p1; consecutive threads on consecutive
- * 16-byte pieces; one group. */
+/* A stage's copy by cp.async (stage_copy_async, the block's 4 warps). */
 template <int HD, int ST, int PART>
 __device__ __forceinline__ void wide_copy(const AttnArgs &a, const uint8_t *const *rowp, uint8_t *Kb, uint8_t *Vl) {
-    constexpr int RP = HD / 16, i0 = PART & 1 ? 0 : ST * RP, i1 = PART & 2 ? 2 * ST * RP : ST * RP;
-    const size_t vdelta = a.v_off - a.k_off;
-#pragma unroll(WideGeo<HD, ST>::kUnroll)
-    for (int i = i0 + threadIdx.x; i < i1; i += kWarps * 32) {
-        const int isv = i >= ST * RP, ii = isv ? i - ST * RP : i;
-        const int r = ii / RP, c = ii % RP;
-        const uint8_t *row = rowp[r];
-        cp_async16(smem_addr(isv ? Vl + r * HD + 16 * c : Kb + r * WideGeo<HD, ST>::KP + 16 * c),
-                   row ? row + (isv ? vdelta : 0) + (size_t)c * 16 : a.pool, row ? 16 : 0);
-    }
-    cp_async_commit();
+    stage_copy_async<HD, ST, WideGeo<HD, ST>::KP, kWarps * 32, WideGeo<HD, ST>::kUnroll, PART>(a, rowp, Kb, Vl);
 }
 
 /* wide_copy by the bulk-copy engine (wide_form chooses): a row a thread,
@@ -250,20 +212,10 @@ __device__ __forceinline__ void stage_copy(const AttnArgs &a, const uint8_t *con
         wide_copy<HD, ST, PART>(a, rowp, Kb, Vl);
 }
 
-/* The landed V rows as fp16 (every thread; 8 bytes in, 16 out, so a warp's
- * stores are contiguous). */
+/* The landed V rows as fp16 (stage_widen, the block's 4 warps). */
 template <int HD, int ST>
 __device__ __forceinline__ void wide_widen(const uint8_t *Vl, uint8_t *V16) {
-    constexpr int U = HD / 8;
-#pragma unroll(WideGeo<HD, ST>::kUnroll)
-    for (int i = threadIdx.x; i < ST * U; i += kWarps * 32) {
-        const int r = i / U, c = i % U;
-        const uint2 w = *reinterpret_cast<const uint2 *>(Vl + r * HD + 8 * c);
-        uint4 o;
-        word_pairs(w.x ^ 0x80808080u, o.x, o.y);
-        word_pairs(w.y ^ 0x80808080u, o.z, o.w);
-        *reinterpret_cast<uint4 *>(V16 + r * WideGeo<HD, ST>::VP + 16 * c) = o;
-    }
+    stage_widen<HD, ST, WideGeo<HD, ST>::VP, kWarps * 32, WideGeo<HD, ST>::kUnroll>(Vl, V16);
 }
 
 /* A warp's running state for its lane's two query vectors of the n-tile
@@ -409,15 +361,7 @@ __global__ void __launch_bounds__(kWarps * 32, WideGeo<HD, ST>::kBlocks) attn_in
 
     /* 1. rows of the first two stages, the split's largest V scale, the first
      * stage's copy in flight; meanwhile the warp's q digits */
-    stage_rows<HD, ST>(a, ln, kvh, p0, p1, rowp, ksc, vsc);
-    if (nst > 1) stage_rows<HD, ST>(a, ln, kvh, p0 + ST, p1, rowp + ST, ksc + ST, vsc + ST);
-    if (nst <= 2) { /* the split is these two stages: its V scales are the ones just staged (this thread's) */
-        float vm = tid < ST ? fmaxf(vsc[tid], nst > 1 ? vsc[ST + tid] : 0.f) : 0.f;
-        vm = warp_max(vm);
-        if (lane == 0) red[warp] = vm;
-    } else {
-        split_vmax(a, ln, kvh, p0, p1, red);
-    }
+    split_start<HD, ST>(a, ln, kvh, p0, p1, nst, rowp, ksc, vsc, red);
     __syncthreads();
     stage_copy<HD, ST, BULK, 3>(a, rowp, Kb, Vl, bar0, W::kLandings == 2 ? bar0 : vbar);
 

@@ -2,7 +2,8 @@
  * kernels: the split kernels' arguments and the tensor-core split kernel for
  * int8 pages (attention_int8.cu).  Both kernels write the same partials
  * (unnormalised output, max, sum per query vector and split), which
- * attention.cu's combine merges.
+ * attention.cu's combine merges; so does attention_int8_flash.cu, the int8
+ * kernel of bulk prefill rows.
  *
  * Device/host C++ for nvcc only.
  */
@@ -52,6 +53,12 @@ constexpr int kInt8MaxQ = 4 * kInt8NTile;
  * one n-tile, the others' blocks return at once. */
 int attn_int8_split_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
 int attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
+
+/* Query vectors a block of attention_int8_flash.cu takes (16 a warp, 8
+ * warps): the long split's calls over int8 pages (bulk prefill rows), every
+ * lane of the call, a.qchunk = kFlashQ. */
+constexpr int kFlashQ = 128;
+int attn_int8_flash_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
 
 } /* namespace splash_cuda */
 

@@ -1,0 +1,144 @@
+/* bench_attention.cu - one attention call over int8 pages at a prefill
+ * chunk's shape: R rows of one lane after P positions, the production
+ * shapes' heads, timed with the long split (bulk prefill: the flash kernel,
+ * or with SPLASH_CUDA_ATTN_FLASH=0 the wide split kernel) and the default
+ * split, with the causal FLOPs a second (2 x 2 x head_dim a (query vector,
+ * position it sees)).  No reference: test_cuda_ops checks the values.
+ *
+ * Usage: bench_attention [27b|35b|hd128] [P:R ...]   (default 27b 0:4096
+ *        16384:1024 31744:1024)
+ */
+#include <cuda_runtime.h>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_check.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int kPageTokens = 32; /* QWEN35_PAGE_TOKENS */
+
+struct Shape {
+    const char *name;
+    int heads, kv_heads, head_dim;
+};
+const Shape kShapes[] = {{"27b", 24, 4, 256}, {"35b", 16, 2, 256}, {"hd128", 16, 2, 128}};
+
+uint32_t mix(uint32_t x) {
+    x ^= x >> 16, x *= 0x7feb352dU, x ^= x >> 15, x *= 0x846ca68bU, x ^= x >> 16;
+    return x;
+}
+
+/* One page's bytes: int8 K / V in [-127, 127], scales in [0.01, 0.05). */
+std::vector<uint8_t> random_page(const splash_cuda_kv_layout &l) {
+    std::vector<uint8_t> p(l.page_bytes, 0);
+    uint32_t s = 12345;
+    for (int h = 0; h < l.kv_heads; h++)
+        for (int t = 0; t < l.page_tokens; t++) {
+            const size_t ri = (size_t)h * l.page_tokens + t;
+            for (int d = 0; d < l.head_dim; d++) {
+                p[l.k_off + ri * l.head_dim + d] = (uint8_t)(int8_t)((int)(mix(s++) % 255) - 127);
+                p[l.v_off + ri * l.head_dim + d] = (uint8_t)(int8_t)((int)(mix(s++) % 255) - 127);
+            }
+            const float ks = 0.01f + 0.04f * (float)(mix(s++) % 1000) / 1000.f, vs = 0.01f + 0.04f * (float)(mix(s++) % 1000) / 1000.f;
+            memcpy(&p[l.ks_off + ri * 4], &ks, 4);
+            memcpy(&p[l.vs_off + ri * 4], &vs, 4);
+        }
+    return p;
+}
+
+double time_call(const splash_cuda_attn_args &a, int reps) {
+    cudaEvent_t e0, e1;
+    SPLASH_CUDA_CHECK(cudaEventCreate(&e0));
+    SPLASH_CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < reps + 1; i++) {
+        SPLASH_CUDA_CHECK(cudaEventRecord(e0));
+        if (splash_cuda_attention(&a, NULL)) {
+            fprintf(stderr, "splash_cuda_attention failed\n");
+            exit(1);
+        }
+        SPLASH_CUDA_CHECK(cudaEventRecord(e1));
+        SPLASH_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        SPLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i) t.push_back(ms * 1000.f);
+    }
+    std::sort(t.begin(), t.end());
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return t[t.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    const Shape *s = &kShapes[0];
+    std::vector<std::pair<int, int>> cases;
+    for (int i = 1; i < argc; i++) {
+        int p, r;
+        bool named = false;
+        for (const Shape &k : kShapes)
+            if (!strcmp(argv[i], k.name)) s = &k, named = true;
+        if (named) continue;
+        if (sscanf(argv[i], "%d:%d", &p, &r) != 2 || p < 0 || r < 1) {
+            fprintf(stderr, "usage: bench_attention [27b|35b|hd128] [P:R ...]\n");
+            return 2;
+        }
+        cases.push_back({p, r});
+    }
+    if (cases.empty()) cases = {{0, 4096}, {16384, 1024}, {31744, 1024}};
+    splash_cuda_kv_layout l;
+    if (splash_cuda_kv_layout_init(&l, 2 /* SPLASH_KV_INT8 */, 1, s->kv_heads, s->head_dim, kPageTokens)) return 1;
+    const std::vector<uint8_t> page = random_page(l);
+    printf("| shape | n_past | rows | kernel | us | causal TFLOP/s |\n|---|---|---|---|---|---|\n");
+    for (auto [P, R] : cases) {
+        const int ctx = P + R, n_pages = (ctx + kPageTokens - 1) / kPageTokens, w = s->heads * s->head_dim;
+        uint8_t *pool;
+        SPLASH_CUDA_CHECK(cudaMalloc(&pool, (size_t)n_pages * l.page_bytes));
+        for (int i = 0; i < n_pages; i++)
+            SPLASH_CUDA_CHECK(cudaMemcpy(pool + (size_t)i * l.page_bytes, page.data(), l.page_bytes, cudaMemcpyHostToDevice));
+        std::vector<int32_t> ids(n_pages);
+        for (int i = 0; i < n_pages; i++) ids[i] = i;
+        int32_t *dids;
+        SPLASH_CUDA_CHECK(cudaMalloc(&dids, ids.size() * 4));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        splash_cuda_attn_lane ln = {dids, P, 0, R, 0}, *dln;
+        SPLASH_CUDA_CHECK(cudaMalloc(&dln, sizeof ln));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dln, &ln, sizeof ln, cudaMemcpyHostToDevice));
+        std::vector<float> q((size_t)R * w);
+        uint32_t seed = 99;
+        for (float &x : q) x = ((float)(mix(seed++) % 2001) - 1000.f) / 500.f;
+        float *dq, *dgate, *dout;
+        SPLASH_CUDA_CHECK(cudaMalloc(&dq, q.size() * 4));
+        SPLASH_CUDA_CHECK(cudaMalloc(&dgate, q.size() * 4));
+        SPLASH_CUDA_CHECK(cudaMalloc(&dout, q.size() * 4));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dgate, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
+        /* vectors x positions seen: rows r sees P + r + 1 */
+        const double seen = (double)s->heads * ((double)R * P + (double)R * (R + 1) / 2);
+        const double flop = 4.0 * s->head_dim * seen;
+        for (int long_split = 1; long_split >= 0; long_split--) {
+            splash_cuda_attn_args a;
+            memset(&a, 0, sizeof a);
+            a.layout = &l, a.pool = pool, a.layer = 0, a.lanes = dln, a.n_lanes = 1, a.rows = R;
+            a.max_lane_rows = a.min_lane_rows = R, a.max_ctx = ctx, a.n_heads = s->heads;
+            a.q = dq, a.ldq = w, a.gate = dgate, a.ldg = w, a.out = dout, a.ldo = w;
+            a.scale = 1.0f / sqrtf((float)s->head_dim);
+            a.split = long_split ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
+            a.workspace_bytes = splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, a.split);
+            SPLASH_CUDA_CHECK(cudaMalloc(&a.workspace, a.workspace_bytes));
+            const double us = time_call(a, 5);
+            const char *kern = !long_split ? "split 128" : splash_cuda_attn_flash() ? "long, flash" : "long, wide";
+            printf("| %s | %d | %d | %s | %.1f | %.1f |\n", s->name, P, R, kern, us, flop / us * 1e-6);
+            cudaFree(a.workspace);
+        }
+        cudaFree(pool), cudaFree(dids), cudaFree(dln), cudaFree(dq), cudaFree(dgate), cudaFree(dout);
+    }
+    return 0;
+}
