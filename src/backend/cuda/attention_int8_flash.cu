@@ -8,10 +8,10 @@
  * 6.0K tokens/s at 32K against 8.7K at 8K: ~4.5 us a token per 1K of
  * average context, ~90 TFLOP/s).  attention_int8_wide.cu, built for verify
  * rows, puts the positions on M: a block takes 32 query vectors, so each
- * staged tile serves 32 vectors, and its fp32-grade arithmetic runs five
- * tensor instructions per (16 positions, 8 vectors, 32 dims) of useful work
- * (q as three 8-bit digits, P as fp16 hi + lo).  Prefill is fp16 grade
- * elsewhere (the products' GEMM), so here:
+ * staged tile serves 32 vectors, and its arithmetic is fp32 grade: q as
+ * three 8-bit digits (three integer mma per score tile) and P as fp16 hi +
+ * lo (two fp16 mma per output tile).  Prefill is fp16 grade elsewhere (the
+ * products' GEMM), so here:
  *   scores   S[q][pos] = Qd (16 q x 32 dims, s8) . K^T (32 dims x 8 pos,
  *            s8, ldmatrix straight from the staged rows), q as two 8-bit
  *            digits (q 2^k rounded to an integer x, |x| < 2^14, x = 256 hi
@@ -55,7 +55,7 @@
  * dependencies and the shared / MUFU scoreboard: latency, not a pipe,
  * bounds it.
  *
- * C++ used: templates over head_dim; no STL.
+ * C++ used: templates over head_dim, a lambda; no STL.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
