@@ -25,6 +25,8 @@
  *   prefill 200, tensor cores   the GPU as served: its bulk prefill rows on
  *                        the fp16 GEMM (the other cases run with
  *                        SPLASH_CUDA_GEMM=0, every product fp32-grade)
+ *   prefill 200, int8 KV both backends on int8 pages, as served (the GPU's
+ *                        bulk rows through the flash attention kernel)
  * Logits are compared row by row: relative L2 per row (worst row reported)
  * and over the case.  Bounds: 1e-4 per row for decode / verify rows (the
  * brief's bound), prefill rows 1e-3 per row (the GDN chunked kernels sum in
@@ -162,12 +164,12 @@ static int read_tokens(Fixture *f) {
     return f->T > 0 && f->V > 0 ? 0 : -1;
 }
 
-static void side_load(Fixture *f, Side *s, int gpu) {
+static void side_load_kv(Fixture *f, Side *s, int gpu, splash_kv_format kv_format) {
     splash_error err = {0, {0}};
     splash_model_options o;
     memset(&o, 0, sizeof o);
     o.device = gpu ? "cuda" : "cpu";
-    o.max_rows = MAX_T, o.max_lanes = LANES, o.kv_format = SPLASH_KV_F32;
+    o.max_rows = MAX_T, o.max_lanes = LANES, o.kv_format = kv_format;
     o.cpu_activations = SPLASH_CPU_ACT_F32;
     if (splash_model_load(f->pkg, &o, &s->m, &err)) die(gpu ? "load (cuda)" : "load (cpu)", &err);
     s->gpu = gpu;
@@ -178,6 +180,8 @@ static void side_load(Fixture *f, Side *s, int gpu) {
     if (!s->kv || !s->states) die("alloc_memory", NULL);
     if (splash_model_attach_memory(s->m, s->kv, n_pages, s->states, LANES, &err)) die("attach", &err);
 }
+
+static void side_load(Fixture *f, Side *s, int gpu) { side_load_kv(f, s, gpu, SPLASH_KV_F32); }
 
 static int fixture_open(Fixture *f, const char *packages) {
     if (read_tokens(f)) {
@@ -353,6 +357,37 @@ static void case_tensor(Fixture *f, Side *s, const char *how, float *lc, float *
     run1(f, s, 0, 0, 70, SPLASH_LANE_PREFILL, lg);
     snprintf(what, sizeof what, "GPU %s: lane alone = in batch", how);
     report_exact(f->tag, what, !memcmp(lc, lg, sizeof(float) * 70 * f->V));
+}
+
+/* Int8 KV pages, as served: a prefill of T rows on both backends over int8
+ * pages (the same bytes: the quantisers agree), the GPU's bulk rows through
+ * the tensor-core GEMM and the flash attention kernel (attention_int8_flash.cu,
+ * fp16 grade: the tensor bounds), and its rows independent of the other
+ * lanes (bitwise). */
+static void case_int8(Fixture *f, float *lc, float *lg) {
+    Side c8, g8;
+    side_load_kv(f, &c8, 0, SPLASH_KV_INT8);
+    side_load_kv(f, &g8, 1, SPLASH_KV_INT8);
+    for (int slot = 0; slot < 2; slot++)
+        if (splash_model_reset_slot(c8.m, slot) || splash_model_reset_slot(g8.m, slot)) die("reset (int8)", NULL);
+    const double cms = run1(f, &c8, 0, 0, f->T, SPLASH_LANE_PREFILL, lc);
+    const double gms = run1(f, &g8, 0, 0, f->T, SPLASH_LANE_PREFILL, lg);
+    char what[40];
+    snprintf(what, sizeof what, "prefill %d, int8 KV", f->T);
+    double worst, l2;
+    compare(lc, lg, f->T, f->V, &worst, &l2);
+    if (strstr(f->tag, "moe")) /* as case_tensor: the case's L2 */
+        report(f->tag, what, f->T, l2, l2, kTensorMoeL2, gms, cms);
+    else
+        report(f->tag, what, f->T, worst, l2, kTensorBound, gms, cms);
+    if (splash_model_reset_slot(g8.m, 0)) die("reset (int8)", NULL);
+    const LaneSpec a[2] = {{0, 0, 70, SPLASH_LANE_PREFILL}, {1, 0, 66, SPLASH_LANE_PREFILL}}; /* two bulk lanes */
+    run(f, &g8, a, 2, lc);
+    if (splash_model_reset_slot(g8.m, 0)) die("reset (int8)", NULL);
+    run1(f, &g8, 0, 0, 70, SPLASH_LANE_PREFILL, lg);
+    report_exact(f->tag, "GPU int8 KV: lane alone = in batch", !memcmp(lc, lg, sizeof(float) * 70 * f->V));
+    side_free(&c8);
+    side_free(&g8);
 }
 
 /* The cuBLASLt side with its GEMM's fp16 weights resident
@@ -759,6 +794,7 @@ int main(int argc, char **argv) {
         case_tensor(f, &f->tc, "tensor cores", lc, lg);
         case_tensor(f, &f->bl, "cuBLASLt", lc, lg);
         case_f16_copies(f, lc, lg);
+        case_int8(f, lc, lg);
         case_blocks(f, 130, 1, 1, "decode 1 x 70 (verify+commit)", lc, lg);
         case_blocks(f, 130, 7, 0, "verify 7, accept 1..7", lc, lg);
         case_lanes(f, lc, lg);
