@@ -5,7 +5,8 @@
  * split, with the causal FLOPs a second (2 x 2 x head_dim a (query vector,
  * position it sees)).  No reference: test_cuda_ops checks the values.
  *
- * Usage: bench_attention [27b|35b|hd128] [P:R ...]   (default 27b 0:4096
+ * Usage: bench/gpu/bench_attention.sh (builds it) or bench_attention
+ *        [27b|35b|hd128] [P:R ...]   (default 27b 0:4096
  *        16384:1024 31744:1024)
  */
 #include <cuda_runtime.h>
