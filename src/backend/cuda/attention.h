@@ -89,7 +89,7 @@ void splash_cuda_set_attn_early_loads(int on);
 
 /* Whether calls with the long split over int8 pages (bulk prefill rows) run
  * the flash-style kernel (attention_int8_flash.cu: q as two 8-bit digits, P
- * in fp16, ~1e-4 relative) instead of the fp32-grade split kernels.  On
+ * in fp16, ~2e-4 relative) instead of the fp32-grade split kernels.  On
  * unless SPLASH_CUDA_ATTN_FLASH=0 (read at the first call): an A/B switch. */
 int splash_cuda_attn_flash(void);
 

@@ -186,22 +186,6 @@ __device__ __forceinline__ void stage_copy_async(const AttnArgs &a, const uint8_
     cp_async_commit();
 }
 
-/* The landed V rows as fp16 rows VP bytes apart (every one of THREADS; 8
- * bytes in, 16 out, so a warp's stores are contiguous). */
-template <int HD, int ST, int VP, int THREADS, int UNROLL>
-__device__ __forceinline__ void stage_widen(const uint8_t *Vl, uint8_t *V16) {
-    constexpr int U = HD / 8;
-#pragma unroll(UNROLL)
-    for (int i = threadIdx.x; i < ST * U; i += THREADS) {
-        const int r = i / U, c = i % U;
-        const uint2 w = *reinterpret_cast<const uint2 *>(Vl + r * HD + 8 * c);
-        uint4 o;
-        word_pairs(w.x ^ 0x80808080u, o.x, o.y);
-        word_pairs(w.y ^ 0x80808080u, o.z, o.w);
-        *reinterpret_cast<uint4 *>(V16 + r * VP + 16 * c) = o;
-    }
-}
-
 /* The end of query vector qv (the block's, its context lim) in split z: from its
  * state's O (as the V^T P^T product leaves it: O[d][c] and O[d][2 + c] are
  * this lane's dims dim(d, 0) and dim(d, 1) of the lane's vector c, times P's

@@ -212,10 +212,20 @@ __device__ __forceinline__ void stage_copy(const AttnArgs &a, const uint8_t *con
         wide_copy<HD, ST, PART>(a, rowp, Kb, Vl);
 }
 
-/* The landed V rows as fp16 (stage_widen, the block's 4 warps). */
+/* The landed V rows as fp16 (every thread; 8 bytes in, 16 out, so a warp's
+ * stores are contiguous). */
 template <int HD, int ST>
 __device__ __forceinline__ void wide_widen(const uint8_t *Vl, uint8_t *V16) {
-    stage_widen<HD, ST, WideGeo<HD, ST>::VP, kWarps * 32, WideGeo<HD, ST>::kUnroll>(Vl, V16);
+    constexpr int U = HD / 8;
+#pragma unroll(WideGeo<HD, ST>::kUnroll)
+    for (int i = threadIdx.x; i < ST * U; i += kWarps * 32) {
+        const int r = i / U, c = i % U;
+        const uint2 w = *reinterpret_cast<const uint2 *>(Vl + r * HD + 8 * c);
+        uint4 o;
+        word_pairs(w.x ^ 0x80808080u, o.x, o.y);
+        word_pairs(w.y ^ 0x80808080u, o.z, o.w);
+        *reinterpret_cast<uint4 *>(V16 + r * WideGeo<HD, ST>::VP + 16 * c) = o;
+    }
 }
 
 /* A warp's running state for its lane's two query vectors of the n-tile
