@@ -17,6 +17,8 @@
 # every row to the same ones (its hidden states share one direction), the optimistic extreme.
 # --prefill: the prefill is what is timed (2 decode steps, one verify repetition: their columns
 # are then rough).
+# BENCH_ARGS="--prefill-reps 3": more of bench_cpu's arguments for every run (a prompt over 8,192
+# tokens is prefilled once unless told: that first run includes cuBLASLt's first calls).
 # --rounds N: with several builds, each runs N times, interleaved (round 1 in CARRY_TXZ's order,
 # round 2 reversed, ...), and the table gives each build's median over its rounds: one pass in a
 # fixed order misled by ~1.5% (session 21: the same two builds 8.810 vs 8.657 ms, then 8.810 vs
@@ -120,7 +122,8 @@ for L in ${DEPTHS//,/ }; do
     for TAG in $ORDER; do
         LOG=$OUT/bench-$SHAPE-$L-p$N-g$G-e$E-$TAG-r$R.log
         SPLASH_CUDA_GRAPHS=$G SPLASH_CUDA_GEMM=$E run_bench --model "$P" --device "$DEVICE" --act int8 --kv-format int8 --no-bandwidth \
-            --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps "$VREPS" ${ROUTE[@]+"${ROUTE[@]}"} > "$LOG" 2>&1 ||
+            --prompt "$N" --decode "$DECODE" --decode-prefill --verify-reps "$VREPS" ${ROUTE[@]+"${ROUTE[@]}"} \
+            ${BENCH_ARGS:-} > "$LOG" 2>&1 ||
             { tail -5 "$LOG"; exit 1; }
         echo "$TAG (round $R): depth $L, prompt $N, graphs $G, gemm $E: made and packed in $((t1 - t0)) s, benchmarked in $(( $(date +%s) - t1 )) s"
         grep -E "^(cuda|int8|read per|decode|prefill)" "$LOG"

@@ -1,8 +1,9 @@
 /* bench_attention.cu - one attention call over int8 pages at a prefill
  * chunk's shape: R rows of one lane after P positions, the production
- * shapes' heads, timed with the long split (bulk prefill: the flash kernel,
- * or with SPLASH_CUDA_ATTN_FLASH=0 the wide split kernel) and the default
- * split, with the causal FLOPs a second (2 x 2 x head_dim a (query vector,
+ * shapes' heads, timed with the lane's bulk split (splash_cuda_attn_bulk_split,
+ * where longer than the long split), the long split (bulk prefill: the
+ * flash kernel, or with SPLASH_CUDA_ATTN_FLASH=0 the wide split kernel) and
+ * the default split (where its workspace fits 4 GB), with the causal FLOPs a second (2 x 2 x head_dim a (query vector,
  * position it sees)).  No reference: test_cuda_ops checks the values.
  *
  * Usage: bench/gpu/bench_attention.sh (builds it) or bench_attention
@@ -124,18 +125,26 @@ int main(int argc, char **argv) {
         /* vectors x positions seen: rows r sees P + r + 1 */
         const double seen = (double)s->heads * ((double)R * P + (double)R * (R + 1) / 2);
         const double flop = 4.0 * s->head_dim * seen;
-        for (int long_split = 1; long_split >= 0; long_split--) {
+        /* the lane's bulk split (one split: no workspace), the shortest long
+         * split, the default split (where its workspace stays under 4 GB) */
+        const int bulk = splash_cuda_attn_bulk_split(R, ctx, s->heads, s->kv_heads);
+        for (int mode = 2; mode >= 0; mode--) {
+            const int long_split = mode > 0;
+            if (mode == 0 && splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, 0) > (4ull << 30)) continue;
+            if (mode == 2 && bulk == SPLASH_CUDA_ATTN_SPLIT_LONG) continue; /* the same call as mode 1 */
             splash_cuda_attn_args a;
             memset(&a, 0, sizeof a);
             a.layout = &l, a.pool = pool, a.layer = 0, a.lanes = dln, a.n_lanes = 1, a.rows = R;
             a.max_lane_rows = a.min_lane_rows = R, a.max_ctx = ctx, a.n_heads = s->heads;
             a.q = dq, a.ldq = w, a.gate = dgate, a.ldg = w, a.out = dout, a.ldo = w;
             a.scale = 1.0f / sqrtf((float)s->head_dim);
-            a.split = long_split ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
-            a.workspace_bytes = splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, a.split);
-            SPLASH_CUDA_CHECK(cudaMalloc(&a.workspace, a.workspace_bytes));
+            a.split = mode == 2 ? bulk : long_split ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
+            a.workspace_bytes = ctx <= a.split ? 0 : splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, a.split);
+            SPLASH_CUDA_CHECK(cudaMalloc(&a.workspace, a.workspace_bytes ? a.workspace_bytes : 256));
             const double us = time_call(a, 5);
-            const char *kern = !long_split ? "split 128" : splash_cuda_attn_flash() ? "long, flash" : "long, wide";
+            char kern[48];
+            snprintf(kern, sizeof kern, "%s %d, %s", mode ? "long" : "split", mode ? a.split : SPLASH_CUDA_ATTN_SPLIT,
+                     !long_split ? "int8" : splash_cuda_attn_flash() ? "flash" : "wide");
             printf("| %s | %d | %d | %s | %.1f | %.1f |\n", s->name, P, R, kern, us, flop / us * 1e-6);
             cudaFree(a.workspace);
         }

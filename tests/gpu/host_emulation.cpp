@@ -566,7 +566,10 @@ extern "C" size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int he
 
 extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUstream_st *) {
     const splash_cuda_kv_layout *l = a->layout;
-    if (a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, l->head_dim, a->max_ctx, a->split))
+    const int sp = a->split ? a->split : SPLASH_CUDA_ATTN_SPLIT;
+    const bool whole = l->format == 2 /* SPLASH_KV_INT8 */ && a->max_ctx <= sp; /* one split: no workspace (attention.h) */
+    if (!whole &&
+        a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, l->head_dim, a->max_ctx, a->split))
         return SPLASH_E_RANGE;
     cpu_kv_layout c = cpu_layout(l);
     cpu_attn_lane *cl = (cpu_attn_lane *)malloc(sizeof *cl * (size_t)a->n_lanes);

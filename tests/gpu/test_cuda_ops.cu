@@ -600,6 +600,29 @@ static void test_kv_write(const Shape *s, int format, const LaneSpec *ls, int nl
 /* The flash kernel's bound (bulk prefill rows over int8 pages: P in fp16). */
 static const double kFlashBound = 1e-3;
 
+/* Whether any lane of the call a, run alone, gives its rows other bits
+ * than got (the batch's outputs; dO the call's output buffer, poisoned
+ * before each run).  min_lane_rows known here (the batch's may be 0: not
+ * known), so a lane's call runs only its own layout's kernel, as the
+ * model's calls do. */
+static int lanes_alone_differ(const splash_cuda_attn_args &a, const KvSetup &k, const LaneSpec *ls, int nl,
+                              const float *got, float *dO, size_t N, int w) {
+    float *alone = hfloats(N);
+    int bad = 0;
+    for (int i = 0; i < nl && !bad; i++) {
+        splash_cuda_attn_args b = a;
+        b.lanes = k.dlanes + i, b.n_lanes = 1, b.layer = 1; /* the batch result's layer (time_us alternates) */
+        b.min_lane_rows = b.max_lane_rows = ls[i].n_rows, b.max_ctx = ls[i].n_past + ls[i].n_rows;
+        poison(dO, N * 4);
+        bad |= splash_cuda_attention(&b, NULL) != 0;
+        down(alone, dO, N * 4);
+        const size_t r0 = (size_t)k.gl_lanes[i].first_row * w, nr = (size_t)ls[i].n_rows * w;
+        bad |= memcmp(alone + r0, got + r0, nr * 4) != 0;
+    }
+    free(alone);
+    return bad;
+}
+
 /* Causal GQA attention over the pool vs cpu_attention (+ the output gate). */
 static void test_attention(const Shape *s, int format, const LaneSpec *ls, int nl, int use_gate, double bound,
                            int alternate_layers) {
@@ -635,47 +658,59 @@ static void test_attention(const Shape *s, int format, const LaneSpec *ls, int n
         a.layer = alternate_layers ? i & 1 : 1;
         return splash_cuda_attention(&a, NULL);
     });
-    char op[48];
+    char op[64];
     snprintf(op, sizeof op, "attention%s", use_gate ? " (+gate)" : "");
     report(op, sh, err, bound, us, k.kv_bytes + (use_gate ? 3.0 : 2.0) * N * 4);
     if (format == SPLASH_KV_INT8 && nl > 1) {
         /* each lane alone gives its rows the same bits as the batch (the int8
          * kernel's layout and stage buffers follow the launch's lanes, its
          * arithmetic only the lane's own: attention_int8.cu) */
-        float *alone = hfloats(N);
-        int bad = 0;
-        for (int i = 0; i < nl && !bad; i++) {
-            splash_cuda_attn_args b = a;
-            b.lanes = k.dlanes + i, b.n_lanes = 1, b.layer = 1; /* the batch result's layer (time_us alternates) */
-            /* min_lane_rows known here (the batch's 0: not known), so a lane's
-             * call runs only its own layout's kernel, as the model's calls do */
-            b.min_lane_rows = b.max_lane_rows = ls[i].n_rows, b.max_ctx = ls[i].n_past + ls[i].n_rows;
-            poison(dO, N * 4);
-            bad |= splash_cuda_attention(&b, NULL) != 0;
-            down(alone, dO, N * 4);
-            const size_t r0 = (size_t)k.gl_lanes[i].first_row * w, nr = (size_t)ls[i].n_rows * w;
-            bad |= memcmp(alone + r0, got + r0, nr * 4) != 0;
-        }
+        const int bad = lanes_alone_differ(a, k, ls, nl, got, dO, N, w);
         snprintf(op, sizeof op, "attention%s: lane alone = in batch (bits)", use_gate ? " (+gate)" : "");
         report(op, sh, bad ? INFINITY : 0.0, 0, -1, 0);
-        free(alone);
     }
+    /* a at another split: its error against ref (its outputs in got), then its time */
+    auto at_split = [&](int split) {
+        a.split = split, a.layer = 1;
+        poison(dO, N * 4);
+        rc = splash_cuda_attention(&a, NULL);
+        down(got, dO, N * 4);
+        err = rc ? INFINITY : rel_err(got, ref, N);
+        us = time_us([&](int i) {
+            a.layer = alternate_layers ? i & 1 : 1;
+            return splash_cuda_attention(&a, NULL);
+        });
+    };
     /* the long split of bulk-prefill rows: the same bound, its own timing */
-    a.split = SPLASH_CUDA_ATTN_SPLIT_LONG, a.layer = 1;
-    poison(dO, N * 4);
-    rc = splash_cuda_attention(&a, NULL);
-    down(got, dO, N * 4);
-    err = rc ? INFINITY : rel_err(got, ref, N);
-    us = time_us([&](int i) {
-        a.layer = alternate_layers ? i & 1 : 1;
-        return splash_cuda_attention(&a, NULL);
-    });
+    at_split(SPLASH_CUDA_ATTN_SPLIT_LONG);
     /* 4x the bound: a split sums up to 4,096 positions in one fp32 chain, not
      * 128 (measured 9.95e-6 against 3.27e-6 at a 32K context); int8 pages take
      * the flash kernel, fp16 grade (P in fp16: ~2e-4, attention_int8_flash.cu) */
     const int flash = format == SPLASH_KV_INT8 && splash_cuda_attn_flash();
     snprintf(op, sizeof op, "attention%s, long split%s", use_gate ? " (+gate)" : "", flash ? " (flash)" : "");
     report(op, sh, err, flash ? kFlashBound : 4 * bound, us, k.kv_bytes + (use_gate ? 3.0 : 2.0) * N * 4);
+    if (flash) {
+        if (nl > 1) { /* each lane alone at the long split: the batch's bits (a flash block holds one lane's vectors) */
+            const int bad = lanes_alone_differ(a, k, ls, nl, got, dO, N, w);
+            snprintf(op, sizeof op, "attention%s, long split: lane alone (bits)", use_gate ? " (+gate)" : "");
+            report(op, sh, bad ? INFINITY : 0.0, 0, -1, 0);
+        }
+        /* the longer splits bulk lanes take (splash_cuda_attn_bulk_split):
+         * twice the long split, and one split holding every context, which
+         * writes its outputs from the split blocks with no workspace at all */
+        const int whole = (k.max_ctx + SPLASH_CUDA_ATTN_SPLIT_LONG - 1) / SPLASH_CUDA_ATTN_SPLIT_LONG *
+                          SPLASH_CUDA_ATTN_SPLIT_LONG;
+        const int splits[2] = {2 * SPLASH_CUDA_ATTN_SPLIT_LONG, whole};
+        for (int v = 0; v < 2; v++) {
+            if (v == 0 && splits[0] >= k.max_ctx) continue; /* one split: the second case */
+            a.workspace_bytes = v ? 0 : wsb;
+            at_split(splits[v]);
+            snprintf(op, sizeof op, "attention%s, split %d%s", use_gate ? " (+gate)" : "", splits[v],
+                     v ? " (no workspace)" : "");
+            report(op, sh, err, kFlashBound, us, k.kv_bytes + (use_gate ? 3.0 : 2.0) * N * 4);
+        }
+        a.workspace_bytes = wsb;
+    }
     free(q), free(gate), free(ref), free(got), free(scores);
     cudaFree(dq), cudaFree(dg), cudaFree(dO), cudaFree(ws);
     kv_free(&k);
@@ -2173,6 +2208,16 @@ static void test_attention_all(void) {
         test_attention(&k27B, SPLASH_KV_INT8, dec32k, 1, 0, 1e-5, 1);
         test_attention(&k27B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
         test_attention(&k35B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
+        /* the bulk lanes' split (attention.h): a prompt in one forward one
+         * split; a 2,048-row chunk deep in its context a few; a short lane
+         * far in the shortest long split */
+        const struct { const Shape *s; int rows, ctx, split; } bs[6] = {
+            {&k27B, 32768, 32768, 32768}, {&k27B, 2048, 30000, 8192}, {&k27B, 64, 100000, 4096},
+            {&k27B, 4096, 4096, 4096},    {&k35B, 32768, 32768, 32768}, {&k35B, 2048, 30000, 8192}};
+        int bad = 0;
+        for (int i = 0; i < 6; i++)
+            bad |= splash_cuda_attn_bulk_split(bs[i].rows, bs[i].ctx, bs[i].s->heads, bs[i].s->kv_heads) != bs[i].split;
+        report("attention: bulk lanes' split", "27B, 35B-A3B", bad ? INFINITY : 0.0, 0, -1, 0);
         /* prefill-sized lanes (the long split's flash kernel: blocks of 128
          * query vectors, a lane across the split's end at 4,096) */
         const LaneSpec pre[2] = {{3900, 300}, {0, 200}};

@@ -45,6 +45,8 @@ constexpr int kTile = 32;                           /* positions per tile = warp
 constexpr int kSplit = SPLASH_CUDA_ATTN_SPLIT;
 constexpr int kMaxWarps = 16;
 constexpr int kMaxQpw = 4;
+static_assert(kFlashQ == SPLASH_CUDA_ATTN_FLASH_Q, "splash_cuda_attn_bulk_split counts the flash kernel's blocks");
+constexpr int kWholeSplit = 1 << 30; /* the kernels' split for a call of one split over int8 pages */
 constexpr int kMaxSplits = 10240; /* the combine's fac[] (40 KB) and part[] (4 KB) within 48 KB of shared memory: 1.3M positions */
 
 size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -518,7 +520,8 @@ static int default_split() {
 static int g_attn_wide = -1;
 static bool wide_kernel() { return env_switch(&g_attn_wide, "SPLASH_CUDA_ATTN_WIDE", 1); }
 
-/* Whether the long split's calls over int8 pages take attention_int8_flash.cu
+/* Whether calls over int8 pages with a split of SPLASH_CUDA_ATTN_SPLIT_LONG or
+ * longer take attention_int8_flash.cu
  * (SPLASH_CUDA_ATTN_FLASH=0: attention_int8_wide.cu's, an A/B switch, read once). */
 static int g_attn_flash = -1;
 extern "C" int splash_cuda_attn_flash(void) { return env_switch(&g_attn_flash, "SPLASH_CUDA_ATTN_FLASH", 1); }
@@ -545,10 +548,13 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     if (hd != 64 && hd != 128 && hd != 256) return SPLASH_E_UNSUPPORTED;
     if (l->format != kFmtF32 && l->format != kFmtBf16 && l->format != kFmtInt8) return SPLASH_E_UNSUPPORTED;
     if (a->rows == 0 || a->n_lanes == 0 || a->max_lane_rows == 0 || a->max_ctx == 0) return SPLASH_OK;
-    if (a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, hd, a->max_ctx, a->split))
-        return SPLASH_E_RANGE;
     const cudaStream_t s = (cudaStream_t)stream;
     const int G = a->n_heads / l->kv_heads, splits = n_splits(a->max_ctx, split);
+    /* int8 pages in one split: every vector's output written by its split
+     * block (write_vector), no partials and no combine */
+    const bool whole = l->format == kFmtInt8 && splits == 1;
+    if (!whole && a->workspace_bytes < splash_cuda_attn_workspace_bytes(a->rows, a->n_heads, hd, a->max_ctx, a->split))
+        return SPLASH_E_RANGE;
     const int nq = G * a->max_lane_rows;
 
     /* Query vectors per block: all of them when the (lane, kv head, split)
@@ -579,7 +585,11 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     k.n_heads = a->n_heads, k.group = G, k.rows = a->rows;
     k.qchunk = qchunk, k.n_qchunks = qchunks;
     k.scale = a->scale;
-    k.split = split;
+    /* one split: the kernels' split as long as any context, so that a lane
+     * past max_ctx (the caller's promise broken) still gets outputs, never
+     * a partial written into a workspace it was not given */
+    k.split = whole ? kWholeSplit : split;
+    k.heavy_first = 0;
     k.out = a->out, k.gate = a->gate, k.ldo = a->ldo, k.ldg = a->ldg;
     const dim3 grid((unsigned)(l->kv_heads * qchunks), (unsigned)a->n_lanes, (unsigned)splits);
     /* attention_int8.cu: two stage buffers (2 blocks an SM) only where every
@@ -588,9 +598,12 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     k.stage_bufs = G * a->max_lane_rows <= kInt8NTile && blocks <= 2LL * sm_count() ? 2 : 1;
     k.deep_only = 0;
     int rc = SPLASH_OK;
-    if (int8 && a->split == SPLASH_CUDA_ATTN_SPLIT_LONG && splash_cuda_attn_flash()) {
-        /* bulk prefill rows: every lane in blocks of kFlashQ query vectors */
+    if (int8 && a->split >= SPLASH_CUDA_ATTN_SPLIT_LONG && splash_cuda_attn_flash()) {
+        /* bulk prefill rows: every lane in blocks of kFlashQ query vectors,
+         * the blocks of a lane's last rows (the longest) first, so that the
+         * short ones fill the last wave */
         k.qchunk = kFlashQ, k.n_qchunks = (nq + kFlashQ - 1) / kFlashQ;
+        k.heavy_first = 1;
         rc = attn_int8_flash_launch(k, hd, dim3((unsigned)(l->kv_heads * k.n_qchunks), grid.y, grid.z), s);
     } else if (int8) {
         /* lanes of more than one n-tile to attention_int8_wide.cu (unless
@@ -607,7 +620,7 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
         rc = launch_split_hd<128>(k, grid, qpw, nwarps, s);
     else
         rc = launch_split_hd<256>(k, grid, qpw, nwarps, s);
-    if (rc) return rc;
+    if (rc || whole) return rc;
 
     CombineArgs c;
     c.lanes = a->lanes, c.part_o = k.part_o, c.part_ml = k.part_ml, c.gate = a->gate, c.out = a->out;

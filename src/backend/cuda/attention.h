@@ -30,12 +30,13 @@
  *     output, max and sum.  int8 pages: the split's K/V bytes are staged as
  *     stored and both products run on the tensor cores (attention_int8.cu);
  *     bf16 / f32 pages: tiles of 32 positions widened to fp32, CUDA cores.
- *     Calls with the long split over int8 pages (bulk prefill) take
- *     attention_int8_flash.cu instead: blocks of 128 query vectors, fp16
- *     grade (splash_cuda_attn_flash).
+ *     Calls with a split of SPLASH_CUDA_ATTN_SPLIT_LONG or longer over
+ *     int8 pages (bulk prefill) take attention_int8_flash.cu instead:
+ *     blocks of 128 query vectors, fp16 grade (splash_cuda_attn_flash).
  *  2. combine: one block per (row, head, 64 dims) merges the row's splits,
  *     divides, and applies the output gate sigmoid(gate) when gate is not
- *     NULL.
+ *     NULL.  Not launched for a call of one split over int8 pages: the
+ *     split blocks write every output.
  * The arithmetic per (row, head) depends only on its own inputs and the
  * split length: results do not depend on the batch (other lanes, how
  * many rows, max_ctx).  They agree with cpu_attention to fp32 rounding (the
@@ -61,9 +62,37 @@ struct CUstream_st;
  * SPLASH_CUDA_ATTN_SPLIT (a multiple of 64 up to 4,096, read at its first use)
  * replaces it for the whole process: an A/B switch (docs/cuda.md, "Session 30"). */
 #define SPLASH_CUDA_ATTN_SPLIT 128
-/* A longer split for prefill rows (splash_cuda_attn_args.split): 32x fewer
- * partials to write and merge, and still thousands of blocks. */
+/* The shortest split for bulk prefill rows (splash_cuda_attn_args.split):
+ * 32x fewer partials to write and merge than the default, and still
+ * thousands of blocks.  A call whose split is this or longer over int8 pages
+ * runs the flash kernel (splash_cuda_attn_flash); a bulk lane's split is
+ * splash_cuda_attn_bulk_split's. */
 #define SPLASH_CUDA_ATTN_SPLIT_LONG 4096
+
+/* The split a bulk prefill lane of n_rows rows whose last row sees ctx
+ * positions takes: SPLASH_CUDA_ATTN_SPLIT_LONG doubled while the lane's
+ * flash blocks at the doubled length (kv heads x blocks of its query
+ * vectors x splits of its context) would still number
+ * SPLASH_CUDA_ATTN_BULK_BLOCKS: a prompt in one forward takes one split
+ * (outputs written by the split blocks themselves: no partials, no
+ * combine, no workspace over int8 pages), a short chunk far into its
+ * context a few.  It depends only on the lane's own rows and context, so a
+ * lane's results never depend on the others in its batch. */
+#define SPLASH_CUDA_ATTN_BULK_BLOCKS 1024
+#define SPLASH_CUDA_ATTN_FLASH_Q 128 /* query vectors a flash block takes */
+static inline int splash_cuda_attn_bulk_split(int n_rows, int ctx, int n_heads, int kv_heads) {
+    int split = SPLASH_CUDA_ATTN_SPLIT_LONG;
+    if (n_rows < 1 || ctx < 1 || kv_heads < 1 || n_heads < kv_heads) return split;
+    const long long row_blocks =
+        (long long)kv_heads * (((long long)(n_heads / kv_heads) * n_rows + SPLASH_CUDA_ATTN_FLASH_Q - 1) /
+                               SPLASH_CUDA_ATTN_FLASH_Q);
+    while (split < ctx && split <= (1 << 29)) {
+        const int next = 2 * split;
+        if (row_blocks * ((ctx + next - 1) / next) < SPLASH_CUDA_ATTN_BULK_BLOCKS) break;
+        split = next;
+    }
+    return split;
+}
 
 /* The CPU's cpu_kv_layout, field for field (format is SPLASH_KV_* of
  * runtime/model.h: F32 0, BF16 1, INT8 2). */
@@ -87,7 +116,7 @@ int splash_cuda_kv_layout_init(splash_cuda_kv_layout *l, int format, int n_layer
 int splash_cuda_attn_early_loads(void);
 void splash_cuda_set_attn_early_loads(int on);
 
-/* Whether calls with the long split over int8 pages (bulk prefill rows) run
+/* Whether calls with a long split over int8 pages (bulk prefill rows) run
  * the flash-style kernel (attention_int8_flash.cu: q as two 8-bit digits, P
  * in fp16, ~2e-4 relative) instead of the fp32-grade split kernels.  On
  * unless SPLASH_CUDA_ATTN_FLASH=0 (read at the first call): an A/B switch. */
@@ -109,7 +138,9 @@ int splash_cuda_kv_write(const splash_cuda_kv_layout *l, uint8_t *pool, int laye
                          const splash_cuda_attn_lane *lanes, int n_lanes, int rows, const float *k, size_t ldk,
                          const float *v, size_t ldv, int early, struct CUstream_st *stream);
 
-/* split: positions per split (0: SPLASH_CUDA_ATTN_SPLIT), as the call's. */
+/* split: positions per split (0: SPLASH_CUDA_ATTN_SPLIT), as the call's.
+ * A call over int8 pages whose split holds max_ctx (one split) writes its
+ * outputs from the split blocks and needs none of it. */
 size_t splash_cuda_attn_workspace_bytes(int rows, int n_heads, int head_dim, int max_ctx, int split);
 
 typedef struct splash_cuda_attn_args {

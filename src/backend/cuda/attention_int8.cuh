@@ -82,7 +82,8 @@ __device__ __forceinline__ float4 load4(const float *p, bool aligned) {
 }
 
 /* A block's place in the grid (kv_heads * n_qchunks, lanes, splits): lane,
- * kv head, the chunk's query vectors qv0 .. qv0 + nqb - 1 (nqt n-tiles of
+ * kv head (grid.x's outer index, or with a.heavy_first its inner one, the
+ * chunks then from the lane's last down), the chunk's query vectors qv0 .. qv0 + nqb - 1 (nqt n-tiles of
  * kInt8NTile), the split's positions p0 .. p1 - 1 (up to the block's
  * longest context) in nst stages of kStage, and whether the lane is deep (its vectors
  * fit one n-tile).  False: nothing for this block (no vectors in its chunk,
@@ -93,8 +94,9 @@ struct BlockSpan {
     bool deep;
 };
 __device__ __forceinline__ bool block_span(const AttnArgs &a, bool skip_wide, bool skip_deep, BlockSpan &b) {
-    const int qc = blockIdx.x % a.n_qchunks;
-    b.kvh = blockIdx.x / a.n_qchunks;
+    const int kvn = a.n_heads / a.group;
+    const int qc = a.heavy_first ? a.n_qchunks - 1 - (int)blockIdx.x / kvn : (int)blockIdx.x % a.n_qchunks;
+    b.kvh = a.heavy_first ? (int)blockIdx.x % kvn : (int)blockIdx.x / a.n_qchunks;
     b.ln = a.lanes[blockIdx.y];
     const int G = a.group, nq = G * b.ln.n_rows - qc * a.qchunk;
     b.deep = G * b.ln.n_rows <= kInt8NTile;

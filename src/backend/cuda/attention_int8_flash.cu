@@ -1,5 +1,6 @@
-/* attention_int8_flash.cu - bulk prefill rows (calls with the long split,
- * SPLASH_CUDA_ATTN_SPLIT_LONG) over int8 pages, flash style: the query
+/* attention_int8_flash.cu - bulk prefill rows (calls with a split of
+ * SPLASH_CUDA_ATTN_SPLIT_LONG or longer: splash_cuda_attn_bulk_split) over
+ * int8 pages, flash style: the query
  * vectors are the products' M side, so a block of 8 warps takes 128 of them
  * against one staged copy of each K / V tile, and a warp's scores become
  * its P operand in registers.
@@ -43,7 +44,7 @@
  * inputs, the split, and (where P' falls below fp16's normal range) the
  * power of two from the block's V scales, as the other layouts.  Error
  * against cpu_attention: ~2e-4 relative, from P' in fp16 (test_cuda_ops'
- * bound 1e-3).  SPLASH_CUDA_ATTN_FLASH=0 sends the long split's lanes back
+ * bound 1e-3).  SPLASH_CUDA_ATTN_FLASH=0 sends the long splits' lanes back
  * to attention_int8_wide.cu (an A/B switch).
  *
  * Measured (H200, bench/gpu/bench_attention.cu, one 27B lane, us and

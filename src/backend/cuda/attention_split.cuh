@@ -32,6 +32,7 @@ struct AttnArgs {
     int split;             /* positions per split block (a multiple of 64) */
     int stage_bufs;        /* the int8 kernel's stage buffers: 1 or 2 (attention.cu chooses) */
     int deep_only;         /* attention_int8.cu skips lanes of more than one n-tile (the wide kernel's) */
+    int heavy_first;       /* block_span: grid.x's blocks from a lane's last query chunk down, kv heads inner */
     /* the int8 kernel: a query vector whose whole context is one split (ctx
      * <= split) gets its final output here, gated; the combine skips it */
     float *out;
@@ -55,7 +56,7 @@ int attn_int8_split_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStrea
 int attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
 
 /* Query vectors a block of attention_int8_flash.cu takes (16 a warp, 8
- * warps): the long split's calls over int8 pages (bulk prefill rows), every
+ * warps): the long splits' calls over int8 pages (bulk prefill rows), every
  * lane of the call, a.qchunk = kFlashQ. */
 constexpr int kFlashQ = 128;
 int attn_int8_flash_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);

@@ -26,6 +26,7 @@
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_check.h"
@@ -175,6 +176,38 @@ static int chunked_lane(const splash_lane *l) {
     return l->mode == SPLASH_LANE_PREFILL && l->n_rows >= QWEN35_CHUNKED_MIN_ROWS;
 }
 
+/* SPLASH_CUDA_ATTN_BULK (read once), an A/B switch: 2 (unset) a bulk lane's
+ * split splash_cuda_attn_bulk_split's and calls as long as the workspace
+ * allows at the forward's contexts; 1 the shortest long split, same calls;
+ * 0 that split in calls sized at the pool's longest context (session 37's). */
+static int bulk_policy(void) {
+    static const int v = [] {
+        const char *e = getenv("SPLASH_CUDA_ATTN_BULK");
+        return e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] - '0' : 2;
+    }();
+    return v;
+}
+
+/* Rows of bulk-prefill lanes one attention call takes at the given split
+ * and longest context: all of them in one split over int8 pages (outputs
+ * written by the split blocks: attention.h), else what the workspace
+ * holds.  At least the attach's attn_rows_long, which it sized at the
+ * shortest long split and the longest context. */
+static int bulk_call_rows(const qc_model *m, int split, int ctx) {
+    const qwen35_dims *d = &m->d;
+    if (bulk_policy() == 0) return m->attn_rows_long;
+    if (m->kv.format == SPLASH_KV_INT8 && ctx <= split) return m->max_rows;
+    int lo = m->attn_rows_long, hi = m->max_rows; /* lo fits: the largest that does */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (splash_cuda_attn_workspace_bytes(mid, d->heads, d->head_dim, ctx, split) <= m->attn_ws_bytes)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
 /* Fills the pinned descriptor and the host-side plan in f; returns the bytes
  * to upload (everything before the page tables, then the tables used). */
 static size_t build_desc(qc_fwd *f) {
@@ -232,22 +265,42 @@ static size_t build_desc(qc_fwd *f) {
             m->bulk[f->n_bulk++] = qc_rows{l->first_row, l->first_row + l->n_rows};
     }
     /* attention calls: batch rows [r0, r1) each, lanes cut to them; the
-     * rows of bulk-prefill lanes in calls of their own with the long split
-     * (fewer partials; a lane keeps its kind, so its bits never depend on
-     * other lanes) */
+     * rows of bulk-prefill lanes in calls of their own with the lane's long
+     * split (splash_cuda_attn_bulk_split: from its own rows and context, so
+     * its bits never depend on other lanes); a call ends where the kind or
+     * the split changes, or where the workspace is full */
     f->n_chunks = 0;
     if (d->n_attn) {
         splash_cuda_attn_lane *cl = (splash_cuda_attn_lane *)(h + p->clanes);
         memset(m->row_bulk, 0, (size_t)f->R);
-        for (int i = 0; i < b->n_lanes; i++)
-            if (chunked_lane(&b->lanes[i])) memset(m->row_bulk + b->lanes[i].first_row, 1, (size_t)b->lanes[i].n_rows);
+        for (int i = 0; i < b->n_lanes; i++) {
+            const splash_lane *l = &b->lanes[i];
+            if (!chunked_lane(l)) continue;
+            const int split = bulk_policy() == 2 ? splash_cuda_attn_bulk_split(l->n_rows, l->n_past + l->n_rows,
+                                                                               d->heads, d->kv_heads)
+                                                 : SPLASH_CUDA_ATTN_SPLIT_LONG;
+            int kind = 1;
+            while ((SPLASH_CUDA_ATTN_SPLIT_LONG << (kind - 1)) < split) kind++;
+            memset(m->row_bulk + l->first_row, kind, (size_t)l->n_rows);
+        }
         for (int r0 = 0, r1; r0 < f->R; r0 = r1) {
-            const int bulk = m->row_bulk[r0], cap = bulk ? m->attn_rows_long : m->attn_rows;
-            for (r1 = r0 + 1; r1 < f->R && r1 - r0 < cap && m->row_bulk[r1] == bulk; r1++) {
+            const int kind = m->row_bulk[r0];
+            const int split = kind ? SPLASH_CUDA_ATTN_SPLIT_LONG << (kind - 1) : 0;
+            int cap = m->attn_rows;
+            if (kind) { /* the workspace at the longest context of the kind's lanes */
+                int ctx = 0;
+                for (int i = 0; i < b->n_lanes; i++) {
+                    const splash_lane *l = &b->lanes[i];
+                    if (l->n_rows && m->row_bulk[l->first_row] == kind && l->n_past + l->n_rows > ctx)
+                        ctx = l->n_past + l->n_rows;
+                }
+                cap = bulk_call_rows(m, split, ctx);
+            }
+            for (r1 = r0 + 1; r1 < f->R && r1 - r0 < cap && m->row_bulk[r1] == kind; r1++) {
             }
             qc_chunk *c = &m->chunks[f->n_chunks];
             splash_cuda_attn_lane *out = cl + (size_t)f->n_chunks * m->max_lanes;
-            c->r0 = r0, c->r1 = r1, c->split = bulk ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
+            c->r0 = r0, c->r1 = r1, c->split = split;
             c->n_lanes = c->min_lane_rows = c->max_lane_rows = c->max_ctx = 0;
             for (int i = 0; i < b->n_lanes; i++) {
                 const int a0 = al[i].first_row > c->r0 ? al[i].first_row : c->r0;

@@ -500,8 +500,11 @@ static int c_attach(void *impl, void *kv_pages, int n_pages, void *states, int n
     m->ctx_cap = ctx;
     m->pages_per_lane = d->n_attn ? (ctx + QWEN35_PAGE_TOKENS - 1) / QWEN35_PAGE_TOKENS : 0;
     m->attn_rows = ws_rows, m->attn_rows_long = ws_rows_long;
-    /* a call ends when full, where the rows change kind (at most twice a
-     * bulk lane: into it and out of it), or at the last row */
+    /* a call ends when full (a bulk call holds at least ws_rows_long rows:
+     * its forward's contexts and split need no more workspace than the
+     * pool's longest context at the shortest long split), where the rows
+     * change kind or split (at most twice a bulk lane: into it and out of
+     * it), or at the last row */
     m->max_chunks = (m->max_rows + ws_rows - 1) / ws_rows + (m->max_rows + ws_rows_long - 1) / ws_rows_long +
                     2 * m->max_lanes + 1;
     m->plan = plan_desc(m);
