@@ -1055,7 +1055,7 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
     a.o = dO, a.ldo = g.vd, a.z = g.dz, a.ldz = g.vd, a.norm_w = g.dnw, a.y = dY, a.ldy = g.vd, a.eps = kEps;
     int max_rows = 0;
     for (int i = 0; i < nl; i++) max_rows = lane_rows[i] > max_rows ? lane_rows[i] : max_rows;
-    /* a workspace of 2 chunks a lane: several prep / state launch pairs */
+    /* a workspace of 2 chunks a lane: groups of one chunk, overlapped (the pass kernel) */
     a.ws_floats = splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, nl, 2), a.ws = dfloats(a.ws_floats);
     a.max_lane_rows = max_rows;
     poison(dO, NV * 4), poison(dY, NV * 4);
@@ -1091,7 +1091,7 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
     float *tO = dfloats(TV), *tY = dfloats(TV);
     splash_cuda_gdn_args b = a;
     b.lanes = dtl, b.n_lanes = 1, b.mixed = t.dmixed, b.a = t.da, b.b = t.db, b.z = t.dz, b.o = tO, b.y = tY;
-    b.max_lane_rows = timing_rows; /* every chunk in the workspace: one launch pair */
+    b.max_lane_rows = timing_rows; /* every chunk in the workspace: one group */
     b.ws_floats = splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, 1, (timing_rows + SPLASH_CUDA_GDN_CHUNK - 1) /
                                                                        SPLASH_CUDA_GDN_CHUNK);
     b.ws = dfloats(b.ws_floats);
@@ -1107,13 +1107,23 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
         SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
         report("gdn_chunked 1 lane (split heads) vs recurrent, y", sh, rc1 || rc2 ? INFINITY : rel_err(c1, c2, TV), 1e-4,
                -1, 0);
-        splash_cuda_gdn_args b1 = b; /* a workspace of one chunk: a launch pair a chunk, the same bits */
-        b1.ws_floats = splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, 1, 1);
-        rc2 = splash_cuda_gdn_chunked(&b1, NULL);
-        down(c2, tY, TV * 4);
-        SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
-        report("gdn_chunked: 1 chunk a launch = all at once (bitwise)", sh,
-               rc1 || rc2 || memcmp(c1, c2, TV * 4) ? INFINITY : 0, 0, -1, 0);
+        /* the same bits from a workspace of one chunk (a prep and a state
+         * launch a chunk) and of a quarter of them, at least 2 (groups of
+         * half that, a group's state pass beside the next one's prep in the
+         * pass kernel) as from all at once */
+        const int n_chunks = (timing_rows + SPLASH_CUDA_GDN_CHUNK - 1) / SPLASH_CUDA_GDN_CHUNK;
+        const int ws_chunks[2] = {1, n_chunks / 4 > 2 ? n_chunks / 4 : 2};
+        int differ = 0;
+        for (int v = 0; v < 2; v++) {
+            splash_cuda_gdn_args b1 = b;
+            b1.ws_floats = splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, 1, ws_chunks[v]);
+            rc2 |= splash_cuda_gdn_chunked(&b1, NULL);
+            down(c2, tY, TV * 4);
+            SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
+            differ |= memcmp(c1, c2, TV * 4) != 0;
+        }
+        report("gdn_chunked: groups of 1, overlapped = all (bitwise)", sh, rc1 || rc2 || differ ? INFINITY : 0, 0, -1,
+               0);
         free(c1), free(c2);
     }
     double us = time_us([&](int) { return splash_cuda_gdn_chunked(&b, NULL); });

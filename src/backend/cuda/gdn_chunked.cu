@@ -31,6 +31,15 @@
  * bitwise); the q/k norms and the gates are the recurrence kernel's.  The chunk's outputs
  * go through shared memory (the W buffer, free by then) for the gated norm.
  *
+ * Launches.  A group is the chunks the workspace holds; when a lane has
+ * more chunks than that, groups take half the workspace each and one launch of
+ * gdn_chunk_pass_kernel runs a group's state pass beside the next group's
+ * prep (the state pass's blocks hold one head's columns each, 96 of 132
+ * SMs on the 27B, and the prep's blocks fill the rest): the prep no longer
+ * waits for the state pass before it, nor the state pass for a whole prep
+ * (SPLASH_CUDA_GDN_OVERLAP=0: the two kernels a group, one after the
+ * other).  The results do not depend on the groups.
+ *
  * Loads.  Both kernels bring their inputs in as asynchronous copies, all in
  * flight at once (copy_rows_async), instead of loops of plain loads that
  * waited for each; the state pass asks L2 for the next chunk's prepared
@@ -297,18 +306,16 @@ __device__ __forceinline__ void forward_substitute(float *W, float *U, int up, i
 /* Part 1, every chunk at once: a block per (value head, chunk, lane) makes
  * what the chunk needs before the state reaches it: the normalised q and
  * k, the gates, A and the forward substitution (W, U), the output weights.
- * The chunk is the lane's c0 + blockIdx.y; its slot in the workspace
- * (lane, blockIdx.y, head). */
+ * The chunk is the lane's c0 + cy; its slot in the workspace (lane, cy,
+ * head). */
 template <int DK>
-__global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const ChunkArgs ca) {
-    pdl_begin();
+__device__ __forceinline__ void chunk_prep_block(const ChunkArgs &ca, const int h, const int cy, const int lz,
+                                                 float *sm) {
     constexpr int KS = Plan<DK>::KS;
     const splash_cuda_gdn_args &a = ca.p;
-    const int h = blockIdx.x, cy = blockIdx.y;
-    const splash_cuda_gdn_lane ln = a.lanes[blockIdx.z];
+    const splash_cuda_gdn_lane ln = a.lanes[lz];
     const int t0 = (ca.c0 + cy) * kC;
     if (t0 >= ln.n_rows) return;
-    extern __shared__ __align__(16) float sm[];
     const int dv = a.dv; /* the head's every column */
     float *Kc = sm;                                  /* [kC][KS] */
     float *Qc = Kc + (size_t)kC * KS;                /* [kC][KS] */
@@ -395,7 +402,7 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
 
     /* out in float4s (the workspace and its slots are 16-byte aligned) */
     const Slot so(DK, dv);
-    float *g = a.ws + (((size_t)blockIdx.z * ca.nc + cy) * a.hv + h) * so.floats;
+    float *g = a.ws + (((size_t)lz * ca.nc + cy) * a.hv + h) * so.floats;
     for (int e = tid; e < L * DK / 4; e += kPrepThreads) {
         const int i = e / (DK / 4), r = 4 * (e % (DK / 4));
         const size_t sp = (size_t)i * KS + r, gp = (size_t)i * DK + r;
@@ -418,6 +425,12 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
     for (int i = tid; i < L; i += kPrepThreads) g[so.ec + i] = ecum[i], g[so.kd + i] = kd[i];
     if (tid == 0) g[so.el] = el[0];
 }
+template <int DK>
+__global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const ChunkArgs ca) {
+    pdl_begin();
+    extern __shared__ __align__(16) float sm[];
+    chunk_prep_block<DK>(ca, blockIdx.x, blockIdx.y, blockIdx.z, sm);
+}
 
 /* Part 2, the state's pass: one block per (value head, lane) (or a cluster
  * of ns, each on dv / ns of the head's columns) walks chunks [c0, c0 + nc)
@@ -426,16 +439,14 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
  * vnew, the state update S e + K^T vnew, each product on the tensor cores
  * (warp_mma: 16 warps share its 16 x 8 tiles). */
 template <int DK>
-__global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const ChunkArgs ca) {
-    pdl_begin();
+__device__ __forceinline__ void chunk_state_block(const ChunkArgs &ca, const int bx, const int ly, float *sm) {
     constexpr int KS = Plan<DK>::KS, KT = Plan<DK>::KT, AS = Plan<DK>::AS;
     constexpr int MU = kC / 16 * (SPLASH_CUDA_GDN_MAX_DV / 8) / 16; /* units a warp, outputs [kC][dv] */
     constexpr int MS = DK / 16 * (SPLASH_CUDA_GDN_MAX_DV / 8) / 16; /* units a warp, the state [DK][dv] */
     static_assert(MU <= 4, "the outputs' units fit the registers");
     static_assert(16 % (kC / 16) == 0 && 16 % (DK / 16) == 0, "a warp's units share their row tile");
     const splash_cuda_gdn_args &a = ca.p;
-    extern __shared__ __align__(16) float sm[];
-    const int ns = ca.ns, h = blockIdx.x / ns, rank = blockIdx.x % ns; /* rank in the head's cluster */
+    const int ns = ca.ns, h = bx / ns, rank = bx % ns; /* rank in the head's cluster */
     const int dvf = a.dv, dv = dvf / ns, cs = rank * dv; /* the head's columns; this block's: [cs, cs + dv) */
     const int SS = Plan<DK>::ss(dv);
     float *S = sm;                                   /* [DK][SS] */
@@ -449,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
     float *rss = el + kC;                            /* [4][kC] sums of o^2 over each quarter of dvf */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kThreads / 32;
     const int g = lane >> 2, t = lane & 3; /* the fragments' coordinates */
-    const splash_cuda_gdn_lane ln = a.lanes[blockIdx.y];
+    const splash_cuda_gdn_lane ln = a.lanes[ly];
     const size_t hs = (size_t)DK * dvf;
     const int n_chunks = (ln.n_rows + kC - 1) / kC, c1 = min(ca.c0 + ca.nc, n_chunks);
     if (ca.c0 >= c1) return; /* the whole cluster: same lane */
@@ -460,7 +471,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
         S[(size_t)(e / dv) * SS + e % dv] = Sin[(size_t)(e / dv) * dvf + e % dv];
 
     const Slot so(DK, dvf);
-    auto slot_at = [&](int c) { return a.ws + (((size_t)blockIdx.y * ca.nc + (c - ca.c0)) * a.hv + h) * so.floats; };
+    auto slot_at = [&](int c) { return a.ws + (((size_t)ly * ca.nc + (c - ca.c0)) * a.hv + h) * so.floats; };
     const int Ct = dv / 8; /* column tiles of 8 */
     for (int c = ca.c0; c < c1; c++) {
         const int t0 = c * kC, L = min(kC, ln.n_rows - t0);
@@ -613,59 +624,159 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
     for (int e = tid; e < DK * dv; e += kThreads)
         So[(size_t)(e / dv) * dvf + e % dv] = S[(size_t)(e / dv) * SS + e % dv];
 }
+template <int DK>
+__global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const ChunkArgs ca) {
+    pdl_begin();
+    extern __shared__ __align__(16) float sm[];
+    chunk_state_block<DK>(ca, blockIdx.x, blockIdx.y, sm);
+}
+
+/* A group's state pass and the next group's prep in one launch, over the
+ * workspace's two halves (state reads one, prep writes the other): the
+ * state pass's blocks (one or two an SM's worth of heads: 96 of 132 SMs on
+ * the 27B) come first in the grid, the prep's fill the SMs they leave and
+ * then the whole chip, so a group's prep no longer waits for the state
+ * pass before it.  Blocks [0, n_state) are state blocks (x = head x ns +
+ * rank, then lane; clusters of ns: whole clusters, as the state kernel's
+ * grid), then n_prep prep blocks (head, chunk, lane), then padding to a
+ * multiple of ns. */
+struct PassArgs {
+    ChunkArgs state, prep;
+    int n_state, n_prep;
+};
+template <int DK>
+__global__ void __launch_bounds__(kThreads, 1) gdn_chunk_pass_kernel(const PassArgs pa) {
+    static_assert(kThreads == kPrepThreads, "one block size for both parts");
+    pdl_begin();
+    extern __shared__ __align__(16) float sm[];
+    const int b = blockIdx.x;
+    if (b < pa.n_state) {
+        const int per = pa.state.p.hv * pa.state.ns;
+        chunk_state_block<DK>(pa.state, b % per, b / per, sm);
+    } else if (b - pa.n_state < pa.n_prep) {
+        const int p = b - pa.n_state, hv = pa.prep.p.hv;
+        chunk_prep_block<DK>(pa.prep, p % hv, p / hv % pa.prep.nc, p / hv / pa.prep.nc, sm);
+    }
+}
+
+template <int DK>
+constexpr size_t prep_smem_bytes() {
+    return (3 * (size_t)kC * Plan<DK>::KS + (size_t)kC * (SPLASH_CUDA_GDN_MAX_DV + 8) + (size_t)kC * kPrepAS +
+            6 * (size_t)kC) * sizeof(float);
+}
+/* The state pass's shared memory at dv / ns columns a block; the pass
+ * kernel's: the larger of it and the prep's. */
+template <int DK>
+size_t state_smem_bytes(int dv, int ns, bool pass) {
+    const size_t st = Plan<DK>::floats(dv / ns) * sizeof(float);
+    return pass && prep_smem_bytes<DK>() > st ? prep_smem_bytes<DK>() : st;
+}
 
 /* How many clusters of ns state-pass blocks (dv / ns columns each) the GPU
- * holds at once: clusters live inside a GPC, so the SM count alone does
- * not tell.  Asked once per (ns, columns) and remembered; a forward of a new
- * batch shape runs eagerly before the model captures it (cuda_graphs.cu), so
- * the first ask never falls inside a graph capture. */
+ * holds at once (pass: in the pass kernel, with its shared memory):
+ * clusters live inside a GPC, so the SM count alone does not tell.  Asked
+ * once per (kernel, ns, columns) and remembered; a forward of a new batch
+ * shape runs eagerly before the model captures it (cuda_graphs.cu), so the
+ * first ask never falls inside a graph capture. */
 template <int DK>
-int clusters_resident(int ns, int dv) {
-    static int known[3][SPLASH_CUDA_GDN_MAX_DV / 4 + 1]; /* [ns 1, 2, 4][block columns / 4]; 0: not asked yet */
-    int &n = known[ns == 4 ? 2 : ns - 1][dv / ns / 4];
+int clusters_resident(int ns, int dv, bool pass) {
+    static int known[2][3][SPLASH_CUDA_GDN_MAX_DV / 4 + 1]; /* [pass][ns 1, 2, 4][block columns / 4]; 0: not asked */
+    int &n = known[pass][ns == 4 ? 2 : ns - 1][dv / ns / 4];
     if (!n) {
-        KernelLaunch c(dim3((unsigned)ns, 1, 1), dim3(kThreads, 1, 1), Plan<DK>::floats(dv / ns) * sizeof(float), 0,
+        KernelLaunch c(dim3((unsigned)ns, 1, 1), dim3(kThreads, 1, 1), state_smem_bytes<DK>(dv, ns, pass), 0,
                        (unsigned)ns, false);
         int got = 0;
-        if (cudaOccupancyMaxActiveClusters(&got, gdn_chunk_state_kernel<DK>, &c.lc) != cudaSuccess || got < 1)
-            got = -1, (void)cudaGetLastError(); /* unknown: this split is not taken */
+        const cudaError_t e = pass ? cudaOccupancyMaxActiveClusters(&got, gdn_chunk_pass_kernel<DK>, &c.lc)
+                                   : cudaOccupancyMaxActiveClusters(&got, gdn_chunk_state_kernel<DK>, &c.lc);
+        if (e != cudaSuccess || got < 1) got = -1, (void)cudaGetLastError(); /* unknown: this split is not taken */
         n = got;
     }
     return n;
 }
 
 template <int DK>
-int launch_chunked(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
+int set_smem_limits() {
     static bool attr_set = false; /* once per instantiation; setting it again is harmless */
-    const size_t prep_smem = (3 * (size_t)kC * Plan<DK>::KS + (size_t)kC * (SPLASH_CUDA_GDN_MAX_DV + 8) +
-                              (size_t)kC * kPrepAS + 6 * (size_t)kC) * sizeof(float);
     if (!attr_set) {
+        const int st = (int)state_smem_bytes<DK>(SPLASH_CUDA_GDN_MAX_DV, 1, true);
         SPLASH_CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)(Plan<DK>::floats(SPLASH_CUDA_GDN_MAX_DV) * sizeof(float))));
+                                             (int)state_smem_bytes<DK>(SPLASH_CUDA_GDN_MAX_DV, 1, false)));
         SPLASH_CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)prep_smem));
+                                             (int)prep_smem_bytes<DK>()));
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_pass_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, st));
         attr_set = true;
     }
-    /* Split each head's columns over 2 or 4 blocks (a cluster) while the
-     * heads alone leave SMs idle (one 27B lane: 48 heads on 132 SMs; the
-     * 35B-A3B's 32), as long as every block is resident at once (a block
-     * walks all its chunks: a second wave would double the time).  The
-     * state pass's work is all dv-side (the prep made the k-side), so it
-     * divides; each block still copies the chunk's q, k, W and A. */
-    ChunkArgs ca = ca_in;
-    ca.ns = 1;
+    return SPLASH_OK;
+}
+
+/* Split each head's columns over 2 or 4 blocks (a cluster) while the heads
+ * alone leave SMs idle (one 27B lane: 48 heads on 132 SMs; the 35B-A3B's
+ * 32), as long as every block is resident at once (a block walks all its
+ * chunks: a second wave would double the time).  The state pass's work is
+ * all dv-side (the prep made the k-side), so it divides; each block still
+ * copies the chunk's q, k, W and A. */
+template <int DK>
+int state_split(const splash_cuda_gdn_args &p, int max_split, bool pass) {
     for (int ns = max_split; ns >= 2; ns /= 2) /* whole column tiles of 8 a block */
-        if (ca.p.dv % (8 * ns) == 0 &&
-            clusters_resident<DK>(ns, ca.p.dv) >= ca.p.hv * ca.p.n_lanes) {
-            ca.ns = ns;
-            break;
-        }
+        if (p.dv % (8 * ns) == 0 && clusters_resident<DK>(ns, p.dv, pass) >= p.hv * p.n_lanes) return ns;
+    return 1;
+}
+
+/* One group's prep, then its state pass: two launches. */
+template <int DK>
+int launch_chunked(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
+    if (int rc = set_smem_limits<DK>()) return rc;
+    ChunkArgs ca = ca_in;
+    ca.ns = state_split<DK>(ca.p, max_split, false);
     SPLASH_CUDA_TRY(launch_kernel(gdn_chunk_prep_kernel<DK>, dim3((unsigned)ca.p.hv, (unsigned)ca.nc, (unsigned)ca.p.n_lanes),
-                                  kPrepThreads, prep_smem, s, ca));
+                                  kPrepThreads, prep_smem_bytes<DK>(), s, ca));
     KernelLaunch c(dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1), dim3(kThreads, 1, 1),
-                   Plan<DK>::floats(ca.p.dv / ca.ns) * sizeof(float), s, (unsigned)ca.ns);
+                   state_smem_bytes<DK>(ca.p.dv, ca.ns, false), s, (unsigned)ca.ns);
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_chunk_state_kernel<DK>, ca));
     return SPLASH_OK;
+}
+
+/* Every group through the pass kernel, groups of `group` chunks in the
+ * workspace's two halves (base: a copy of the call's, ws its first half;
+ * half: the floats of one): the first launch preps group 0, launch k runs
+ * group k - 1's state pass and group k's prep, the last the last group's
+ * state pass alone. */
+template <int DK>
+int launch_overlapped(const ChunkArgs &base, size_t half, int group, int chunks, int max_split, cudaStream_t s) {
+    if (int rc = set_smem_limits<DK>()) return rc;
+    const int ns = state_split<DK>(base.p, max_split, true);
+    const int groups = (chunks + group - 1) / group;
+    for (int k = 0; k <= groups; k++) {
+        PassArgs pa;
+        pa.state = pa.prep = base;
+        pa.state.ns = pa.prep.ns = ns;
+        pa.n_state = pa.n_prep = 0;
+        if (k > 0) { /* group k - 1's state pass, over half (k - 1) % 2 */
+            pa.state.c0 = (k - 1) * group, pa.state.nc = min(group, chunks - pa.state.c0);
+            pa.state.p.ws = base.p.ws + ((k - 1) & 1) * half;
+            pa.n_state = base.p.hv * ns * base.p.n_lanes;
+        }
+        if (k < groups) { /* group k's prep, into half k % 2 */
+            pa.prep.c0 = k * group, pa.prep.nc = min(group, chunks - pa.prep.c0);
+            pa.prep.p.ws = base.p.ws + (k & 1) * half;
+            pa.n_prep = base.p.hv * pa.prep.nc * base.p.n_lanes;
+        }
+        const int blocks = (pa.n_state + pa.n_prep + ns - 1) / ns * ns;
+        KernelLaunch c(dim3((unsigned)blocks, 1, 1), dim3(kThreads, 1, 1), state_smem_bytes<DK>(base.p.dv, ns, true),
+                       s, (unsigned)ns);
+        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_chunk_pass_kernel<DK>, pa));
+    }
+    return SPLASH_OK;
+}
+
+/* SPLASH_CUDA_GDN_OVERLAP=0 (read once): every group's prep and state pass
+ * as two launches, one after the other (an A/B switch). */
+bool overlap_on() {
+    static const bool on = [] {
+        const char *e = getenv("SPLASH_CUDA_GDN_OVERLAP");
+        return !(e && e[0] == '0');
+    }();
+    return on;
 }
 
 } /* namespace */
@@ -677,20 +788,38 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
     ChunkArgs ca;
     ca.p = *a;
     /* SPLASH_CUDA_GDN_SPLIT=1|2 caps the state pass's split of a head (4;
-     * launch_chunked): an A/B switch */
+     * state_split): an A/B switch */
     static const int max_split = [] {
         const char *e = getenv("SPLASH_CUDA_GDN_SPLIT");
         return e && (atoi(e) == 1 || atoi(e) == 2) ? atoi(e) : 4;
     }();
     ca.qscale = (float)pow((double)a->dk, -0.5); /* as the CPU (gdn.c) */
+    ca.ns = 1, ca.c0 = 0, ca.nc = 0;
     /* the lanes' chunks in groups the workspace holds: a prep launch makes
      * a group's chunks (every lane's, in parallel), the state pass walks them */
     const size_t per = slot_floats(a->hv, a->dk, a->dv) * (size_t)a->n_lanes;
     const int chunks = (a->max_lane_rows + kC - 1) / kC;
     if (!a->ws || a->ws_floats < per || a->max_lane_rows < 1) return SPLASH_E_INVALID;
     const size_t fit = a->ws_floats / per;
-    const int group = fit < (size_t)chunks ? (int)fit : chunks;
     const cudaStream_t s = (cudaStream_t)stream;
+    /* more chunks than the workspace holds: groups of half of it, the pass
+     * kernel overlapping a group's state pass with the next group's prep
+     * (the results do not depend on the groups: each chunk's prep is its
+     * own, the state pass carries S between launches through s_out).  Not
+     * for a lane the workspace holds (a 2,048-row chunk of a served prefill
+     * is 32 chunks of the 27B's 37): cut in two for the overlap, 1,024 rows
+     * took 600 us against 576 as one group (H200, test_cuda_ops) */
+    const int pair = (size_t)chunks > fit && fit >= 2 ? (int)(fit / 2) : 0;
+    if (overlap_on() && pair) {
+        const size_t half = per * (size_t)pair;
+        switch (a->dk) {
+        case 32: return launch_overlapped<32>(ca, half, pair, chunks, max_split, s);
+        case 64: return launch_overlapped<64>(ca, half, pair, chunks, max_split, s);
+        case 128: return launch_overlapped<128>(ca, half, pair, chunks, max_split, s);
+        default: return SPLASH_E_UNSUPPORTED;
+        }
+    }
+    const int group = fit < (size_t)chunks ? (int)fit : chunks;
     for (ca.c0 = 0; ca.c0 < chunks; ca.c0 += group) {
         ca.nc = chunks - ca.c0 < group ? chunks - ca.c0 : group;
         int rc2;
