@@ -3,6 +3,7 @@
 #
 #   tools/gpu_model_check.sh --prepare       (here: .carry/splash-bin.txz)
 #   tools/gpu_kernel_profile.sh [--shape 27b|35b-a3b] [--layers 4] [--decode 3] [--prompt 1] [--trace]
+#                               [--details REGEX [--count 12] [--skip 0]]
 #       (the GPU machine, carrying .carry)
 #   CARRY_TXZ=.carry/main.txz SYN_DIR=/tmp/syn-main tools/gpu_kernel_profile.sh ...: another build's
 #       (tools/prepare_ref_bench.sh main main), with the libraries of .carry/splash-bin.txz; give
@@ -15,13 +16,18 @@
 # VERIFY blocks of 8 and 16 rows and 4 lanes x 8 rows, each with its commit; graphs off (ncu times kernels, not graphs).  Prints per kernel
 # (name, grid, block): launches, mean duration, DRAM bytes read + written per launch and that
 # as GB/s; then the total.  Raw CSV in $OUT/ncu.csv.
+# --details REGEX: instead, Nsight Compute's details (speed of light, occupancy, scheduler and
+# warp-state sections, the stall reasons per issued instruction, instructions, tensor pipe, shared
+# bank conflicts) for --count launches of the kernels whose names match REGEX after --skip of
+# them, one line each through tools/ncu_summary.py (raw CSV in $OUT/ncu_details.csv): what bounds
+# a kernel (e.g. --prompt 4096 --details 'gdn_chunk' for the chunked GDN's prep and state pass).
 # --trace: instead of ncu, the kernel timeline as the program runs, CUDA graphs on (CUPTI through
 # tools/cupti_trace.cpp, built here): per graph (the decode step's, the verify blocks') the span of
 # a replay, its kernels' times, what each adds to the span and the gaps (tools/trace_summary.py; raw CSV in
 # $OUT/trace.csv).  Use --decode 32 or more so the decode graph replays often.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
-SHAPE=27b LAYERS=4 DECODE=3 PROMPT=1 TRACE=0
+SHAPE=27b LAYERS=4 DECODE=3 PROMPT=1 TRACE=0 DETAILS="" COUNT=12 SKIP=0
 while [ $# -gt 0 ]; do
     case "$1" in
     --shape) SHAPE=$2; shift 2 ;;
@@ -29,7 +35,10 @@ while [ $# -gt 0 ]; do
     --decode) DECODE=$2; shift 2 ;;
     --prompt) PROMPT=$2; shift 2 ;;
     --trace) TRACE=1; shift ;;
-    *) sed -n '2,21p' "$0"; exit 2 ;;
+    --details) DETAILS=$2; shift 2 ;;
+    --count) COUNT=$2; shift 2 ;;
+    --skip) SKIP=$2; shift 2 ;;
+    *) sed -n '2,27p' "$0"; exit 2 ;;
     esac
 done
 OUT=${OUT:-build-profile}
@@ -49,6 +58,21 @@ P=$W/prof-$SHAPE-$LAYERS
 # the benchmark both modes run (KV pages int8, as served)
 RUN=("$W/bin/bench_cpu" --model "$P" --device cuda --act int8 --kv-format int8 --no-bandwidth --prompt "$PROMPT"
      --decode "$DECODE" --decode-prefill)
+if [ -n "$DETAILS" ]; then
+    STALLS=""
+    for r in barrier long_scoreboard short_scoreboard wait math_pipe_throttle mio_throttle lg_throttle \
+        no_instruction dispatch_stall membar drain imc_miss branch_resolving sleeping tex_throttle; do
+        STALLS="$STALLS,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+    done
+    M="smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+    M="$M,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum$STALLS"
+    SPLASH_CUDA_GRAPHS=0 "$NCU" --csv --page details --section SpeedOfLight --section Occupancy \
+        --section SchedulerStats --section WarpStateStats --section LaunchStats --metrics "$M" \
+        -k "regex:$DETAILS" --launch-skip "$SKIP" -c "$COUNT" "${RUN[@]}" --verify-reps 1 \
+        > "$OUT/ncu_details.csv" 2> "$OUT/ncu_details.err" || { tail -20 "$OUT/ncu_details.err"; exit 1; }
+    python3 tools/ncu_summary.py "$OUT/ncu_details.csv" --min-us 1 --stalls 7
+    exit $?
+fi
 if [ "$TRACE" = 1 ]; then
     CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
     CUPTI=$(dirname "$(find "$CUDA_HOME"/ /usr/local/cuda/ -name 'libcupti.so' 2>/dev/null | head -1)")
