@@ -83,11 +83,12 @@ __device__ __forceinline__ float4 load4(const float *p, bool aligned) {
 
 /* A block's place in the grid (kv_heads * n_qchunks, lanes, splits): lane,
  * kv head (grid.x's outer index, or with a.heavy_first its inner one, the
- * chunks then from the lane's last down), the chunk's query vectors qv0 .. qv0 + nqb - 1 (nqt n-tiles of
- * kInt8NTile), the split's positions p0 .. p1 - 1 (up to the block's
- * longest context) in nst stages of kStage, and whether the lane is deep (its vectors
- * fit one n-tile).  False: nothing for this block (no vectors in its chunk,
- * the split past its contexts, or a lane of the kind it skips). */
+ * chunks then from the lane's last down), the chunk's query vectors qv0 ..
+ * qv0 + nqb - 1 (nqt n-tiles of kInt8NTile), the split's positions p0 ..
+ * p1 - 1 (up to the block's longest context) in nst stages of kStage, and
+ * whether the lane is deep (its vectors fit one n-tile).  False: nothing
+ * for this block (no vectors in its chunk, the split past its contexts, or
+ * a lane of the kind it skips). */
 struct BlockSpan {
     splash_cuda_attn_lane ln;
     int kvh, qv0, nqb, nqt, p0, p1, nst;
