@@ -18,7 +18,8 @@
 # --prefill: the prefill is what is timed (2 decode steps, one verify repetition: their columns
 # are then rough).
 # BENCH_ARGS="--prefill-reps 3": more of bench_cpu's arguments for every run (a prompt over 8,192
-# tokens is prefilled once unless told: that first run includes cuBLASLt's first calls).
+# tokens is prefilled once unless told: that first run includes cuBLASLt's first calls;
+# "--prefill-chunk 2048": the prompt in forwards of 2,048 rows, as serve feeds it on a GPU).
 # --rounds N: with several builds, each runs N times, interleaved (round 1 in CARRY_TXZ's order,
 # round 2 reversed, ...), and the table gives each build's median over its rounds: one pass in a
 # fixed order misled by ~1.5% (session 21: the same two builds 8.810 vs 8.657 ms, then 8.810 vs

@@ -30,13 +30,15 @@
  *       --synthetic the synthetic package's draft (DFlash v1 of the
  *       published drafts' depth and taps).
  *   splash bench --model PKG [--device auto|cuda|cpu] [--threads T] [--prompt 256] [--decode 64]
- *             [--verify-reps 5] [--prefill-reps N] [--act fp32,int8,int16] [--decode-prefill] [--no-bandwidth]
+ *             [--verify-reps 5] [--prefill-reps N] [--prefill-chunk N] [--act fp32,int8,int16] [--decode-prefill]
+ *             [--no-bandwidth]
  *             [--kv-format f32|bf16|int8] [--random-route]
  *       measures, for each activation path of the q4/q8 products asked for
  *       (fp32 is the exact reference; int8 the fast path; the default runs
  *       fp32 and int8): prefill of --prompt rows in one PREFILL lane
  *       (--prefill-reps runs, each from an empty slot, their median; by
- *       default 3 up to 8,192 rows, else 1),
+ *       default 3 up to 8,192 rows, else 1; --prefill-chunk N: in forwards
+ *       of N rows, as serve feeds a long prompt, the model sized for them),
  *       --decode decode cycles (VERIFY 1 row + commit 1, as the engine does;
  *       with --decode-prefill PREFILL 1 row, no commit), VERIFY blocks of
  *       8 and 16 rows (commit 0); the logits of the decode steps against the
@@ -651,8 +653,9 @@ static int forward(splash_model *m, splash_batch *b, splash_lane *lane, splash_r
 }
 
 /* One load of the model with activation path `act` (fp32, int8, int16). */
-static int bench_model(const char *dir, const char *device, int threads, int prompt, int prefill_reps, int decode,
-                       int vreps, const char *act, int decode_prefill, int kv_format, bench_result *res) {
+static int bench_model(const char *dir, const char *device, int threads, int prompt, int prefill_reps,
+                       int prefill_chunk, int decode, int vreps, const char *act, int decode_prefill, int kv_format,
+                       bench_result *res) {
     splash_error err = {0};
     memset(res, 0, sizeof *res);
     splash_package *pkg;
@@ -661,7 +664,10 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
         return 1;
     }
     enum { LANES = 4 }; /* the multi-lane verify: LANES lanes of 8 rows */
-    int max_rows = prompt > 8 * LANES ? prompt : 8 * LANES;
+    /* rows a prefill forward takes: the whole prompt, or --prefill-chunk's (as serve feeds a long
+     * prompt: the engine's prefill chunk), which the model's scratch is then sized for */
+    const int chunk = prefill_chunk > 0 && prefill_chunk < prompt ? prefill_chunk : prompt;
+    int max_rows = chunk > 8 * LANES ? chunk : 8 * LANES;
     splash_model_options o = {.device = device, .threads = threads, .max_rows = max_rows, .max_lanes = LANES,
                               .kv_format = kv_format, .cpu_activations = (splash_cpu_act)splash_cpu_act_parse(act)};
     splash_model *m;
@@ -697,22 +703,30 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     float *logits = malloc(sizeof(float) * (size_t)V * (size_t)max_rows);
     res->logits = malloc(sizeof(float) * (size_t)V * (size_t)(decode > 0 ? decode : 1));
     res->vocab = V;
-    splash_lane lane = {0, 0, 0, prompt, pages, n_pages, SPLASH_LANE_PREFILL};
-    splash_batch b = {.n_lanes = 1, .n_rows = prompt, .lanes = &lane, .rows = rows, .logits = logits,
+    splash_lane lane = {0, 0, 0, chunk, pages, n_pages, SPLASH_LANE_PREFILL};
+    splash_batch b = {.n_lanes = 1, .n_rows = chunk, .lanes = &lane, .rows = rows, .logits = logits,
                       .top_k = 1, .top_ids = top_id, .top_logits = top_val};
     /* prefill (only the last row's logits are needed, as a server would), prefill_reps
      * times from an empty slot: the first run pays first launches and library loads, and
-     * one short run alone is noisy (a 1K prompt's 0.16 s: 5.7-6.6K tokens/s, session 32) */
-    for (int r = 0; r < prompt; r++)
-        rows[r] = (splash_row){(int32_t)(((int64_t)r * 7919) % V), {r, r, r}, r == prompt - 1 ? SPLASH_ROW_LOGITS : 0, NULL};
+     * one short run alone is noisy (a 1K prompt's 0.16 s: 5.7-6.6K tokens/s, session 32);
+     * in forwards of `chunk` rows, each after the last (n_past) */
     double t0, c0 = cpu_seconds();
     double *pt = calloc((size_t)prefill_reps, sizeof *pt);
     for (int k = 0; k < prefill_reps; k++) {
         splash_model_reset_slot(m, 0);
         t0 = now();
-        if (splash_model_forward(m, &b, &err)) {
-            fprintf(stderr, "prefill: %s\n", err.msg);
-            return 1;
+        for (int p0 = 0; p0 < prompt; p0 += chunk) {
+            const int n = prompt - p0 < chunk ? prompt - p0 : chunk;
+            for (int r = 0; r < n; r++) {
+                const int p = p0 + r;
+                rows[r] = (splash_row){(int32_t)(((int64_t)p * 7919) % V), {p, p, p},
+                                       p == prompt - 1 ? SPLASH_ROW_LOGITS : 0, NULL};
+            }
+            lane.n_past = p0, lane.n_rows = n, b.n_rows = n;
+            if (splash_model_forward(m, &b, &err)) {
+                fprintf(stderr, "prefill: %s\n", err.msg);
+                return 1;
+            }
         }
         pt[k] = now() - t0;
     }
@@ -799,6 +813,7 @@ static int bench_model(const char *dir, const char *device, int threads, int pro
     if (device && !strcmp(device, "cuda")) act = "cuda"; /* the label: the GPU has one path */
     printf("%-5s prefill %d tokens: %.1f tokens/s (%.1f ms CPU per token; median of %d runs, the first %.1f)\n", act,
            prompt, res->prefill_tps, 1e3 * res->prefill_cpu, prefill_reps, res->prefill_first_tps);
+    if (chunk < prompt) printf("%-5s (the prompt in forwards of %d rows, as --prefill-chunk)\n", act, chunk);
     /* ms to 1 us: tools/gpu_synthetic_bench.sh fits full depth from these (x16 for the 27B) */
     printf("%-5s decode: median %.3f ms/token [p10 %.3f, p90 %.3f] = %.2f tokens/s; %.2f ms CPU per token\n", act,
            1e3 * res->step.med, 1e3 * res->step.p10, 1e3 * res->step.p90, 1.0 / res->step.med, 1e3 * res->step_cpu);
@@ -879,7 +894,7 @@ int splash_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *make = NULL, *synth_dir = NULL, *weights = "q4", *act_list = NULL;
     const char *device = as_splash ? "auto" : "cpu", *shape_name = NULL, *synthetic = NULL, *dir = NULL;
     int threads = 0, prompt = 256, decode = 64, vreps = 5, H = 1024, L = 0, V = 0, I = 3584, bw = 1, dprefill = 0;
-    int kv_format = -1, random_route = 0, draft = 0, prefill_reps = 0;
+    int kv_format = -1, random_route = 0, draft = 0, prefill_reps = 0, prefill_chunk = 0;
     double gpu_gbs = 4300;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
@@ -894,6 +909,7 @@ int splash_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--decode")) decode = atoi(v), i++;
         else if (!strcmp(a, "--verify-reps")) vreps = atoi(v), i++;
         else if (!strcmp(a, "--prefill-reps") && atoi(v) > 0) prefill_reps = atoi(v), i++;
+        else if (!strcmp(a, "--prefill-chunk") && atoi(v) > 0) prefill_chunk = atoi(v), i++;
         else if (!strcmp(a, "--act")) act_list = v, i++;
         else if (!strcmp(a, "--hidden")) H = atoi(v), i++;
         else if (!strcmp(a, "--layers")) L = atoi(v), i++;
@@ -921,8 +937,9 @@ int splash_cmd_bench(int argc, char **argv) {
                     "                 [--vocab N] [--intermediate N]\n"
                     "       %s --make-random PKG --shape 27b|35b-a3b [--layers N] [--vocab N]\n"
                     "       %s --model PKG [--device auto|cuda|cpu] [--threads T] [--prompt N] [--decode N]\n"
-                    "                 [--verify-reps N] [--prefill-reps N] [--act fp32,int8,int16] [--decode-prefill]\n"
-                    "                 [--no-bandwidth] [--gpu-gbs 4300] [--kv-format f32|bf16|int8] [--random-route]\n"
+                    "                 [--verify-reps N] [--prefill-reps N] [--prefill-chunk N] [--act fp32,int8,int16]\n"
+                    "                 [--decode-prefill] [--no-bandwidth] [--gpu-gbs 4300] [--kv-format f32|bf16|int8]\n"
+                    "                 [--random-route]\n"
                     "       %s --model PKG --draft [--device auto|cuda|cpu] [--prompt N] [--verify-reps N]\n"
                     "                 (the package's draft alone: propose for 1-4 lanes, append)\n",
                     prog, prog, prog, prog, prog, prog);
@@ -1051,8 +1068,8 @@ int splash_cmd_bench(int argc, char **argv) {
     bench_result r[3];
     printf("model %s, device %s, %d threads, load average %.2f\n", model, device, threads, load_average());
     for (int i = 0; i < n_acts; i++)
-        if (bench_model(model, device, threads, prompt, prefill_reps, decode, vreps, cuda ? "auto" : acts[i], dprefill,
-                        kv_format, &r[i]))
+        if (bench_model(model, device, threads, prompt, prefill_reps, prefill_chunk, decode, vreps,
+                        cuda ? "auto" : acts[i], dprefill, kv_format, &r[i]))
             return 1;
     for (int i = 1; i < n_acts; i++) {
         double rel, top1;

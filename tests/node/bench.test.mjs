@@ -34,6 +34,12 @@ test("a synthetic dense package: every tensor over one blob, then measured on th
     assert.match(r.stdout, /verify 8 rows: [\d.]+ ms .* = [\d.]+x one row/);
     // a short prompt's prefill: the median of 3 runs from an empty slot by default, the first apart
     assert.match(r.stdout, /prefill 16 tokens: [\d.]+ tokens\/s \([\d.]+ ms CPU per token; median of 3 runs, the first [\d.]+\)/);
+    // the prompt in forwards of 8 rows, each after the last, as serve feeds a long prompt
+    r = run("--model", pkg, "--device", "cpu", "--prompt", "20", "--prefill-chunk", "8", "--decode", "2",
+        "--verify-reps", "1", "--act", "int8", "--no-bandwidth", "--threads", "1");
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /prefill 20 tokens: [\d.]+ tokens\/s/);
+    assert.match(r.stdout, /\(the prompt in forwards of 8 rows, as --prefill-chunk\)/);
     // its draft (DFlash v1 over the same blob): timed alone, lanes 1, 2, 4
     assert.equal(m.draft.architecture, "dflash");
     assert.ok(m.draft.target_layer_ids.every((t) => t >= 0 && t < 4), JSON.stringify(m.draft));
