@@ -8,6 +8,10 @@
 #       runs the latter) and the shared libraries a bare GPU machine lacks
 #       (everything ldd lists but the C/C++ runtime) into .carry/splash-bin.txz (~8 MB); carry
 #       .carry (git ignores it via .git/info/exclude) to the GPU machine; then --carry-size
+#   tools/gpu_model_check.sh --prepare --no-bench
+#       the same without bench_cpu (~1.4 MB less): what tools/gpu_tests.sh needs (it packs its
+#       fixtures with the binary), for a call that carries a test build beside it when both
+#       would pass the limit (session 38: 63.60 MiB with bench_cpu, 62.32 without)
 #   tools/gpu_model_check.sh --carry-size
 #       prints what a call carrying it (and a test build, tools/gpu_tests.sh --prepare, which
 #       calls this too) sends against the 64 MiB limit
@@ -54,16 +58,18 @@ if [ "${1:-}" = "--carry-size" ]; then
         x=0
         [ -n "$extra" ] && x=$(du -sb "$extra" | cut -f1)
         awk -v t="$tree" -v z="$(stat -c %s "$TXZ")" -v x="$x" -v e="${extra:+ + $extra}" 'BEGIN {
-            s = t + z + x; over = (s > 63.3 * 1048576) ? ": too near the limit, carry them in separate calls" : ""
+            s = t + z + x; over = (s > 63.3 * 1048576) ? ": too near the limit, carry them in separate calls (or --prepare --no-bench)" : ""
             printf "carry: working tree + splash-bin.txz%s = %.2f MiB (the line: 63.3)%s\n", e, s / 1048576, over }'
     done
     exit 0
 fi
 if [ "${1:-}" = "--prepare" ]; then
+    BENCH=1
+    [ "${2:-}" = "--no-bench" ] && BENCH=0
     make -s -j"$(nproc)" build/splash build/bench/bench_cpu || exit 1
     P=$(mktemp -d) || exit 1
-    mkdir -p "$P/bin/lib" .carry && strip -o "$P/bin/splash" build/splash &&
-        strip -o "$P/bin/bench_cpu" build/bench/bench_cpu || exit 1
+    mkdir -p "$P/bin/lib" .carry && strip -o "$P/bin/splash" build/splash || exit 1
+    if [ "$BENCH" = 1 ]; then strip -o "$P/bin/bench_cpu" build/bench/bench_cpu || exit 1; fi
     ldd build/splash | awk '$3 ~ /^\// {print $3}' |
         grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
         while read -r l; do cp -L "$l" "$P/bin/lib/" || exit 1; done || exit 1
@@ -82,7 +88,7 @@ while [ $# -gt 0 ]; do
     --bench-tokens) BENCH_TOKENS=$2; shift 2 ;;
     --blocks) BLOCKS=$2; shift 2 ;;
     --lanes) LANES=$2; shift 2 ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    *) sed -n '2,29p' "$0"; exit 2 ;;
     esac
 done
 OUT=${OUT:-build-gpu-check}
