@@ -779,6 +779,27 @@ bool overlap_on() {
     return on;
 }
 
+/* A call's chunks (every lane's) in groups: per, the workspace floats of
+ * a chunk of every lane; fit, the chunks the workspace holds. */
+template <int DK>
+int run_groups(ChunkArgs ca, size_t per, size_t fit, int chunks, int max_split, cudaStream_t s) {
+    /* more chunks than the workspace holds: groups of half of it, the pass
+     * kernel overlapping a group's state pass with the next group's prep
+     * (the results do not depend on the groups: each chunk's prep is its
+     * own, the state pass carries S between launches through s_out).  Not
+     * for a lane the workspace holds (a 2,048-row chunk of a served prefill
+     * is 32 chunks of the 27B's 37): cut in two for the overlap, 1,024 rows
+     * took 600 us against 576 as one group (H200, test_cuda_ops) */
+    const int pair = (size_t)chunks > fit && fit >= 2 ? (int)(fit / 2) : 0;
+    if (overlap_on() && pair) return launch_overlapped<DK>(ca, per * (size_t)pair, pair, chunks, max_split, s);
+    const int group = fit < (size_t)chunks ? (int)fit : chunks;
+    for (ca.c0 = 0; ca.c0 < chunks; ca.c0 += group) {
+        ca.nc = chunks - ca.c0 < group ? chunks - ca.c0 : group;
+        if (int rc = launch_chunked<DK>(ca, max_split, s)) return rc;
+    }
+    return SPLASH_OK;
+}
+
 } /* namespace */
 
 extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *stream) {
@@ -801,37 +822,12 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
     const int chunks = (a->max_lane_rows + kC - 1) / kC;
     if (!a->ws || a->ws_floats < per || a->max_lane_rows < 1) return SPLASH_E_INVALID;
     const size_t fit = a->ws_floats / per;
-    const cudaStream_t s = (cudaStream_t)stream;
-    /* more chunks than the workspace holds: groups of half of it, the pass
-     * kernel overlapping a group's state pass with the next group's prep
-     * (the results do not depend on the groups: each chunk's prep is its
-     * own, the state pass carries S between launches through s_out).  Not
-     * for a lane the workspace holds (a 2,048-row chunk of a served prefill
-     * is 32 chunks of the 27B's 37): cut in two for the overlap, 1,024 rows
-     * took 600 us against 576 as one group (H200, test_cuda_ops) */
-    const int pair = (size_t)chunks > fit && fit >= 2 ? (int)(fit / 2) : 0;
-    if (overlap_on() && pair) {
-        const size_t half = per * (size_t)pair;
-        switch (a->dk) {
-        case 32: return launch_overlapped<32>(ca, half, pair, chunks, max_split, s);
-        case 64: return launch_overlapped<64>(ca, half, pair, chunks, max_split, s);
-        case 128: return launch_overlapped<128>(ca, half, pair, chunks, max_split, s);
-        default: return SPLASH_E_UNSUPPORTED;
-        }
+    switch (a->dk) {
+    case 32: return run_groups<32>(ca, per, fit, chunks, max_split, (cudaStream_t)stream);
+    case 64: return run_groups<64>(ca, per, fit, chunks, max_split, (cudaStream_t)stream);
+    case 128: return run_groups<128>(ca, per, fit, chunks, max_split, (cudaStream_t)stream);
+    default: return SPLASH_E_UNSUPPORTED;
     }
-    const int group = fit < (size_t)chunks ? (int)fit : chunks;
-    for (ca.c0 = 0; ca.c0 < chunks; ca.c0 += group) {
-        ca.nc = chunks - ca.c0 < group ? chunks - ca.c0 : group;
-        int rc2;
-        switch (a->dk) {
-        case 32: rc2 = launch_chunked<32>(ca, max_split, s); break;
-        case 64: rc2 = launch_chunked<64>(ca, max_split, s); break;
-        case 128: rc2 = launch_chunked<128>(ca, max_split, s); break;
-        default: return SPLASH_E_UNSUPPORTED;
-        }
-        if (rc2) return rc2;
-    }
-    return SPLASH_OK;
 }
 
 extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks) {
