@@ -14,6 +14,7 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_check.h"
+#include "bench_timing.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -32,11 +33,6 @@ struct Shape {
 };
 const Shape kShapes[] = {{"27b", 24, 4, 256}, {"35b", 16, 2, 256}, {"hd128", 16, 2, 128}};
 
-uint32_t mix(uint32_t x) {
-    x ^= x >> 16, x *= 0x7feb352dU, x ^= x >> 15, x *= 0x846ca68bU, x ^= x >> 16;
-    return x;
-}
-
 /* One page's bytes: int8 K / V in [-127, 127], scales in [0.01, 0.05). */
 std::vector<uint8_t> random_page(const splash_cuda_kv_layout &l) {
     std::vector<uint8_t> p(l.page_bytes, 0);
@@ -45,36 +41,14 @@ std::vector<uint8_t> random_page(const splash_cuda_kv_layout &l) {
         for (int t = 0; t < l.page_tokens; t++) {
             const size_t ri = (size_t)h * l.page_tokens + t;
             for (int d = 0; d < l.head_dim; d++) {
-                p[l.k_off + ri * l.head_dim + d] = (uint8_t)(int8_t)((int)(mix(s++) % 255) - 127);
-                p[l.v_off + ri * l.head_dim + d] = (uint8_t)(int8_t)((int)(mix(s++) % 255) - 127);
+                p[l.k_off + ri * l.head_dim + d] = (uint8_t)(int8_t)((int)(bench::mix(s++) % 255) - 127);
+                p[l.v_off + ri * l.head_dim + d] = (uint8_t)(int8_t)((int)(bench::mix(s++) % 255) - 127);
             }
-            const float ks = 0.01f + 0.04f * (float)(mix(s++) % 1000) / 1000.f, vs = 0.01f + 0.04f * (float)(mix(s++) % 1000) / 1000.f;
+            const float ks = 0.01f + 0.04f * (float)(bench::mix(s++) % 1000) / 1000.f, vs = 0.01f + 0.04f * (float)(bench::mix(s++) % 1000) / 1000.f;
             memcpy(&p[l.ks_off + ri * 4], &ks, 4);
             memcpy(&p[l.vs_off + ri * 4], &vs, 4);
         }
     return p;
-}
-
-double time_call(const splash_cuda_attn_args &a, int reps) {
-    cudaEvent_t e0, e1;
-    SPLASH_CUDA_CHECK(cudaEventCreate(&e0));
-    SPLASH_CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<float> t;
-    for (int i = 0; i < reps + 1; i++) {
-        SPLASH_CUDA_CHECK(cudaEventRecord(e0));
-        if (splash_cuda_attention(&a, NULL)) {
-            fprintf(stderr, "splash_cuda_attention failed\n");
-            exit(1);
-        }
-        SPLASH_CUDA_CHECK(cudaEventRecord(e1));
-        SPLASH_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        SPLASH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i) t.push_back(ms * 1000.f);
-    }
-    std::sort(t.begin(), t.end());
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return t[t.size() / 2];
 }
 
 } // namespace
@@ -115,7 +89,7 @@ int main(int argc, char **argv) {
         SPLASH_CUDA_CHECK(cudaMemcpy(dln, &ln, sizeof ln, cudaMemcpyHostToDevice));
         std::vector<float> q((size_t)R * w);
         uint32_t seed = 99;
-        for (float &x : q) x = ((float)(mix(seed++) % 2001) - 1000.f) / 500.f;
+        for (float &x : q) x = ((float)(bench::mix(seed++) % 2001) - 1000.f) / 500.f;
         float *dq, *dgate, *dout;
         SPLASH_CUDA_CHECK(cudaMalloc(&dq, q.size() * 4));
         SPLASH_CUDA_CHECK(cudaMalloc(&dgate, q.size() * 4));
@@ -141,7 +115,8 @@ int main(int argc, char **argv) {
             a.split = mode == 2 ? bulk : long_split ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
             a.workspace_bytes = ctx <= a.split ? 0 : splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, a.split);
             SPLASH_CUDA_CHECK(cudaMalloc(&a.workspace, a.workspace_bytes ? a.workspace_bytes : 256));
-            const double us = time_call(a, 5);
+            const double us =
+                bench::median_us([&] { return splash_cuda_attention(&a, NULL); }, 5, "splash_cuda_attention");
             char kern[48];
             snprintf(kern, sizeof kern, "%s %d, %s", mode ? "long" : "split", mode ? a.split : SPLASH_CUDA_ATTN_SPLIT,
                      !long_split ? "int8" : splash_cuda_attn_flash() ? "flash" : "wide");

@@ -659,7 +659,7 @@ static int gdn(const splash_cuda_gdn_args *a, int chunked) {
 extern "C" int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st *) { return gdn(a, 0); }
 extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int n_lanes, int chunks) {
     if (!splash_cuda_gdn_chunked_takes(dk, dv)) return 0; /* as the GPU's */
-    return (size_t)hv * (3 * 64 * dk + 64 * dv + 64 * 64 + 3 * 64 + 4) * n_lanes * chunks; /* as the GPU's */
+    return (size_t)hv * (3 * 64 * dk + 2 * 64 * dv + 64 * 64 + 3 * 64 + 4) * n_lanes * chunks; /* as the GPU's */
 }
 extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUstream_st *) {
     if (!a->ws || a->ws_floats < splash_cuda_gdn_chunked_ws_floats(a->hv, a->dk, a->dv, a->n_lanes, 1) ||

@@ -1059,7 +1059,7 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
     a.o = dO, a.ldo = g.vd, a.z = g.dz, a.ldz = g.vd, a.norm_w = g.dnw, a.y = dY, a.ldy = g.vd, a.eps = kEps;
     int max_rows = 0;
     for (int i = 0; i < nl; i++) max_rows = lane_rows[i] > max_rows ? lane_rows[i] : max_rows;
-    /* a workspace of 2 chunks a lane: groups of one chunk, overlapped (the pass kernel) */
+    /* a workspace of 2 chunks a lane: groups of two chunks, a lane's chunks over several groups */
     a.ws_floats = splash_cuda_gdn_chunked_ws_floats(hv, dk, dv, nl, 2), a.ws = dfloats(a.ws_floats);
     a.max_lane_rows = max_rows;
     poison(dO, NV * 4), poison(dY, NV * 4);
@@ -1111,10 +1111,9 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
         SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
         report("gdn_chunked 1 lane (split heads) vs recurrent, y", sh, rc1 || rc2 ? INFINITY : rel_err(c1, c2, TV), 1e-4,
                -1, 0);
-        /* the same bits from a workspace of one chunk (a prep and a state
-         * launch a chunk) and of a quarter of them, at least 2 (groups of
-         * half that, a group's state pass beside the next one's prep in the
-         * pass kernel) as from all at once */
+        /* the same bits from a workspace of one chunk (a group's three
+         * launches a chunk) and of a quarter of them, at least 2, as from all
+         * at once */
         const int n_chunks = (timing_rows + SPLASH_CUDA_GDN_CHUNK - 1) / SPLASH_CUDA_GDN_CHUNK;
         const int ws_chunks[2] = {1, n_chunks / 4 > 2 ? n_chunks / 4 : 2};
         int differ = 0;
@@ -1126,7 +1125,7 @@ static void test_gdn_chunked(const Shape *s, const int *lane_rows, int nl, int t
             SPLASH_CUDA_CHECK(cudaMemset(dst, 0x3C, hs_all * 4));
             differ |= memcmp(c1, c2, TV * 4) != 0;
         }
-        report("gdn_chunked: groups of 1, overlapped = all (bitwise)", sh, rc1 || rc2 || differ ? INFINITY : 0, 0, -1,
+        report("gdn_chunked: groups of 1, of n/4 = all (bitwise)", sh, rc1 || rc2 || differ ? INFINITY : 0, 0, -1,
                0);
         free(c1), free(c2);
     }

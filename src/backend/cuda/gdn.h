@@ -128,8 +128,8 @@ int splash_cuda_gdn_recurrent(const splash_cuda_gdn_args *a, struct CUstream_st 
  * more chunks it holds (up to every lane's), the fewer launches; 0 for a
  * shape it does not take (dk 32, 64 or 128; dv a multiple of 8 up to
  * SPLASH_CUDA_GDN_MAX_DV: the tensor cores' tiles), whose lanes then go
- * through the recurrence.  Uses ~227 KB of shared memory per block at dk =
- * dv = 128. */
+ * through the recurrence.  Uses up to ~207 KB of shared memory per block at
+ * dk = dv = 128. */
 #define SPLASH_CUDA_GDN_CHUNK 64
 static inline int splash_cuda_gdn_chunked_takes(int dk, int dv) { /* the shapes above */
     return (dk == 32 || dk == 64 || dk == 128) && dv > 0 && dv % 8 == 0 && dv <= SPLASH_CUDA_GDN_MAX_DV;

@@ -8,7 +8,7 @@
  *   o_i = (q_i exp(cum_i)) S + sum_{j<=i} (q_i . k_j) exp(cum_i - cum_j) vnew_j
  *   S = S exp(cum_L) + sum_i (k_i exp(cum_L - cum_i)) (x) vnew_i
  *
- * Two kernels.  What a chunk needs before the state reaches it (q and k
+ * Three kernels.  What a chunk needs before the state reaches it (q and k
  * normalised, the gates, A, the forward substitution giving W and U, the
  * output weights (q_i . k_j) exp(cum_i - cum_j)) does not depend on the
  * state, so gdn_chunk_prep_kernel makes it for many chunks at once (a
@@ -16,36 +16,32 @@
  * dependent chains (~1/4 of a chunk's time when one block did everything
  * in order) then run side by side.  Then one block of 512 threads per
  * (value head, lane) walks the lane's chunks in order (gdn_chunk_state_kernel),
- * copying each chunk's prepared parts in, with everything in shared memory
- * (~227 KB at dk = dv = 128 and one block a head, ~178 KB at two): the state
+ * copying each chunk's q, k, W and U in, with everything in shared memory
+ * (~207 KB at dk = dv = 128 and one block a head, ~158 KB at two): the state
  * S [dk][dv + 8], the chunk's q and W [64][dk + 4], k [64][dk + 8], U
- * [64][dv + 8], A [64][64 + 4] (strides chosen so the tensor-core fragments'
- * loads hit 32 banks: Plan).  The state pass's three products of dv columns
- * (W S, Q S + A U, K^T U) run on the tensor cores as 3xTF32 (warp_mma:
- * every warp a few 16 x 8 output tiles of one row tile), separated by
- * barriers; on the CUDA cores (session 13's loops: 4 x 2 tiles a thread)
- * they were ~3/4 of the pass's instructions.  The prep's k.k and q.k
- * products and the forward substitution's work between blocks of 16 rows
- * run there too (pair_weights, forward_substitute).  Sums run in the tensor
- * cores' order, so the results are close to cpu_gdn_chunked (fp32-grade, not
- * bitwise); the q/k norms and the gates are the recurrence kernel's.  The chunk's outputs
- * go through shared memory (the W buffer, free by then) for the gated norm.
+ * [64][dv + 8] (strides chosen so the tensor-core fragments' loads hit 32
+ * banks: Plan).  It makes only what reads the state: W S and Q S, vnew, the
+ * state's update K^T vnew, and leaves Q S and vnew in the chunk's slot;
+ * gdn_chunk_out_kernel then finishes every chunk's outputs at once (+ A vnew,
+ * the gated norm), two blocks an SM.  The products (W S, Q S, K^T vnew, A
+ * vnew) run on the tensor cores as 3xTF32 (warp_mma: every warp a few 16 x
+ * 8 output tiles of one row tile), separated by barriers; on the CUDA cores
+ * (session 13's loops: 4 x 2 tiles a thread) they were ~3/4 of the state
+ * pass's instructions.  The prep's k.k and q.k products and the forward
+ * substitution's work between blocks of 16 rows run there too
+ * (pair_weights, forward_substitute).  Sums run in the tensor cores' order,
+ * so the results are close to cpu_gdn_chunked (fp32-grade, not bitwise);
+ * the q/k norms and the gates are the recurrence kernel's.
  *
- * Launches.  A group is the chunks the workspace holds; when a lane has
- * more chunks than that, groups take half the workspace each and one launch of
- * gdn_chunk_pass_kernel runs a group's state pass beside the next group's
- * prep (the state pass's blocks hold one head's columns each, 96 of 132
- * SMs on the 27B, and the prep's blocks fill the rest): the prep no longer
- * waits for the state pass before it, nor the state pass for a whole prep
- * (SPLASH_CUDA_GDN_OVERLAP=0: the two kernels a group, one after the
- * other).  The results do not depend on the groups.
+ * Launches.  A group is the chunks the workspace holds (44 of the 27B's in
+ * the model's 384 MB); a group's three launches, one after the other, each
+ * needing the one before.  The results do not depend on the groups.
  *
- * Loads.  Both kernels bring their inputs in as asynchronous copies, all in
+ * Loads.  The kernels bring their inputs in as asynchronous copies, all in
  * flight at once (copy_rows_async), instead of loops of plain loads that
  * waited for each; the state pass asks L2 for the next chunk's prepared
  * parts while it computes this one (the workspace outgrows L2 at a long
- * prefill), and copies the gate z of the chunk's rows in while it updates
- * the state.
+ * prefill).
  *
  * C++ used: a template over dk; no STL.
  */
@@ -53,6 +49,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_util.cuh"
@@ -64,12 +61,54 @@ using namespace splash_cuda;
 namespace {
 
 constexpr int kC = SPLASH_CUDA_GDN_CHUNK;
-/* Both kernels' threads: one block an SM either way (~150 KB of shared
- * memory for the prep, 170-220 KB for the state pass), so 16 warps to hide
+/* The kernels' threads: one block an SM for the prep and the state pass
+ * (~150 KB of shared memory for the prep, 158-207 KB for the state pass), so 16 warps to hide
  * latency; at 8 the prep's short loops over independent elements and the
  * state pass's shared loads left the SM idle (NOTES.md, sessions 12, 13). */
 constexpr int kThreads = 512;
 constexpr int kPrepThreads = 512;
+
+/* SPLASH_GDN_PROBE (bench/gpu/bench_gdn_chunked.sh --probe only; never in
+ * the library): thread 0 of every block adds the cycles since its last mark
+ * to a phase's total at each mark (the marks follow barriers, so thread 0's
+ * time is the block's), and counts state-pass chunks and prep blocks. */
+#ifdef SPLASH_GDN_PROBE
+__device__ unsigned long long g_probe[32];
+#define PROBE_START() long long probe_t = clock64()
+#define PROBE(i)                                                                   \
+    do {                                                                           \
+        if (threadIdx.x == 0) {                                                    \
+            const long long probe_now = clock64();                                 \
+            atomicAdd(&g_probe[i], (unsigned long long)(probe_now - probe_t));     \
+            probe_t = probe_now;                                                   \
+        }                                                                          \
+    } while (0)
+#define PROBE_COUNT(i) do { if (threadIdx.x == 0) atomicAdd(&g_probe[i], 1ull); } while (0)
+#else
+#define PROBE_START() do { } while (0)
+#define PROBE(i) do { } while (0)
+#define PROBE_COUNT(i) do { } while (0)
+#endif
+
+/* warp_sum (device_util.cuh) of two and of four values at once: the same
+ * butterfly, so the same bits each, with the rounds' shuffles interleaved. */
+__device__ __forceinline__ void warp_sum2(float &a, float &b) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ta = __shfl_xor_sync(kFull, a, o), tb = __shfl_xor_sync(kFull, b, o);
+        a += ta, b += tb;
+    }
+}
+__device__ __forceinline__ void warp_sum4(float (&v)[4]) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float t[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) t[k] = __shfl_xor_sync(kFull, v[k], o);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] += t[k];
+    }
+}
 
 struct ChunkArgs {
     splash_cuda_gdn_args p;
@@ -87,27 +126,29 @@ template <int DK>
 struct Plan {
     static constexpr int KS = DK + 4; /* Qc, W (and the prep's rows: float4-aligned, see the top) */
     static constexpr int KT = DK + 8; /* the state pass's Kc, read transposed */
-    static constexpr int AS = kC + 4; /* the state pass's A */
+    static constexpr int AS = kC + 4; /* the outputs' A */
     __host__ __device__ static int ss(int dv) { return dv + 8; } /* S and U rows */
-    __host__ __device__ static size_t w_floats(int dv) {
-        return (size_t)kC * (KS > dv ? KS : dv); /* W, later the chunk's outputs [L][dv]; Qc, later z */
+    __host__ __device__ static size_t state_floats(int dv) { /* dv: the block's slice; S, Kc, Qc, W, U, exp(cum_L) */
+        return (size_t)DK * ss(dv) + (size_t)kC * KT + 2 * (size_t)kC * KS + (size_t)kC * ss(dv) + 4;
     }
-    __host__ __device__ static size_t floats(int dv) { /* dv: the block's slice */
-        return (size_t)DK * ss(dv) + (size_t)kC * KT + 2 * w_floats(dv) + (size_t)kC * ss(dv) + (size_t)kC * AS +
-               10 * kC;
+    __host__ __device__ static size_t out_floats(int dv) { /* vnew (then the outputs), A, z */
+        return (size_t)kC * ss(dv) + (size_t)kC * AS + (size_t)kC * dv;
     }
 };
 
 /* A prepared chunk in the workspace (floats): q exp(cum) and k exp(cum_L -
  * cum) (q, k normalised, q scaled; each product rounded once, as the state
  * pass used to round it), W = (I + A)^-1 (beta k exp(cum)) [kC][dk]; U =
- * (I + A)^-1 (beta v) [kC][dv]; the output weights (q_i . k_j) exp(cum_i -
- * cum_j) [kC][kC]; exp(cum), exp(cum_L - cum) [kC]; exp(cum_L). */
+ * (I + A)^-1 (beta v) [kC][dv], which the state pass replaces with vnew; the
+ * output weights (q_i . k_j) exp(cum_i - cum_j) [kC][kC]; exp(cum), exp(cum_L
+ * - cum) [kC]; exp(cum_L); Q S, the outputs' part from the state before the
+ * chunk [kC][dv] (written by the state pass).  Every part starts 16-byte
+ * aligned (dk, dv multiples of 8). */
 struct Slot {
-    int q, k, w, u, a, ec, kd, el, floats;
+    int q, k, w, u, a, ec, kd, el, qs, floats;
     __host__ __device__ Slot(int dk, int dv) {
         q = 0, k = kC * dk, w = 2 * kC * dk, u = 3 * kC * dk, a = u + kC * dv, ec = a + kC * kC, kd = ec + kC;
-        el = kd + kC, floats = el + 4;
+        el = kd + kC, qs = el + 4, floats = qs + kC * dv;
     }
 };
 __host__ __device__ inline size_t slot_floats(int hv, int dk, int dv) { return (size_t)hv * Slot(dk, dv).floats; }
@@ -165,6 +206,16 @@ __device__ __forceinline__ void mma3(float (&d)[4], const FragA &a, float b0, fl
     mma_tf32(d, a.lo, h0, h1);
     mma_tf32(d, a.hi, l0, l1);
     mma_tf32(d, a.hi, h0, h1);
+}
+/* d1 += A1 B and d2 += A2 B, B split once: each accumulator gets mma3's
+ * three products in mma3's order (the same bits), the two chains interleaved. */
+__device__ __forceinline__ void mma3_pair(float (&d1)[4], float (&d2)[4], const FragA &a1, const FragA &a2, float b0,
+                                          float b1) {
+    uint32_t h0, l0, h1, l1;
+    tf32_split(b0, h0, l0), tf32_split(b1, h1, l1);
+    mma_tf32(d1, a1.lo, h0, h1), mma_tf32(d2, a2.lo, h0, h1);
+    mma_tf32(d1, a1.hi, l0, l1), mma_tf32(d2, a2.hi, l0, l1);
+    mma_tf32(d1, a1.hi, h0, h1), mma_tf32(d2, a2.hi, h0, h1);
 }
 
 /* A warp's share of an (R x 16) x (Ct x 8) product over k in [0, kmax)
@@ -330,6 +381,8 @@ __device__ __forceinline__ void chunk_prep_block(const ChunkArgs &ca, const int 
     const size_t key_dim = (size_t)a.hk * DK;
     const int L = min(kC, ln.n_rows - t0);
     const size_t row0 = (size_t)ln.first_row + t0;
+    PROBE_START();
+    PROBE_COUNT(24);
 
     /* 0. the chunk's q, k (the head's key head) and v rows in, all at once;
      * the gates meanwhile (a thread a row) */
@@ -345,23 +398,30 @@ __device__ __forceinline__ void chunk_prep_block(const ChunkArgs &ca, const int 
     }
     cp_async_wait<0>();
     __syncthreads();
+    PROBE(16);
 
-    /* 1. q, k normalised in place (a warp per row) */
-    for (int i = warp; i < L; i += nwarps) {
-        for (int which = 0; which < 2; which++) {
-            float *x = (which ? Kc : Qc) + (size_t)i * KS;
-            float ss = 0.f;
-            for (int r = lane; r < DK; r += 32) ss = fmaf(x[r], x[r], ss);
-            ss = warp_sum(ss);
-            const float rs = 1.0f / sqrtf(ss + 1e-6f);
-            for (int r = lane; r < DK; r += 32)
-                x[r] = which ? __fmul_rn(x[r], rs) : __fmul_rn(__fmul_rn(x[r], rs), ca.qscale);
+    /* 1. cum in row order, as the CPU, by the last warp's first thread (the
+     * gates read 16 at once, then their dependent adds in registers),
+     * beside the other warps' first rows of: q, k normalised in place (a warp
+     * per row, q's and k's sums interleaved) */
+    if (tid == kPrepThreads - 32) {
+        float c = 0.f;
+        for (int i0 = 0; i0 < L; i0 += 16) {
+            float gr[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) gr[i] = i0 + i < L ? gg[i0 + i] : 0.f;
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+                if (i0 + i < L) cum[i0 + i] = c = __fadd_rn(c, gr[i]);
         }
     }
-    __syncthreads();
-    if (tid == 0) { /* cum in row order, as the CPU */
-        float c = 0.f;
-        for (int i = 0; i < L; i++) cum[i] = c = __fadd_rn(c, gg[i]);
+    for (int i = warp; i < L; i += nwarps) {
+        float *xq = Qc + (size_t)i * KS, *xk = Kc + (size_t)i * KS;
+        float sq = 0.f, sk = 0.f;
+        for (int r = lane; r < DK; r += 32) sq = fmaf(xq[r], xq[r], sq), sk = fmaf(xk[r], xk[r], sk);
+        warp_sum2(sq, sk);
+        const float rq = 1.0f / sqrtf(sq + 1e-6f), rk = 1.0f / sqrtf(sk + 1e-6f);
+        for (int r = lane; r < DK; r += 32) xq[r] = __fmul_rn(__fmul_rn(xq[r], rq), ca.qscale), xk[r] = __fmul_rn(xk[r], rk);
     }
     __syncthreads();
 
@@ -381,10 +441,12 @@ __device__ __forceinline__ void chunk_prep_block(const ChunkArgs &ca, const int 
         W[(size_t)i * KS + r] = __fmul_rn(Kc[(size_t)i * KS + r], bet[i]);
     }
     __syncthreads();
+    PROBE(17);
 
     /* 3. A[i][j] = (kb_i . k_j) exp(cum_i - cum_j), j < i */
     pair_weights<DK, kPrepThreads>(A, kPrepAS, W, Kc, cum, L, true, warp, lane);
     __syncthreads();
+    PROBE(18);
 
     /* 4. W_i = kb_i exp(cum_i) */
     for (int e = tid; e < L * DK; e += kPrepThreads) {
@@ -392,13 +454,16 @@ __device__ __forceinline__ void chunk_prep_block(const ChunkArgs &ca, const int 
         W[(size_t)i * KS + r] = __fmul_rn(W[(size_t)i * KS + r], ecum[i]);
     }
     __syncthreads();
+    PROBE(19);
 
     /* 5. forward substitution over the columns of W (dk) and U (dv) (its own barriers) */
     forward_substitute<DK>(W, U, up, dv, A, L, tid);
+    PROBE(20);
 
     /* 6. the output weights: A <- (q_i . k_j) exp(cum_i - cum_j), j <= i */
     pair_weights<DK, kPrepThreads>(A, kPrepAS, Qc, Kc, cum, L, false, warp, lane);
     __syncthreads();
+    PROBE(21);
 
     /* out in float4s (the workspace and its slots are 16-byte aligned) */
     const Slot so(DK, dv);
@@ -424,6 +489,7 @@ __device__ __forceinline__ void chunk_prep_block(const ChunkArgs &ca, const int 
     }
     for (int i = tid; i < L; i += kPrepThreads) g[so.ec + i] = ecum[i], g[so.kd + i] = kd[i];
     if (tid == 0) g[so.el] = el[0];
+    PROBE(22);
 }
 template <int DK>
 __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const ChunkArgs ca) {
@@ -434,16 +500,21 @@ __global__ void __launch_bounds__(kPrepThreads, 1) gdn_chunk_prep_kernel(const C
 
 /* Part 2, the state's pass: one block per (value head, lane) (or a cluster
  * of ns, each on dv / ns of the head's columns) walks chunks [c0, c0 + nc)
- * of its lane in order with the state S in shared memory: the chunk's
- * prepared parts are copied in, then vnew = U - W S, the outputs Q S + A
- * vnew, the state update S e + K^T vnew, each product on the tensor cores
- * (warp_mma: 16 warps share its 16 x 8 tiles). */
+ * of its lane in order with the state S in shared memory.  Only the products
+ * that read S are made here, on the tensor cores: the chunk's q, k, W and U
+ * are copied in, then W S and Q S in one pass over S (one split of each S
+ * fragment for both), vnew = U - W S, and S = S exp(cum_L) + K^T vnew.  Q S
+ * (the outputs' part from the state before the chunk) and vnew go to the
+ * chunk's slot (Slot.qs, Slot.u in place), where part 3 finishes the
+ * outputs, every chunk at once: made here, the rest of the outputs and the
+ * gated norm took half of a chunk's time on the pass's serial path
+ * (bench_gdn_chunked --probe, NOTES.md, session 39). */
 template <int DK>
 __device__ __forceinline__ void chunk_state_block(const ChunkArgs &ca, const int bx, const int ly, float *sm) {
-    constexpr int KS = Plan<DK>::KS, KT = Plan<DK>::KT, AS = Plan<DK>::AS;
-    constexpr int MU = kC / 16 * (SPLASH_CUDA_GDN_MAX_DV / 8) / 16; /* units a warp, outputs [kC][dv] */
+    constexpr int KS = Plan<DK>::KS, KT = Plan<DK>::KT;
+    constexpr int MU = kC / 16 * (SPLASH_CUDA_GDN_MAX_DV / 8) / 16; /* units a warp, [kC][dv] */
     constexpr int MS = DK / 16 * (SPLASH_CUDA_GDN_MAX_DV / 8) / 16; /* units a warp, the state [DK][dv] */
-    static_assert(MU <= 4, "the outputs' units fit the registers");
+    static_assert(MU <= 4, "the units of W S and Q S fit the registers");
     static_assert(16 % (kC / 16) == 0 && 16 % (DK / 16) == 0, "a warp's units share their row tile");
     const splash_cuda_gdn_args &a = ca.p;
     const int ns = ca.ns, h = bx / ns, rank = bx % ns; /* rank in the head's cluster */
@@ -451,14 +522,11 @@ __device__ __forceinline__ void chunk_state_block(const ChunkArgs &ca, const int
     const int SS = Plan<DK>::ss(dv);
     float *S = sm;                                   /* [DK][SS] */
     float *Kc = S + (size_t)DK * SS;                 /* [kC][KT] */
-    float *Qc = Kc + (size_t)kC * KT;                /* [kC][KS], then the gate z [kC][dv] */
-    float *W = Qc + Plan<DK>::w_floats(dv);          /* [kC][KS], then outputs [kC][dv] */
-    float *U = W + Plan<DK>::w_floats(dv);           /* [kC][SS] */
-    float *A = U + (size_t)kC * SS;                  /* [kC][AS] */
-    float *ecum = A + (size_t)kC * AS, *kd = ecum + kC;
-    float *el = kd + kC;                             /* [1] exp(cum_L) */
-    float *rss = el + kC;                            /* [4][kC] sums of o^2 over each quarter of dvf */
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kThreads / 32;
+    float *Qc = Kc + (size_t)kC * KT;                /* [kC][KS] */
+    float *W = Qc + (size_t)kC * KS;                 /* [kC][KS] */
+    float *U = W + (size_t)kC * KS;                  /* [kC][SS] */
+    float *el = U + (size_t)kC * SS;                 /* [4]: exp(cum_L) first */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3; /* the fragments' coordinates */
     const splash_cuda_gdn_lane ln = a.lanes[ly];
     const size_t hs = (size_t)DK * dvf;
@@ -472,18 +540,17 @@ __device__ __forceinline__ void chunk_state_block(const ChunkArgs &ca, const int
 
     const Slot so(DK, dvf);
     auto slot_at = [&](int c) { return a.ws + (((size_t)ly * ca.nc + (c - ca.c0)) * a.hv + h) * so.floats; };
-    const int Ct = dv / 8; /* column tiles of 8 */
+    const int Ct = dv / 8, nu = kC / 16 * Ct; /* column tiles of 8; units of [kC][dv] */
+    PROBE_START();
     for (int c = ca.c0; c < c1; c++) {
         const int t0 = c * kC, L = min(kC, ln.n_rows - t0);
-        const size_t row0 = (size_t)ln.first_row + t0;
         __syncthreads(); /* the previous chunk is done with every buffer (and S is loaded) */
-        const float *gs = slot_at(c);
+        float *gs = slot_at(c);
         copy_rows_async<kThreads>(Qc, KS, gs + so.q, DK, L, DK, tid);
         copy_rows_async<kThreads>(Kc, KT, gs + so.k, DK, L, DK, tid);
         copy_rows_async<kThreads>(W, KS, gs + so.w, DK, L, DK, tid);
         copy_rows_async<kThreads>(U, SS, gs + so.u + cs, dvf, L, dv, tid);
-        copy_rows_async<kThreads>(A, AS, gs + so.a, kC, L, kC, tid);
-        copy_rows_async<kThreads>(ecum, 0, gs + so.ec, 0, 1, 2 * kC + 4, tid); /* ecum | kd | el, as in the slot */
+        copy_rows_async<kThreads>(el, 0, gs + so.el, 0, 1, 4, tid);
         cp_async_commit();
         /* a short chunk's rows past L as zeros: the products run over all kC
          * rows, and stale values (NaN even, in memory never written) would
@@ -493,71 +560,58 @@ __device__ __forceinline__ void chunk_state_block(const ChunkArgs &ca, const int
             Qc[(size_t)i * KS + r] = 0.f, Kc[(size_t)i * KT + r] = 0.f, W[(size_t)i * KS + r] = 0.f;
         }
         for (int e = tid; e < (kC - L) * dv; e += kThreads) U[(size_t)(L + e / dv) * SS + e % dv] = 0.f;
-        if (c + 1 < c1) { /* the next chunk's slot: from HBM into L2 while this one computes */
+        if (c + 1 < c1) { /* the next chunk's q, k, W and U (the slot's start): from HBM into L2 meanwhile */
             const char *nx = reinterpret_cast<const char *>(slot_at(c + 1));
-            for (size_t off = (size_t)tid * 128; off < (size_t)so.floats * sizeof(float); off += (size_t)kThreads * 128)
+            for (size_t off = (size_t)tid * 128; off < (size_t)so.a * sizeof(float); off += (size_t)kThreads * 128)
                 prefetch_l2(nx + off);
         }
         cp_async_wait<0>();
         __syncthreads();
+        PROBE(0);
+        PROBE_COUNT(8);
 
-        /* B operands: S [r][c] and U [j][c] at (t, g) and (t + 4, g) */
-        auto b_of = [&](const float *X) {
-            return [=](int kk, int c0, float &b0, float &b1) { frag_b_rows(X, SS, kk, c0, g, t, b0, b1); };
-        };
-        /* a row-major A operand [i][k], row stride st */
-        auto a_rows = [&](const float *X, int st) {
-            return [=](int rt, int kk, FragA &f) { frag_a_rows(f, X, st, 16 * rt, kk, g, t); };
-        };
-
-        /* 6. vnew = U - W S (into U) */
+        /* 6. W S and Q S (warp_mma's units and order: a warp's units share row tile
+         * warp % 4), then vnew = U - W S into U and Q S to the slot */
         {
-            float acc[MU][4] = {};
-            warp_mma<MU, kC / 16, DK>(acc, Ct, DK, warp, a_rows(W, KS), b_of(S));
-#pragma unroll
-            for (int m = 0; m < MU; m++) {
-                const int u = warp + 16 * m;
-                if (u >= kC / 16 * Ct) break;
-                const int i = 16 * (u % (kC / 16)) + g, cc = 8 * (u / (kC / 16)) + 2 * t;
-                float *p = U + (size_t)i * SS + cc;
-                p[0] = __fsub_rn(p[0], acc[m][0]), p[1] = __fsub_rn(p[1], acc[m][1]);
-                p[8 * SS] = __fsub_rn(p[8 * SS], acc[m][2]), p[8 * SS + 1] = __fsub_rn(p[8 * SS + 1], acc[m][3]);
-            }
-        }
-        __syncthreads();
-
-        /* 7. o_i = (q_i exp(cum_i)) S + sum_{j<=i} A[i][j] vnew_j  (into the W buffer; Qc
-         * holds q exp(cum)); A's j > i entries are not the chunk's (masked) */
-        float *O = W;
-        {
-            float acc[MU][4] = {};
+            float aw[MU][4] = {}, aq[MU][4] = {};
             const int rt = warp % (kC / 16);
-            warp_mma<MU, kC / 16, DK>(acc, Ct, DK, warp, a_rows(Qc, KS), b_of(S));
-            warp_mma<MU, kC / 16, kC>(acc, Ct, 16 * (rt + 1), warp,
-                         [=](int rt_, int kk, FragA &f) {
-                             const int i = 16 * rt_ + g, j = kk + t;
-                             const float *p = A + i * AS + j;
-                             f.set(j <= i ? p[0] : 0.f, j <= i + 8 ? p[8 * AS] : 0.f, j + 4 <= i ? p[4] : 0.f,
-                                   j + 4 <= i + 8 ? p[8 * AS + 4] : 0.f);
-                         },
-                         b_of(U));
+#pragma unroll
+            for (int kk = 0; kk < DK; kk += 8) {
+                FragA fw, fq;
+                frag_a_rows(fw, W, KS, 16 * rt, kk, g, t);
+                frag_a_rows(fq, Qc, KS, 16 * rt, kk, g, t);
+#pragma unroll
+                for (int m = 0; m < MU; m++) {
+                    const int u = warp + 16 * m;
+                    if (u >= nu) break; /* warp-uniform */
+                    float b0, b1;
+                    frag_b_rows(S, SS, kk, 8 * (u / (kC / 16)), g, t, b0, b1);
+                    mma3_pair(aw[m], aq[m], fw, fq, b0, b1);
+                }
+            }
 #pragma unroll
             for (int m = 0; m < MU; m++) {
                 const int u = warp + 16 * m;
-                if (u >= kC / 16 * Ct) break;
+                if (u >= nu) break;
                 const int i = 16 * rt + g, cc = 8 * (u / (kC / 16)) + 2 * t;
-                *reinterpret_cast<float2 *>(O + (size_t)i * dv + cc) = make_float2(acc[m][0], acc[m][1]);
-                *reinterpret_cast<float2 *>(O + (size_t)(i + 8) * dv + cc) = make_float2(acc[m][2], acc[m][3]);
+                float *p = U + (size_t)i * SS + cc;
+                p[0] = __fsub_rn(p[0], aw[m][0]), p[1] = __fsub_rn(p[1], aw[m][1]);
+                p[8 * SS] = __fsub_rn(p[8 * SS], aw[m][2]), p[8 * SS + 1] = __fsub_rn(p[8 * SS + 1], aw[m][3]);
+                float *q = gs + so.qs + (size_t)i * dvf + cs + cc;
+                if (i < L) *reinterpret_cast<float2 *>(q) = make_float2(aq[m][0], aq[m][1]);
+                if (i + 8 < L) *reinterpret_cast<float2 *>(q + 8 * dvf) = make_float2(aq[m][2], aq[m][3]);
             }
         }
         __syncthreads();
-        /* the gate z of the chunk's rows into the Qc buffer (free now), read in 8b */
-        float *Z = Qc;
-        if (a.y) {
-            copy_rows_async<kThreads>(Z, dv, a.z + row0 * a.ldz + (size_t)h * dvf + cs, a.ldz, L, dv, tid);
-            cp_async_commit();
+        PROBE(1);
+        /* vnew's rows to the slot, for the outputs */
+        for (int e = tid; e < L * (dv / 4); e += kThreads) {
+            const int i = e / (dv / 4), cc = 4 * (e % (dv / 4));
+            *reinterpret_cast<float4 *>(gs + so.u + (size_t)i * dvf + cs + cc) =
+                *reinterpret_cast<const float4 *>(U + (size_t)i * SS + cc);
         }
-        /* 8a. S = S exp(cum_L) + sum_i (k_i kd_i) (x) vnew_i  (Kc holds k kd; A = Kc^T),
+
+        /* 8. S = S exp(cum_L) + sum_i (k_i kd_i) (x) vnew_i  (Kc holds k kd; A = Kc^T),
          * a warp's units four at a time (8 at once spilled registers at dk = 128) */
         const float e_l = el[0];
 #pragma unroll 1
@@ -568,7 +622,7 @@ __device__ __forceinline__ void chunk_state_block(const ChunkArgs &ca, const int
                             const float *p = Kc + (kk + t) * KT + 16 * rt + g;
                             f.set(p[0], p[8], p[4 * KT], p[4 * KT + 8]);
                         },
-                        b_of(U));
+                        [=](int kk, int c0, float &b0, float &b1) { frag_b_rows(U, SS, kk, c0, g, t, b0, b1); });
 #pragma unroll
             for (int m = 0; m < 4; m++) {
                 const int u = warp + 16 * (m0 + m);
@@ -580,49 +634,114 @@ __device__ __forceinline__ void chunk_state_block(const ChunkArgs &ca, const int
                 p[8 * SS + 1] = __fadd_rn(__fmul_rn(p[8 * SS + 1], e_l), acc[m][3]);
             }
         }
-        /* 8b. outputs: o, and the gated norm over the head's dvf columns (a
-         * warp per row): sums of o^2 per quarter of dvf, added in quarter
-         * order whatever ns is, so a lane's numbers do not depend on how
-         * many blocks its head had (that depends on the batch) */
-        const size_t oc = (size_t)h * dvf + cs;
-        const int dq = dvf / 4, q0 = rank * 4 / ns, q1 = (rank + 1) * 4 / ns;
-        for (int i = warp; i < L; i += nwarps) {
-            const size_t row = row0 + i;
-            const float *oi = O + (size_t)i * dv;
-            if (a.o)
-                for (int c = lane; c < dv; c += 32) a.o[row * a.ldo + oc + c] = oi[c];
-            if (a.y)
-                for (int q = q0; q < q1; q++) {
-                    float ss = 0.f;
-                    for (int c = q * dq - cs + lane; c < (q + 1) * dq - cs; c += 32) ss = fmaf(oi[c], oi[c], ss);
-                    ss = warp_sum(ss);
-                    if (lane == 0) rss[q * kC + i] = ss;
-                }
-        }
-        if (a.y) {
-            cp_async_wait<0>(); /* Z: this thread's copies; the barrier makes every thread's visible */
-            if (ns > 1) cg::this_cluster().sync(); else __syncthreads();
-            for (int i = warp; i < L; i += nwarps) {
-                const size_t row = row0 + i;
-                const float *oi = O + (size_t)i * dv;
-                float ss = 0.f;
-                for (int q = 0; q < 4; q++) {
-                    const int owner = q * ns / 4; /* the rank that summed quarter q */
-                    const float *r = owner == rank ? rss : cg::this_cluster().map_shared_rank(rss, owner);
-                    ss = __fadd_rn(ss, r[q * kC + i]);
-                }
-                const float rs = 1.0f / sqrtf(ss / (float)dvf + a.eps);
-                for (int c = lane; c < dv; c += 32)
-                    a.y[row * a.ldy + oc + c] =
-                        __fmul_rn(__fmul_rn(a.norm_w[cs + c], __fmul_rn(oi[c], rs)), siluf_(Z[(size_t)i * dv + c]));
-            }
-            if (ns > 1) cg::this_cluster().sync(); /* the peers are done reading rss */
-        }
+        PROBE(2);
     }
     __syncthreads();
     float *So = ln.s_out + (size_t)h * hs + cs;
     for (int e = tid; e < DK * dv; e += kThreads)
         So[(size_t)(e / dv) * dvf + e % dv] = S[(size_t)(e / dv) * SS + e % dv];
+}
+
+/* Part 3, every chunk at once again: a block per (value head, chunk, lane)
+ * finishes the chunk's outputs from its slot, which the state pass completed:
+ * o_i = (q_i exp(cum_i)) S + sum_{j<=i} A[i][j] vnew_j over the head's dv
+ * columns, the accumulators starting from the state pass's Q S (fp32, as
+ * they held it) and the A vnew product continuing in warp_mma's order, so
+ * the bits of the one product the state pass made before; then o itself
+ * (a.o) and the gated norm y = norm_w (o rs) silu(z), rs from the sums of
+ * o^2 over each quarter of dv added in quarter order (as when a head's
+ * columns were split over blocks).  ~84 KB of shared memory and at most 64
+ * registers a thread: two blocks an SM, one's loads beside the other's work. */
+template <int DK>
+__device__ __forceinline__ void chunk_out_block(const ChunkArgs &ca, const int h, const int cy, const int lz,
+                                                float *sm) {
+    constexpr int AS = Plan<DK>::AS;
+    constexpr int MU = kC / 16 * (SPLASH_CUDA_GDN_MAX_DV / 8) / 16; /* units a warp, outputs [kC][dv] */
+    static_assert(MU <= 4, "the outputs' units fit the registers");
+    const splash_cuda_gdn_args &a = ca.p;
+    const splash_cuda_gdn_lane ln = a.lanes[lz];
+    const int t0 = (ca.c0 + cy) * kC;
+    if (t0 >= ln.n_rows) return;
+    const int dv = a.dv, SS = Plan<DK>::ss(dv);
+    float *U = sm;                                   /* [kC][SS]: vnew, then the outputs [kC][dv] */
+    float *A = U + (size_t)kC * SS;                  /* [kC][AS] */
+    float *Z = A + (size_t)kC * AS;                  /* [kC][dv]: the gate z */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = kThreads / 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int L = min(kC, ln.n_rows - t0);
+    const size_t row0 = (size_t)ln.first_row + t0;
+    PROBE_START();
+    PROBE_COUNT(15);
+
+    const Slot so(DK, dv);
+    const float *gs = a.ws + (((size_t)lz * ca.nc + cy) * a.hv + h) * so.floats;
+    copy_rows_async<kThreads>(U, SS, gs + so.u, dv, L, dv, tid);
+    copy_rows_async<kThreads>(A, AS, gs + so.a, kC, L, kC, tid);
+    if (a.y) copy_rows_async<kThreads>(Z, dv, a.z + row0 * a.ldz + (size_t)h * dv, a.ldz, L, dv, tid);
+    cp_async_commit();
+    /* vnew's rows past L as zeros: 0 x stale (NaN even) would reach the rows kept */
+    for (int e = tid; e < (kC - L) * dv; e += kThreads) U[(size_t)(L + e / dv) * SS + e % dv] = 0.f;
+    const int Ct = dv / 8, nu = kC / 16 * Ct, rt = warp % (kC / 16);
+    float acc[MU][4];
+#pragma unroll
+    for (int m = 0; m < MU; m++) { /* Q S, rows past L as zeros (never stored) */
+        const int u = warp + 16 * m, i = 16 * rt + g, cc = 8 * (u / (kC / 16)) + 2 * t;
+        const float *q = gs + so.qs + (size_t)i * dv + cc;
+        const float2 v0 = u < nu && i < L ? *reinterpret_cast<const float2 *>(q) : make_float2(0.f, 0.f);
+        const float2 v1 = u < nu && i + 8 < L ? *reinterpret_cast<const float2 *>(q + 8 * dv) : make_float2(0.f, 0.f);
+        acc[m][0] = v0.x, acc[m][1] = v0.y, acc[m][2] = v1.x, acc[m][3] = v1.y;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    PROBE(9);
+
+    warp_mma<MU, kC / 16, kC>(acc, Ct, 16 * (rt + 1), warp,
+                              [=](int rt_, int kk, FragA &f) { /* A's j > i entries are not the chunk's */
+                                  const int i = 16 * rt_ + g, j = kk + t;
+                                  const float *p = A + i * AS + j;
+                                  f.set(j <= i ? p[0] : 0.f, j <= i + 8 ? p[8 * AS] : 0.f, j + 4 <= i ? p[4] : 0.f,
+                                        j + 4 <= i + 8 ? p[8 * AS + 4] : 0.f);
+                              },
+                              [=](int kk, int c0, float &b0, float &b1) { frag_b_rows(U, SS, kk, c0, g, t, b0, b1); });
+    __syncthreads(); /* every warp is done reading vnew: the outputs take its place */
+    float *O = U;
+#pragma unroll
+    for (int m = 0; m < MU; m++) {
+        const int u = warp + 16 * m;
+        if (u >= nu) break;
+        const int i = 16 * rt + g, cc = 8 * (u / (kC / 16)) + 2 * t;
+        *reinterpret_cast<float2 *>(O + (size_t)i * dv + cc) = make_float2(acc[m][0], acc[m][1]);
+        *reinterpret_cast<float2 *>(O + (size_t)(i + 8) * dv + cc) = make_float2(acc[m][2], acc[m][3]);
+    }
+    __syncthreads();
+    PROBE(10);
+
+    const size_t oc = (size_t)h * dv;
+    const int dq = dv / 4;
+#pragma unroll
+    for (int k = 0; k < kC / 16; k++) { /* a warp's rows, unrolled: their loads and sums interleave */
+        const int i = warp + nwarps * k;
+        if (i >= L) break;
+        const size_t row = row0 + i;
+        const float *oi = O + (size_t)i * dv;
+        if (a.o)
+            for (int c = lane; c < dv; c += 32) a.o[row * a.ldo + oc + c] = oi[c];
+        if (a.y) {
+            float sq[4] = {}; /* each quarter's sum as a warp, then the four in order */
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                for (int c = q * dq + lane; c < (q + 1) * dq; c += 32) sq[q] = fmaf(oi[c], oi[c], sq[q]);
+            warp_sum4(sq);
+            float ss = 0.f;
+#pragma unroll
+            for (int q = 0; q < 4; q++) ss = __fadd_rn(ss, sq[q]);
+            const float rs = 1.0f / sqrtf(ss / (float)dv + a.eps);
+            const float *zr = Z + (size_t)i * dv;
+            for (int c = lane; c < dv; c += 32)
+                a.y[row * a.ldy + oc + c] = __fmul_rn(__fmul_rn(a.norm_w[c], __fmul_rn(oi[c], rs)), siluf_(zr[c]));
+        }
+    }
+    PROBE(11);
 }
 template <int DK>
 __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const ChunkArgs ca) {
@@ -630,33 +749,11 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_chunk_state_kernel(const Chun
     extern __shared__ __align__(16) float sm[];
     chunk_state_block<DK>(ca, blockIdx.x, blockIdx.y, sm);
 }
-
-/* A group's state pass and the next group's prep in one launch, over the
- * workspace's two halves (state reads one, prep writes the other): the
- * state pass's blocks (one or two an SM's worth of heads: 96 of 132 SMs on
- * the 27B) come first in the grid, the prep's fill the SMs they leave and
- * then the whole chip, so a group's prep no longer waits for the state
- * pass before it.  Blocks [0, n_state) are state blocks (x = head x ns +
- * rank, then lane; clusters of ns: whole clusters, as the state kernel's
- * grid), then n_prep prep blocks (head, chunk, lane), then padding to a
- * multiple of ns. */
-struct PassArgs {
-    ChunkArgs state, prep;
-    int n_state, n_prep;
-};
 template <int DK>
-__global__ void __launch_bounds__(kThreads, 1) gdn_chunk_pass_kernel(const PassArgs pa) {
-    static_assert(kThreads == kPrepThreads, "one block size for both parts");
+__global__ void __launch_bounds__(kThreads, 2) gdn_chunk_out_kernel(const ChunkArgs ca) {
     pdl_begin();
     extern __shared__ __align__(16) float sm[];
-    const int b = blockIdx.x;
-    if (b < pa.n_state) {
-        const int per = pa.state.p.hv * pa.state.ns;
-        chunk_state_block<DK>(pa.state, b % per, b / per, sm);
-    } else if (b - pa.n_state < pa.n_prep) {
-        const int p = b - pa.n_state, hv = pa.prep.p.hv;
-        chunk_prep_block<DK>(pa.prep, p % hv, p / hv % pa.prep.nc, p / hv / pa.prep.nc, sm);
-    }
+    chunk_out_block<DK>(ca, blockIdx.x, blockIdx.y, blockIdx.z, sm);
 }
 
 template <int DK>
@@ -664,30 +761,30 @@ constexpr size_t prep_smem_bytes() {
     return (3 * (size_t)kC * Plan<DK>::KS + (size_t)kC * (SPLASH_CUDA_GDN_MAX_DV + 8) + (size_t)kC * kPrepAS +
             6 * (size_t)kC) * sizeof(float);
 }
-/* The state pass's shared memory at dv / ns columns a block; the pass
- * kernel's: the larger of it and the prep's. */
 template <int DK>
-size_t state_smem_bytes(int dv, int ns, bool pass) {
-    const size_t st = Plan<DK>::floats(dv / ns) * sizeof(float);
-    return pass && prep_smem_bytes<DK>() > st ? prep_smem_bytes<DK>() : st;
+size_t out_smem_bytes(int dv) {
+    return Plan<DK>::out_floats(dv) * sizeof(float);
+}
+/* The state pass's shared memory at dv / ns columns a block. */
+template <int DK>
+size_t state_smem_bytes(int dv, int ns) {
+    return Plan<DK>::state_floats(dv / ns) * sizeof(float);
 }
 
 /* How many clusters of ns state-pass blocks (dv / ns columns each) the GPU
- * holds at once (pass: in the pass kernel, with its shared memory):
- * clusters live inside a GPC, so the SM count alone does not tell.  Asked
- * once per (kernel, ns, columns) and remembered; a forward of a new batch
- * shape runs eagerly before the model captures it (cuda_graphs.cu), so the
- * first ask never falls inside a graph capture. */
+ * holds at once: clusters live inside a GPC, so the SM count alone does not
+ * tell.  Asked once per (ns, columns) and remembered; a forward of a new
+ * batch shape runs eagerly before the model captures it (cuda_graphs.cu), so
+ * the first ask never falls inside a graph capture. */
 template <int DK>
-int clusters_resident(int ns, int dv, bool pass) {
-    static int known[2][3][SPLASH_CUDA_GDN_MAX_DV / 4 + 1]; /* [pass][ns 1, 2, 4][block columns / 4]; 0: not asked */
-    int &n = known[pass][ns == 4 ? 2 : ns - 1][dv / ns / 4];
+int clusters_resident(int ns, int dv) {
+    static int known[3][SPLASH_CUDA_GDN_MAX_DV / 4 + 1]; /* [ns 1, 2, 4][block columns / 4]; 0: not asked */
+    int &n = known[ns == 4 ? 2 : ns - 1][dv / ns / 4];
     if (!n) {
-        KernelLaunch c(dim3((unsigned)ns, 1, 1), dim3(kThreads, 1, 1), state_smem_bytes<DK>(dv, ns, pass), 0,
+        KernelLaunch c(dim3((unsigned)ns, 1, 1), dim3(kThreads, 1, 1), state_smem_bytes<DK>(dv, ns), 0,
                        (unsigned)ns, false);
         int got = 0;
-        const cudaError_t e = pass ? cudaOccupancyMaxActiveClusters(&got, gdn_chunk_pass_kernel<DK>, &c.lc)
-                                   : cudaOccupancyMaxActiveClusters(&got, gdn_chunk_state_kernel<DK>, &c.lc);
+        const cudaError_t e = cudaOccupancyMaxActiveClusters(&got, gdn_chunk_state_kernel<DK>, &c.lc);
         if (e != cudaSuccess || got < 1) got = -1, (void)cudaGetLastError(); /* unknown: this split is not taken */
         n = got;
     }
@@ -698,12 +795,12 @@ template <int DK>
 int set_smem_limits() {
     static bool attr_set = false; /* once per instantiation; setting it again is harmless */
     if (!attr_set) {
-        const int st = (int)state_smem_bytes<DK>(SPLASH_CUDA_GDN_MAX_DV, 1, true);
         SPLASH_CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_state_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)state_smem_bytes<DK>(SPLASH_CUDA_GDN_MAX_DV, 1, false)));
+                                             (int)state_smem_bytes<DK>(SPLASH_CUDA_GDN_MAX_DV, 1)));
         SPLASH_CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_prep_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)prep_smem_bytes<DK>()));
-        SPLASH_CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_pass_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize, st));
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(gdn_chunk_out_kernel<DK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)out_smem_bytes<DK>(SPLASH_CUDA_GDN_MAX_DV)));
         attr_set = true;
     }
     return SPLASH_OK;
@@ -714,88 +811,45 @@ int set_smem_limits() {
  * 32), as long as every block is resident at once (a block walks all its
  * chunks: a second wave would double the time).  The state pass's work is
  * all dv-side (the prep made the k-side), so it divides; each block still
- * copies the chunk's q, k, W and A. */
+ * copies the chunk's q, k and W. */
 template <int DK>
-int state_split(const splash_cuda_gdn_args &p, int max_split, bool pass) {
+int state_split(const splash_cuda_gdn_args &p, int max_split) {
     for (int ns = max_split; ns >= 2; ns /= 2) /* whole column tiles of 8 a block */
-        if (p.dv % (8 * ns) == 0 && clusters_resident<DK>(ns, p.dv, pass) >= p.hv * p.n_lanes) return ns;
+        if (p.dv % (8 * ns) == 0 && clusters_resident<DK>(ns, p.dv) >= p.hv * p.n_lanes) return ns;
     return 1;
 }
 
-/* One group's prep, then its state pass: two launches. */
+/* One group: its prep, its state pass, its outputs (three launches; each
+ * needs all of the one before: a chunk's state pass the state from the
+ * chunks before it, its outputs the state pass's Q S and vnew). */
 template <int DK>
-int launch_chunked(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
-    if (int rc = set_smem_limits<DK>()) return rc;
+int launch_group(const ChunkArgs &ca_in, int max_split, cudaStream_t s) {
     ChunkArgs ca = ca_in;
-    ca.ns = state_split<DK>(ca.p, max_split, false);
-    SPLASH_CUDA_TRY(launch_kernel(gdn_chunk_prep_kernel<DK>, dim3((unsigned)ca.p.hv, (unsigned)ca.nc, (unsigned)ca.p.n_lanes),
-                                  kPrepThreads, prep_smem_bytes<DK>(), s, ca));
+    ca.ns = state_split<DK>(ca.p, max_split);
+    const dim3 chunks_grid((unsigned)ca.p.hv, (unsigned)ca.nc, (unsigned)ca.p.n_lanes);
+    SPLASH_CUDA_TRY(launch_kernel(gdn_chunk_prep_kernel<DK>, chunks_grid, kPrepThreads, prep_smem_bytes<DK>(), s, ca));
     KernelLaunch c(dim3((unsigned)(ca.p.hv * ca.ns), (unsigned)ca.p.n_lanes, 1), dim3(kThreads, 1, 1),
-                   state_smem_bytes<DK>(ca.p.dv, ca.ns, false), s, (unsigned)ca.ns);
+                   state_smem_bytes<DK>(ca.p.dv, ca.ns), s, (unsigned)ca.ns);
     SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_chunk_state_kernel<DK>, ca));
+    SPLASH_CUDA_TRY(launch_kernel(gdn_chunk_out_kernel<DK>, chunks_grid, kThreads, out_smem_bytes<DK>(ca.p.dv), s, ca));
     return SPLASH_OK;
 }
 
-/* Every group through the pass kernel, groups of `group` chunks in the
- * workspace's two halves (base: a copy of the call's, ws its first half;
- * half: the floats of one): the first launch preps group 0, launch k runs
- * group k - 1's state pass and group k's prep, the last the last group's
- * state pass alone. */
+/* A call's chunks (every lane's) in groups of the `fit` chunks the
+ * workspace holds.  The results do not depend on the groups: each chunk's
+ * prep and outputs are its own, and the state pass carries S between
+ * launches through s_out.  (Session 38 overlapped a group's state pass with
+ * the next group's prep in one launch; with the outputs out of the state
+ * pass, the prep on the SMs the state pass leaves became the longer part:
+ * 27B 32K 18.6 ms against 15.7 for the groups one after the other, before
+ * Q S moved into the state pass.) */
 template <int DK>
-int launch_overlapped(const ChunkArgs &base, size_t half, int group, int chunks, int max_split, cudaStream_t s) {
+int run_groups(ChunkArgs ca, size_t fit, int chunks, int max_split, cudaStream_t s) {
     if (int rc = set_smem_limits<DK>()) return rc;
-    const int ns = state_split<DK>(base.p, max_split, true);
-    const int groups = (chunks + group - 1) / group;
-    for (int k = 0; k <= groups; k++) {
-        PassArgs pa;
-        pa.state = pa.prep = base;
-        pa.state.ns = pa.prep.ns = ns;
-        pa.n_state = pa.n_prep = 0;
-        if (k > 0) { /* group k - 1's state pass, over half (k - 1) % 2 */
-            pa.state.c0 = (k - 1) * group, pa.state.nc = min(group, chunks - pa.state.c0);
-            pa.state.p.ws = base.p.ws + ((k - 1) & 1) * half;
-            pa.n_state = base.p.hv * ns * base.p.n_lanes;
-        }
-        if (k < groups) { /* group k's prep, into half k % 2 */
-            pa.prep.c0 = k * group, pa.prep.nc = min(group, chunks - pa.prep.c0);
-            pa.prep.p.ws = base.p.ws + (k & 1) * half;
-            pa.n_prep = base.p.hv * pa.prep.nc * base.p.n_lanes;
-        }
-        const int blocks = (pa.n_state + pa.n_prep + ns - 1) / ns * ns;
-        KernelLaunch c(dim3((unsigned)blocks, 1, 1), dim3(kThreads, 1, 1), state_smem_bytes<DK>(base.p.dv, ns, true),
-                       s, (unsigned)ns);
-        SPLASH_CUDA_TRY(cudaLaunchKernelEx(&c.lc, gdn_chunk_pass_kernel<DK>, pa));
-    }
-    return SPLASH_OK;
-}
-
-/* SPLASH_CUDA_GDN_OVERLAP=0 (read once): every group's prep and state pass
- * as two launches, one after the other (an A/B switch). */
-bool overlap_on() {
-    static const bool on = [] {
-        const char *e = getenv("SPLASH_CUDA_GDN_OVERLAP");
-        return !(e && e[0] == '0');
-    }();
-    return on;
-}
-
-/* A call's chunks (every lane's) in groups: per, the workspace floats of
- * a chunk of every lane; fit, the chunks the workspace holds. */
-template <int DK>
-int run_groups(ChunkArgs ca, size_t per, size_t fit, int chunks, int max_split, cudaStream_t s) {
-    /* more chunks than the workspace holds: groups of half of it, the pass
-     * kernel overlapping a group's state pass with the next group's prep
-     * (the results do not depend on the groups: each chunk's prep is its
-     * own, the state pass carries S between launches through s_out).  Not
-     * for a lane the workspace holds (a 2,048-row chunk of a served prefill
-     * is 32 chunks of the 27B's 37): cut in two for the overlap, 1,024 rows
-     * took 600 us against 576 as one group (H200, test_cuda_ops) */
-    const int pair = (size_t)chunks > fit && fit >= 2 ? (int)(fit / 2) : 0;
-    if (overlap_on() && pair) return launch_overlapped<DK>(ca, per * (size_t)pair, pair, chunks, max_split, s);
     const int group = fit < (size_t)chunks ? (int)fit : chunks;
     for (ca.c0 = 0; ca.c0 < chunks; ca.c0 += group) {
         ca.nc = chunks - ca.c0 < group ? chunks - ca.c0 : group;
-        if (int rc = launch_chunked<DK>(ca, max_split, s)) return rc;
+        if (int rc = launch_group<DK>(ca, max_split, s)) return rc;
     }
     return SPLASH_OK;
 }
@@ -823,9 +877,9 @@ extern "C" int splash_cuda_gdn_chunked(const splash_cuda_gdn_args *a, struct CUs
     if (!a->ws || a->ws_floats < per || a->max_lane_rows < 1) return SPLASH_E_INVALID;
     const size_t fit = a->ws_floats / per;
     switch (a->dk) {
-    case 32: return run_groups<32>(ca, per, fit, chunks, max_split, (cudaStream_t)stream);
-    case 64: return run_groups<64>(ca, per, fit, chunks, max_split, (cudaStream_t)stream);
-    case 128: return run_groups<128>(ca, per, fit, chunks, max_split, (cudaStream_t)stream);
+    case 32: return run_groups<32>(ca, fit, chunks, max_split, (cudaStream_t)stream);
+    case 64: return run_groups<64>(ca, fit, chunks, max_split, (cudaStream_t)stream);
+    case 128: return run_groups<128>(ca, fit, chunks, max_split, (cudaStream_t)stream);
     default: return SPLASH_E_UNSUPPORTED;
     }
 }
@@ -835,3 +889,26 @@ extern "C" size_t splash_cuda_gdn_chunked_ws_floats(int hv, int dk, int dv, int 
     if (!splash_cuda_gdn_chunked_takes(dk, dv)) return 0;
     return slot_floats(hv, dk, dv) * (size_t)n_lanes * (size_t)chunks;
 }
+
+#ifdef SPLASH_GDN_PROBE
+/* The probe's totals (bench_gdn_chunked.cu): n of them into out, zeroed after
+ * when reset; returns how many there are. */
+extern "C" int splash_cuda_gdn_probe_read(unsigned long long *out, int n, int reset) {
+    unsigned long long h[32];
+    if (cudaMemcpyFromSymbol(h, g_probe, sizeof h) != cudaSuccess) return 0;
+    for (int i = 0; i < n && i < 32; i++) out[i] = h[i];
+    if (reset) {
+        memset(h, 0, sizeof h);
+        if (cudaMemcpyToSymbol(g_probe, h, sizeof h) != cudaSuccess) return 0;
+    }
+    return 32;
+}
+extern "C" const char *splash_cuda_gdn_probe_name(int i) {
+    static const char *const names[32] = {
+        "state: copies in, S out", "state: vnew = U - W S", "state: vnew out, S update", 0, 0, 0, 0, 0,
+        "state chunks", "out: copies in", "out: Q S + A vnew", "out: o, gated norm", 0, 0, 0, "out blocks",
+        "prep: q k v gates in", "prep: norms, cum, scales", "prep: A = kb k^T", "prep: W scaled",
+        "prep: substitution", "prep: q k^T", "prep: out to workspace", 0, "prep blocks"};
+    return i >= 0 && i < 32 ? names[i] : 0;
+}
+#endif

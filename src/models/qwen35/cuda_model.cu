@@ -19,7 +19,7 @@
 #define DEFAULT_MAX_ROWS 512
 #define ATTN_WORKSPACE_BUDGET ((size_t)256 << 20) /* bytes; bounds rows per attention call */
 #define HEAD_ROWS 64                              /* logits rows per lm_head pass */
-#define GDN_WORKSPACE_BUDGET ((size_t)256 << 20)  /* bytes of prepared GDN chunks (gdn.h): 36 of the 27B's a launch */
+#define GDN_WORKSPACE_BUDGET ((size_t)384 << 20)  /* bytes of prepared GDN chunks (gdn.h): 44 of the 27B's a group */
 
 static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
