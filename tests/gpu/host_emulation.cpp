@@ -374,6 +374,10 @@ extern "C" int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x,
         for (int c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(x[(size_t)n * ldx + c]));
     return emu_uniform(xg, x, R, cols, ldx, mx);
 }
+extern "C" int splash_q4_gemm_prep_uniform_amax(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                                struct CUstream_st *s) {
+    return splash_q4_gemm_prep_uniform(xg, x, R, cols, ldx, s);
+}
 extern "C" int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
                                    struct CUstream_st *s) {
     xg->alpha = nullptr;
@@ -869,6 +873,13 @@ extern "C" int splash_q4_prep_silu_mul(splash_q4_xprep *xp, const float *g, size
                                        float *y, size_t ldy, int rows, int cols, struct CUstream_st *s) {
     int rc = splash_cuda_silu_mul(g, ldg, u, ldu, y, ldy, rows, cols, s);
     return rc ? rc : splash_q4_prep_x(xp, y, rows < SPLASH_Q4_MAX_M ? rows : SPLASH_Q4_MAX_M, cols, (int)ldy, s);
+}
+/* the amax the GPU leaves in xg is found again by splash_q4_gemm_prep_uniform_amax above */
+extern "C" int splash_q4_prep_silu_mul_amax(splash_q4_xprep *xp, splash_q4_gemm_x *xg, int r0, int r1, const float *g,
+                                            size_t ldg, const float *u, size_t ldu, float *y, size_t ldy, int rows,
+                                            int cols, struct CUstream_st *s) {
+    if (!xg || r0 < 0 || r1 <= r0 || r1 > rows) return SPLASH_E_INVALID;
+    return splash_q4_prep_silu_mul(xp, g, ldg, u, ldu, y, ldy, rows, cols, s);
 }
 
 extern "C" int splash_cuda_rope(float *x, size_t ldx, int rows, int heads, int head_dim, int rot_dim,

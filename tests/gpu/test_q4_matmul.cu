@@ -547,6 +547,21 @@ static void test_fused_prep(int cols) {
     cudaFree(dev), cudaFree(xd), cudaFree(ud), cudaFree(wd), cudaFree(yd), cudaFree(pd), cudaFree(xpm);
 }
 
+/* A fused preparation's outputs on the device: the xprep (16 rows) and the
+ * GEMM's rows (rows x cols), for the fused-prep tests' two sides. */
+struct PrepOut {
+    void *xpm, *gm;
+    splash_q4_xprep xp;
+    splash_q4_gemm_x g;
+};
+static void prep_out_init(PrepOut *o, int rows, int cols) {
+    SPLASH_CUDA_CHECK(cudaMalloc(&o->xpm, splash_q4_xprep_bytes(cols)));
+    SPLASH_CUDA_CHECK(cudaMalloc(&o->gm, splash_q4_gemm_x_bytes(rows, cols)));
+    splash_q4_xprep_init(&o->xp, o->xpm, cols);
+    splash_q4_gemm_x_init(&o->g, o->gm, rows, cols);
+}
+static void prep_out_free(PrepOut *o) { cudaFree(o->xpm), cudaFree(o->gm); }
+
 /* splash_q4_prep_rmsnorm_gemm: y and the prepared activation bitwise what
  * splash_q4_prep_rmsnorm makes, and rows [r0, r1) of y as the GEMM's fp16
  * rows with the same values as splash_q4_gemm_prep_uniform's after their
@@ -562,19 +577,14 @@ static void test_fused_prep_gemm(int cols) {
     for (int i = 0; i < cols; i++) wh[i] = rng_uniform(-1.5f, 1.5f);
     wh[7] = -1.5f;
     float *xd, *wd, *y1d, *y2d;
-    void *xpm1, *xpm2, *gm1, *gm2;
-    splash_q4_xprep xp1, xp2;
-    splash_q4_gemm_x g1, g2;
+    PrepOut o1, o2;
     SPLASH_CUDA_CHECK(cudaMalloc((void **)&xd, (size_t)n * 4));
     SPLASH_CUDA_CHECK(cudaMalloc((void **)&wd, (size_t)cols * 4));
     SPLASH_CUDA_CHECK(cudaMalloc((void **)&y1d, (size_t)n * 4));
     SPLASH_CUDA_CHECK(cudaMalloc((void **)&y2d, (size_t)n * 4));
-    SPLASH_CUDA_CHECK(cudaMalloc(&xpm1, splash_q4_xprep_bytes(cols)));
-    SPLASH_CUDA_CHECK(cudaMalloc(&xpm2, splash_q4_xprep_bytes(cols)));
-    SPLASH_CUDA_CHECK(cudaMalloc(&gm1, splash_q4_gemm_x_bytes(rows, cols)));
-    SPLASH_CUDA_CHECK(cudaMalloc(&gm2, splash_q4_gemm_x_bytes(rows, cols)));
-    splash_q4_xprep_init(&xp1, xpm1, cols), splash_q4_xprep_init(&xp2, xpm2, cols);
-    splash_q4_gemm_x_init(&g1, gm1, rows, cols), splash_q4_gemm_x_init(&g2, gm2, rows, cols);
+    prep_out_init(&o1, rows, cols), prep_out_init(&o2, rows, cols);
+    splash_q4_xprep &xp1 = o1.xp, &xp2 = o2.xp;
+    splash_q4_gemm_x &g1 = o1.g, &g2 = o2.g;
     SPLASH_CUDA_CHECK(cudaMemcpy(xd, xh, (size_t)n * 4, cudaMemcpyHostToDevice));
     SPLASH_CUDA_CHECK(cudaMemcpy(wd, wh, (size_t)cols * 4, cudaMemcpyHostToDevice));
     int rc = splash_q4_prep_rmsnorm_gemm(&xp1, &g1, r0, r1, xd, cols, wd, 1e-6f, y1d, cols, rows, cols, NULL);
@@ -616,8 +626,81 @@ static void test_fused_prep_gemm(int cols) {
                                            NULL) == SPLASH_E_INVALID,
            "fused prep rmsnorm + GEMM: empty or out-of-range row ranges refused");
     free(xh), free(wh), free(y1), free(y2), free(inv), free(h1), free(h2), free(d1), free(d2);
-    cudaFree(xd), cudaFree(wd), cudaFree(y1d), cudaFree(y2d), cudaFree(xpm1), cudaFree(xpm2), cudaFree(gm1),
-        cudaFree(gm2);
+    cudaFree(xd), cudaFree(wd), cudaFree(y1d), cudaFree(y2d);
+    prep_out_free(&o1), prep_out_free(&o2);
+}
+
+/* splash_q4_prep_silu_mul_amax: y and the prepared activation bitwise what
+ * splash_q4_prep_silu_mul makes, the largest |y| of rows [r0, r1) in
+ * xg->amax (the exact maximum, from the prep kernel's rows or the rows
+ * kernel's: the largest value placed in one or the other), and
+ * splash_q4_gemm_prep_uniform_amax's fp16 rows, scales and alpha bitwise
+ * splash_q4_gemm_prep_uniform's; rows of stride cols (float4 loads) and
+ * cols + 1 (scalar loads: y and the amax only). */
+static void test_fused_prep_silu_amax(int cols) {
+    const int rows = 40, r0 = 3, r1 = 37, R = r1 - r0;
+    for (int v = 0; v < 3; v++) {
+        const int ld = v == 2 ? cols + 1 : cols, big_row = v == 1 ? 5 : 20;
+        const size_t n = (size_t)rows * ld;
+        float *gh = (float *)malloc(n * 4), *uh = (float *)malloc(n * 4);
+        for (size_t i = 0; i < n; i++) gh[i] = rng_uniform(-4.f, 4.f), uh[i] = rng_uniform(-2.f, 2.f);
+        gh[(size_t)big_row * ld + 9] = 40.f, uh[(size_t)big_row * ld + 9] = -30.f; /* the largest |y| */
+        gh[(size_t)1 * ld + 3] = 90.f, uh[(size_t)1 * ld + 3] = 90.f;              /* larger, outside [r0, r1) */
+        float *gd, *ud, *y1d, *y2d;
+        PrepOut o1, o2;
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&gd, n * 4));
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&ud, n * 4));
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&y1d, n * 4));
+        SPLASH_CUDA_CHECK(cudaMalloc((void **)&y2d, n * 4));
+        prep_out_init(&o1, rows, cols), prep_out_init(&o2, rows, cols);
+        splash_q4_xprep &xp1 = o1.xp, &xp2 = o2.xp;
+        splash_q4_gemm_x &g1 = o1.g, &g2 = o2.g;
+        SPLASH_CUDA_CHECK(cudaMemcpy(gd, gh, n * 4, cudaMemcpyHostToDevice));
+        SPLASH_CUDA_CHECK(cudaMemcpy(ud, uh, n * 4, cudaMemcpyHostToDevice));
+        SPLASH_CUDA_CHECK(cudaMemset(y1d, 0xFF, n * 4));
+        SPLASH_CUDA_CHECK(cudaMemset(y2d, 0xFF, n * 4));
+        int rc = splash_q4_prep_silu_mul_amax(&xp1, &g1, r0, r1, gd, ld, ud, ld, y1d, ld, rows, cols, NULL);
+        if (!rc) rc = splash_q4_prep_silu_mul(&xp2, gd, ld, ud, ld, y2d, ld, rows, cols, NULL);
+        const int gemm = ld % 4 == 0;
+        if (!rc && gemm) rc = splash_q4_gemm_prep_uniform_amax(&g1, y1d + (size_t)r0 * ld, R, cols, ld, NULL);
+        if (!rc && gemm) rc = splash_q4_gemm_prep_uniform(&g2, y2d + (size_t)r0 * ld, R, cols, ld, NULL);
+        SPLASH_CUDA_CHECK(cudaDeviceSynchronize());
+        float *y1 = (float *)malloc(n * 4), *y2 = (float *)malloc(n * 4);
+        const size_t nh = (size_t)R * cols, xb = (size_t)16 * 3 * cols;
+        uint16_t *h1 = (uint16_t *)calloc(nh, 2), *h2 = (uint16_t *)calloc(nh, 2);
+        int8_t *d1 = (int8_t *)malloc(xb), *d2 = (int8_t *)malloc(xb);
+        float a1[3] = {0, 0, 0}, a2[3] = {0, 0, 0}, i1 = 0, i2 = 0;
+        uint32_t amax = 0;
+        SPLASH_CUDA_CHECK(cudaMemcpy(y1, y1d, n * 4, cudaMemcpyDeviceToHost));
+        SPLASH_CUDA_CHECK(cudaMemcpy(y2, y2d, n * 4, cudaMemcpyDeviceToHost));
+        SPLASH_CUDA_CHECK(cudaMemcpy(d1, xp1.x8, xb, cudaMemcpyDeviceToHost));
+        SPLASH_CUDA_CHECK(cudaMemcpy(d2, xp2.x8, xb, cudaMemcpyDeviceToHost));
+        SPLASH_CUDA_CHECK(cudaMemcpy(&amax, g1.amax, 4, cudaMemcpyDeviceToHost));
+        if (gemm) {
+            SPLASH_CUDA_CHECK(cudaMemcpy(h1, g1.hi, nh * 2, cudaMemcpyDeviceToHost));
+            SPLASH_CUDA_CHECK(cudaMemcpy(h2, g2.hi, nh * 2, cudaMemcpyDeviceToHost));
+            SPLASH_CUDA_CHECK(cudaMemcpy(a1, g1.alpha, sizeof a1, cudaMemcpyDeviceToHost));
+            SPLASH_CUDA_CHECK(cudaMemcpy(a2, g2.alpha, sizeof a2, cudaMemcpyDeviceToHost));
+            SPLASH_CUDA_CHECK(cudaMemcpy(&i1, g1.inv_scale + R - 1, 4, cudaMemcpyDeviceToHost));
+            SPLASH_CUDA_CHECK(cudaMemcpy(&i2, g2.inv_scale + R - 1, 4, cudaMemcpyDeviceToHost));
+        }
+        float mx = 0.f;
+        for (int r = r0; r < r1; r++)
+            for (int c = 0; c < cols; c++) mx = fmaxf(mx, fabsf(y2[(size_t)r * ld + c]));
+        int same_y = 1;
+        for (int r = 0; r < rows; r++) same_y &= !memcmp(y1 + (size_t)r * ld, y2 + (size_t)r * ld, (size_t)cols * 4);
+        const int same_x8 = !memcmp(d1, d2, xb), same_h = !memcmp(h1, h2, nh * 2) && !memcmp(a1, a2, sizeof a1) && i1 == i2;
+        float got;
+        memcpy(&got, &amax, 4);
+        result(rc == 0 && same_y && same_x8 && got == mx && mx > 1000.f && (same_h || !gemm),
+               "fused prep silu_mul + amax, rows [%d, %d) of %d x %d (stride %d, largest in row %d): y %s, xprep %s, "
+               "amax %g (rows' %g), uniform fp16 rows %s",
+               r0, r1, rows, cols, ld, big_row, same_y ? "bitwise" : "DIFFERS", same_x8 ? "bitwise" : "DIFFERS",
+               (double)got, (double)mx, !gemm ? "-" : same_h ? "bitwise" : "DIFFER");
+        free(gh), free(uh), free(y1), free(y2), free(h1), free(h2), free(d1), free(d2);
+        cudaFree(gd), cudaFree(ud), cudaFree(y1d), cudaFree(y2d);
+        prep_out_free(&o1), prep_out_free(&o2);
+    }
 }
 
 /* splash_q4_matmul_grouped: slot j = expert idx[j] times x row j / xdiv,
@@ -1063,6 +1146,8 @@ int main(int argc, char **argv) {
     test_fused_prep(17408);
     test_fused_prep_gemm(5120);
     test_fused_prep_gemm(2048);
+    test_fused_prep_silu_amax(17408);
+    test_fused_prep_silu_amax(1024);
     test_shape("odd", 128, 192, 21, 1);
     test_shape("ragged", 40, 320, 22, 1);
     test_shape("q_proj", 12288, 5120, 31, 0);

@@ -453,6 +453,15 @@ extern "C" int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x,
     return SPLASH_OK;
 }
 
+extern "C" int splash_q4_gemm_prep_uniform_amax(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                                struct CUstream_st *stream) {
+    if (!prep_args_ok(xg, x, R, cols, ldx)) return SPLASH_E_INVALID;
+    SPLASH_CUDA_TRY(launch_kernel(q4_gemm_prep_uniform_kernel, R, kPrepThreads, 0, (cudaStream_t)stream, x, ldx, cols,
+                                  (const uint32_t *)xg->amax, xg->hi, xg->inv_scale, xg->alpha));
+    xg->R = R, xg->cols = cols;
+    return SPLASH_OK;
+}
+
 extern "C" int splash_q4_expand_f16(const splash_q4_matrix *w, uint16_t *w16, struct CUstream_st *stream) {
     if (!w || !w16 || !w->codes || !w->sb || w->rows <= 0 || w->groups <= 0 || ((uintptr_t)w16 & 15))
         return SPLASH_E_INVALID;

@@ -67,6 +67,21 @@ int splash_q4_gemm_prep(splash_q4_gemm_x *xg, const float *x, int R, int cols, s
 int splash_q4_gemm_prep_uniform(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
                                 struct CUstream_st *stream);
 
+/* The same with the rows' largest |x| already in xg->amax (float bits),
+ * as splash_q4_prep_silu_mul_amax leaves it for these rows: the scaling
+ * pass alone, the same results. */
+int splash_q4_gemm_prep_uniform_amax(splash_q4_gemm_x *xg, const float *x, int R, int cols, size_t ldx,
+                                     struct CUstream_st *stream);
+
+/* The SwiGLU preparation (q4_matmul.h's splash_q4_prep_silu_mul: y, and xp
+ * for the first rows) that also leaves the largest |y| of rows [r0, r1) in
+ * xg->amax, for splash_q4_gemm_prep_uniform_amax of those rows: the
+ * uniform preparation's amax pass (a read of every row: ~0.5 ms of a 27B
+ * FFN's 32,768 rows) made while y is written. */
+int splash_q4_prep_silu_mul_amax(splash_q4_xprep *xp, splash_q4_gemm_x *xg, int r0, int r1, const float *g,
+                                 size_t ldg, const float *u, size_t ldu, float *y, size_t ldy, int rows, int cols,
+                                 struct CUstream_st *stream);
+
 /* An RMS norm (q4_matmul.h's splash_q4_prep_rmsnorm: y, and xp for the
  * first rows) that also writes rows [r0, r1) of y as this preparation, for
  * a prefill's bulk rows: x_g = y[r0..r1), xg->R = r1 - r0.  One power of

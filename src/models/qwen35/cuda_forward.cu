@@ -100,10 +100,14 @@ static int q4_gemm_rows(qc_model *m, const float *x, size_t ldx, int r0, int r1,
     /* the RMS norm before may have made this preparation already (norm_rows) */
     const int made = blas && x == m->gx_src && ldx == (size_t)m->d.hidden && r0 == m->gx_r0 && r1 == m->gx_r1 &&
                      q4_cols == m->gx.cols;
-    m->gx_src = nullptr;
-    int rc = made ? 0
-             : blas ? splash_q4_gemm_prep_uniform(&m->gx, x + (size_t)r0 * ldx, R, q4_cols, ldx, m->stream)
-                    : splash_q4_gemm_prep(&m->gx, x + (size_t)r0 * ldx, R, q4_cols, ldx, m->stream);
+    /* the SwiGLU before may have found the rows' largest |x| (silu_mul) */
+    const int amax = blas && x == m->ax_src && ldx == m->ax_ld && r0 == m->ax_r0 && r1 == m->ax_r1;
+    m->gx_src = nullptr, m->ax_src = nullptr;
+    const float *x0 = x + (size_t)r0 * ldx;
+    int rc = made   ? 0
+             : amax ? splash_q4_gemm_prep_uniform_amax(&m->gx, x0, R, q4_cols, ldx, m->stream)
+             : blas ? splash_q4_gemm_prep_uniform(&m->gx, x0, R, q4_cols, ldx, m->stream)
+                    : splash_q4_gemm_prep(&m->gx, x0, R, q4_cols, ldx, m->stream);
     for (int j = 0; j < n && !rc; j++) {
         const qc_matrix *w = p[j].w;
         if (!w->is_q4 || !w->gemm) continue;
@@ -382,7 +386,7 @@ static int norm_rows(qc_fwd *f, const float *in, const float *factor, int rows, 
     qc_model *m = f->m;
     const size_t H = (size_t)m->d.hidden;
     m->xp_src = nullptr;
-    m->gx_src = nullptr;
+    m->gx_src = nullptr, m->ax_src = nullptr;
     const qc_rows *b = layer && f->n_bulk == 1 ? &m->bulk[0] : nullptr;
     const int gemm = qc_prep_ok(m, (int)H) && b && m->wexp && b->r1 - b->r0 >= m->blas_min_rows;
     if (f->moe_sum_rows && in == m->x && rows == f->moe_sum_rows && !gemm && qc_prep_ok(m, (int)H)) {

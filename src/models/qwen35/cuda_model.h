@@ -300,6 +300,11 @@ typedef struct qc_model {
     const float *gx_src;           /* gx holds rows [gx_r0, gx_r1) of this (stride hidden): the RMS norm made them
                                       (splash_q4_prep_rmsnorm_gemm) for the next cuBLASLt products; used once */
     int gx_r0, gx_r1;
+    const float *ax_src;           /* gx.amax holds the largest |x| of rows [ax_r0, ax_r1) of this (stride ax_ld):
+                                      the SwiGLU found it (splash_q4_prep_silu_mul_amax) for the down product's
+                                      uniform preparation; used once */
+    size_t ax_ld;
+    int ax_r0, ax_r1;
     splash_cuda_moe_scratch moe;
     size_t scratch_bytes;
     /* commit: [n_gdn][max_lanes] lanes, pinned + device; the layers' replays are
