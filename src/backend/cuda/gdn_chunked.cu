@@ -811,7 +811,10 @@ int set_smem_limits() {
  * 32), as long as every block is resident at once (a block walks all its
  * chunks: a second wave would double the time).  The state pass's work is
  * all dv-side (the prep made the k-side), so it divides; each block still
- * copies the chunk's q, k and W. */
+ * copies the chunk's q, k and W.  Since session 39 a cluster's blocks share
+ * nothing (the gated norm that summed across them moved to the outputs'
+ * kernel); the launch keeps its clusters, whose residency the occupancy API
+ * answers, as measured. */
 template <int DK>
 int state_split(const splash_cuda_gdn_args &p, int max_split) {
     for (int ns = max_split; ns >= 2; ns /= 2) /* whole column tiles of 8 a block */
