@@ -387,8 +387,8 @@ static int norm_rows(qc_fwd *f, const float *in, const float *factor, int rows, 
     const size_t H = (size_t)m->d.hidden;
     m->xp_src = nullptr;
     m->gx_src = nullptr, m->ax_src = nullptr;
-    const qc_rows *b = layer && f->n_bulk == 1 ? &m->bulk[0] : nullptr;
-    const int gemm = qc_prep_ok(m, (int)H) && b && m->wexp && b->r1 - b->r0 >= m->blas_min_rows;
+    const qc_rows *b = layer ? qc_blas_bulk(f) : nullptr;
+    const int gemm = qc_prep_ok(m, (int)H) && b;
     if (f->moe_sum_rows && in == m->x && rows == f->moe_sum_rows && !gemm && qc_prep_ok(m, (int)H)) {
         /* the MoE layer's sum added by the norm's launch (qc_fwd.moe_sum_rows) */
         const int rc = splash_q4_prep_rmsnorm_moe(&m->xp, m->x, H, &f->moe_sum, factor, m->d.rms_eps, out, H, rows,

@@ -176,8 +176,7 @@ static int silu_mul(qc_fwd *f, float *g, size_t ldg, const float *u, size_t ldu,
     qc_model *m = f->m;
     m->xp_src = nullptr, m->ax_src = nullptr;
     if (qc_prep_ok(m, width)) {
-        const qc_rows *b = f->n_bulk == 1 ? &m->bulk[0] : nullptr;
-        if (b && m->wexp && b->r1 - b->r0 >= m->blas_min_rows) {
+        if (const qc_rows *b = qc_blas_bulk(f)) {
             QC_TRY(f, splash_q4_prep_silu_mul_amax(&m->xp, &m->gx, b->r0, b->r1, g, ldg, u, ldu, g, ldg, f->R, width,
                                                    m->stream));
             m->ax_src = g, m->ax_ld = ldg, m->ax_r0 = b->r0, m->ax_r1 = b->r1;

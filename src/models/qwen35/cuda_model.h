@@ -364,6 +364,14 @@ typedef struct qc_fwd {
     const char *what;              /* the op that failed */
 } qc_fwd;
 
+/* The forward's bulk-prefill range when it has one and it is long enough for
+ * cuBLASLt, else NULL: the producers of a GEMM input (the RMS norm, the
+ * SwiGLU) then prepare that range for it as they write. */
+static inline const qc_rows *qc_blas_bulk(const qc_fwd *f) {
+    const qc_model *m = f->m;
+    return f->n_bulk == 1 && m->wexp && m->bulk[0].r1 - m->bulk[0].r0 >= m->blas_min_rows ? &m->bulk[0] : NULL;
+}
+
 /* Device pointers of the descriptor's parts. */
 static inline int32_t *qc_desc_i32(const qc_model *m, size_t off) { return (int32_t *)(m->desc_dev + off); }
 
