@@ -457,13 +457,10 @@ extern "C" int splash_cuda_gather_rows(const float *src, size_t lds, const int32
     for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * ldd, src + (size_t)idx[i] * lds, (size_t)width * sizeof(float));
     return 0;
 }
-extern "C" int splash_cuda_scatter_rows(const splash_cuda_row_piece *pieces, int n_pieces, const int32_t *map,
-                                        int rows, float *dst, size_t ldd, struct CUstream_st *) {
-    if (!pieces || n_pieces < 1 || n_pieces > SPLASH_CUDA_SCATTER_MAX_PIECES) return SPLASH_E_INVALID;
+extern "C" int splash_cuda_scatter_rows(const float *src, size_t lds, const int32_t *map, int rows, float *dst,
+                                        size_t ldd, int width, struct CUstream_st *) {
     for (int r = 0; r < rows; r++)
-        for (int k = 0; k < n_pieces && map[r] >= 0; k++)
-            memcpy(dst + (size_t)map[r] * ldd + pieces[k].col, pieces[k].src + (size_t)r * pieces[k].lds,
-                   (size_t)pieces[k].width * sizeof(float));
+        if (map[r] >= 0) memcpy(dst + (size_t)map[r] * ldd, src + (size_t)r * lds, (size_t)width * sizeof(float));
     return 0;
 }
 extern "C" int splash_cuda_add_rows(float *y, size_t ldy, const float *x, size_t ldx, int rows, int width,

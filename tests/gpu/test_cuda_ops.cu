@@ -46,7 +46,6 @@ extern "C" {
 #include "backend/cuda/norm.h"
 #include "backend/cuda/q4_matmul.h"
 #include "backend/cuda/rope.h"
-#include "backend/cuda/rows.h"
 
 static const double kCopyGBs = 4300.0; /* measured device-to-device copy, H200 (NOTES.md) */
 static const float kEps = 1e-6f;
@@ -1809,43 +1808,6 @@ static void test_elementwise(const Shape *s, int rows, int inter) {
     cudaFree(dg), cudaFree(du), cudaFree(dO), cudaFree(dfo), cudaFree(dmo), cudaFree(dx), cudaFree(dsg);
 }
 
-/* The verify's save: pieces of each row (their own sources and strides) into
- * mapped rows, bitwise; rows mapped to -1 and columns no piece covers keep
- * what the destination held. */
-static void test_scatter_pieces(const char *name, int rows, int C, int hv) {
-    const int R = rows, ldd = C + 2 * hv + 3, drows = R + 2;
-    const size_t lq = (size_t)C + 5, lab = (size_t)hv + 7; /* strides wider than the pieces */
-    float *q = hfloats(R * lq), *ga = hfloats(R * lab), *gb = hfloats(R * lab);
-    float *ref = hfloats((size_t)drows * ldd), *got = hfloats((size_t)drows * ldd);
-    fill(q, R * lq, -1, 1), fill(ga, R * lab, -1, 1), fill(gb, R * lab, -1, 1), fill(ref, (size_t)drows * ldd, -1, 1);
-    int32_t *map = (int32_t *)hmalloc(R * 4);
-    for (int r = 0; r < R; r++) map[r] = r % 3 == 1 ? -1 : drows - 1 - r; /* reversed, every third row skipped */
-    float *dq = dcopy(q, R * lq), *dga = dcopy(ga, R * lab), *dgb = dcopy(gb, R * lab);
-    float *dd = dcopy(ref, (size_t)drows * ldd);
-    for (int r = 0; r < R; r++)
-        if (map[r] >= 0) {
-            float *d = ref + (size_t)map[r] * ldd;
-            memcpy(d, q + r * lq, (size_t)C * 4), memcpy(d + C, ga + r * lab, (size_t)hv * 4);
-            memcpy(d + C + hv, gb + r * lab, (size_t)hv * 4);
-        }
-    int32_t *dmap = (int32_t *)dmalloc(R * 4);
-    up(dmap, map, R * 4);
-    const splash_cuda_row_piece pieces[3] = {{dq, lq, C, 0}, {dga, lab, hv, C}, {dgb, lab, hv, C + hv}};
-    int rc = splash_cuda_scatter_rows(pieces, 3, dmap, R, dd, ldd, NULL);
-    down(got, dd, (size_t)drows * ldd * 4);
-    double err = rc ? INFINITY : 0;
-    for (size_t i = 0; i < (size_t)drows * ldd; i++) err += memcmp(&got[i], &ref[i], 4) != 0;
-    /* bad calls: refused */
-    err += splash_cuda_scatter_rows(pieces, 0, dmap, R, dd, ldd, NULL) != SPLASH_E_INVALID;
-    err += splash_cuda_scatter_rows(pieces, SPLASH_CUDA_SCATTER_MAX_PIECES + 1, dmap, R, dd, ldd, NULL) != SPLASH_E_INVALID;
-    const double us = time_us([&](int) { return splash_cuda_scatter_rows(pieces, 3, dmap, R, dd, ldd, NULL); });
-    char sh[96];
-    snprintf(sh, sizeof sh, "%s %d rows x (%d + 2 x %d) (bits)", name, R, C, hv);
-    report("scatter rows (pieces)", sh, err, 0, us, 2.0 * R * (C + 2 * hv) * 4);
-    free(q), free(ga), free(gb), free(ref), free(got), free(map);
-    cudaFree(dq), cudaFree(dga), cudaFree(dgb), cudaFree(dd), cudaFree(dmap);
-}
-
 /* ==== 6. argmax, lm_head + argmax ======================================================== */
 
 static int host_argmax(const float *x, int n) { /* runtime/sampling.c greedy: strict >, NaN never */
@@ -2370,7 +2332,6 @@ int main(int argc, char **argv) {
     test_route_edges(256);
     test_route_edges(SPLASH_CUDA_MOE_MAX_EXPERTS - 1);
     test_elementwise(&kTiny, 16, 192);
-    test_scatter_pieces("tiny", 16, 192, 6);
     test_dense_all();
     if (!g_quick) {
         test_moe(&k35B, 1);
@@ -2378,7 +2339,6 @@ int main(int argc, char **argv) {
         test_moe(&k35B, 16); /* a 16-row verify block: 128 / 144 slots */
         test_elementwise(&k27B, 16, 17408);
         test_elementwise(&k35B, 16, 512);
-        test_scatter_pieces("27B", 16, 10240, 48);
     }
 
     /* 6. argmax */

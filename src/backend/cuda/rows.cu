@@ -89,22 +89,13 @@ __global__ void gather_kernel(const float *src, size_t lds, const int32_t *idx, 
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) d[c] = s[c];
 }
 
-struct Pieces {
-    splash_cuda_row_piece p[SPLASH_CUDA_SCATTER_MAX_PIECES];
-    int n, total; /* pieces, their widths' sum */
-};
-
-/* Column c of the pieces laid end to end: piece k's column c - (the widths before it). */
-__global__ void scatter_kernel(const Pieces ps, const int32_t *map, float *dst, size_t ldd) {
+__global__ void scatter_kernel(const float *src, size_t lds, const int32_t *map, float *dst, size_t ldd, int width) {
     pdl_begin();
     const int r = blockIdx.y, to = map[r];
     if (to < 0) return;
+    const float *s = src + (size_t)r * lds;
     float *d = dst + (size_t)to * ldd;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < ps.total; c += gridDim.x * blockDim.x) {
-        int k = 0, cc = c;
-        while (k + 1 < ps.n && cc >= ps.p[k].width) cc -= ps.p[k++].width;
-        d[ps.p[k].col + cc] = ps.p[k].src[(size_t)r * ps.p[k].lds + cc];
-    }
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) d[c] = s[c];
 }
 
 __global__ void add_kernel(float *y, size_t ldy, const float *x, size_t ldx, int width) {
@@ -151,21 +142,12 @@ extern "C" int splash_cuda_gather_rows(const float *src, size_t lds, const int32
     return SPLASH_OK;
 }
 
-extern "C" int splash_cuda_scatter_rows(const splash_cuda_row_piece *pieces, int n_pieces, const int32_t *map,
-                                        int rows, float *dst, size_t ldd, struct CUstream_st *stream) {
-    if (!pieces || n_pieces < 1 || n_pieces > SPLASH_CUDA_SCATTER_MAX_PIECES || !map || !dst || !rows_ok(rows, 0))
-        return SPLASH_E_INVALID;
-    Pieces ps;
-    memset(&ps, 0, sizeof ps);
-    ps.n = n_pieces;
-    for (int k = 0; k < n_pieces; k++) {
-        const splash_cuda_row_piece &p = pieces[k];
-        if (!p.src || p.width < 0 || p.col < 0 || ps.total > INT32_MAX - p.width) return SPLASH_E_INVALID;
-        ps.p[k] = p, ps.total += p.width;
-    }
-    if (!rows || !ps.total) return SPLASH_OK;
-    SPLASH_CUDA_TRY(launch_kernel(scatter_kernel, grid_for(ps.total, rows), kThreads, 0, (cudaStream_t)stream, ps, map,
-                                  dst, ldd));
+extern "C" int splash_cuda_scatter_rows(const float *src, size_t lds, const int32_t *map, int rows, float *dst,
+                                        size_t ldd, int width, struct CUstream_st *stream) {
+    if (!src || !map || !dst || !rows_ok(rows, width)) return SPLASH_E_INVALID;
+    if (!rows || !width) return SPLASH_OK;
+    SPLASH_CUDA_TRY(launch_kernel(scatter_kernel, grid_for(width, rows), kThreads, 0, (cudaStream_t)stream, src, lds,
+                                  map, dst, ldd, width));
     return SPLASH_OK;
 }
 

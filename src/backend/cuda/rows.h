@@ -39,19 +39,8 @@ int splash_cuda_embed_rows_dense(const splash_cuda_dense_matrix *w, const int32_
 
 int splash_cuda_gather_rows(const float *src, size_t lds, const int32_t *idx, int n, float *dst, size_t ldd,
                             int width, struct CUstream_st *stream);
-/* A piece of each row a scatter moves: `width` floats of row r at src + r *
- * lds, to columns [col, col + width) of its destination row. */
-typedef struct {
-    const float *src;
-    size_t lds;
-    int width, col;
-} splash_cuda_row_piece;
-#define SPLASH_CUDA_SCATTER_MAX_PIECES 4
-/* Row r's pieces (at most SPLASH_CUDA_SCATTER_MAX_PIECES) into row map[r] of
- * dst (map[r] < 0: row r is not moved), in one launch: the verify's save of
- * pre-conv q | k | v, a and b took three before session 40. */
-int splash_cuda_scatter_rows(const splash_cuda_row_piece *pieces, int n_pieces, const int32_t *map, int rows,
-                             float *dst, size_t ldd, struct CUstream_st *stream);
+int splash_cuda_scatter_rows(const float *src, size_t lds, const int32_t *map, int rows, float *dst, size_t ldd,
+                             int width, struct CUstream_st *stream);
 int splash_cuda_add_rows(float *y, size_t ldy, const float *x, size_t ldx, int rows, int width,
                          struct CUstream_st *stream);
 

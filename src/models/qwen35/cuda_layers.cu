@@ -128,9 +128,9 @@ int qc_gdn_layer(qc_fwd *f, const qc_layer *L) {
     if (f->n_vrows) { /* what commit replays: pre-conv qkv | a | b */
         const int32_t *map = qc_desc_i32(m, m->plan.vmap);
         float *save = m->vsave + (size_t)gi * m->verify_cap * m->vsave_row;
-        const splash_cuda_row_piece pieces[3] = {
-            {qkv, ldqkv, (int)C, 0}, {ga, ldab, (int)Hv, (int)C}, {gb, ldab, (int)Hv, (int)(C + Hv)}};
-        QC_TRY(f, splash_cuda_scatter_rows(pieces, 3, map, R, save, m->vsave_row, m->stream));
+        QC_TRY(f, splash_cuda_scatter_rows(qkv, ldqkv, map, R, save, m->vsave_row, (int)C, m->stream));
+        QC_TRY(f, splash_cuda_scatter_rows(ga, ldab, map, R, save + C, m->vsave_row, (int)Hv, m->stream));
+        QC_TRY(f, splash_cuda_scatter_rows(gb, ldab, map, R, save + C + Hv, m->vsave_row, (int)Hv, m->stream));
     }
 
     /* The states and weights read before the conv's and the recurrence's
