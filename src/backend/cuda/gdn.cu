@@ -25,7 +25,9 @@
  * decay, m = S^T k, the rank-1 update and o = S^T q in registers, the sums
  * over dk in four interleaved register chains, then across the four slices
  * by two shuffles; then the gated norm of the chunk's rows (each block sums
- * o^2 over its columns, the cluster adds the blocks' sums in rank order).
+ * o^2 over its columns and stores the sums into every block of the cluster,
+ * one cluster barrier, then each block adds the blocks' sums in rank order,
+ * once a row).
  * The state is read once at the start and written once at the end.
  * Consecutive threads hold consecutive columns, so every load and store of S
  * covers whole 32-byte sectors.  A row's results do not depend on how many
@@ -56,6 +58,7 @@ constexpr int kSlices = 4;     /* threads per state column */
 constexpr int kRecRows = 16;   /* rows a recurrence block prepares at once */
 constexpr int kRecCols = 32;   /* state columns a recurrence block owns */
 constexpr int kRecWarps = kRecCols * kSlices / 32;
+constexpr int kRecMaxNs = SPLASH_CUDA_GDN_MAX_DV / kRecCols; /* blocks of a cluster */
 
 struct ConvArgs {
     const float *wT;
@@ -241,7 +244,13 @@ struct RecSmem {
     float qn[kRecRows][kSlices * SS], kn[kRecRows][kSlices * SS];
     float v[kRecRows][kRecCols], z[kRecRows][kRecCols], o[kRecRows][kRecCols];
     float2 gb[kRecRows]; /* exp(g), beta */
-    float ssq[kRecRows]; /* this block's sum of o^2 over its columns (the gated norm) */
+    /* The gated norm's sums of o^2: [chunk parity][block r of the cluster][row],
+     * block r's sum over its columns, stored here by block r itself (two
+     * buffers: a block may store chunk c + 1's before a peer has read chunk
+     * c's, never chunk c + 2's, which waits for the barrier the peer passes
+     * only after its reads), and rs[row], the row's 1 / rms. */
+    float ssq[2][kRecMaxNs][kRecRows];
+    float rs[kRecRows];
 };
 
 /* EARLY (splash_cuda_gdn_args.early): the lane, its state and the weights
@@ -275,6 +284,13 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
         if (a.y && c0 + tid % kRecCols < dv) e_nw = a.norm_w[c0 + tid % kRecCols];
         pdl_wait();
     }
+    /* Every block of the cluster running before any stores into a peer's
+     * shared memory: arrived here, waited for before the first store.  After
+     * the programmatic wait: arriving before it cost ~4 us a GDN layer
+     * (session 40: 27B decode 6.20 ms against 6.02, 35B-A3B 2.20 against
+     * 2.07; here 6.02 against 6.09 and 2.04 against 2.06, one round). */
+    if (ra.ns > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    bool cluster_up = ra.ns == 1;
 
     for (int t0 = 0; t0 < ln.n_rows; t0 += kRecRows) {
         const int nt = min(kRecRows, ln.n_rows - t0);
@@ -372,33 +388,49 @@ __global__ void __launch_bounds__(kRecCols * kSlices) gdn_recurrent_kernel(const
         }
 
         /* The gated norm over the head's dv columns: each block sums o^2
-         * over its own columns (a warp a row), the cluster adds the blocks'
-         * sums in rank order (the same total in every block). */
+         * over its own columns (a warp a row) and stores the sum into every
+         * block of the cluster; after one cluster barrier a thread a row adds
+         * the blocks' sums in rank order (the same total in every block).
+         * Until session 40 every output element read the peers' sums itself
+         * after the barrier (ns dependent remote loads each) and a second
+         * barrier kept the sums alive until all had. */
         if (a.y) {
+            const int par = (t0 / kRecRows) & 1;
+            cg::cluster_group cluster = cg::this_cluster();
             __syncthreads();
+            if (!cluster_up) {
+                asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+                cluster_up = true;
+            }
             for (int t = warp; t < nt; t += nwarps) {
                 float s = 0.f;
                 for (int cc = lane; cc < kRecCols; cc += 32) s = fmaf(sm.o[t][cc], sm.o[t][cc], s);
                 s = warp_sum(s);
-                if (lane == 0) sm.ssq[t] = s;
+                float *own = &sm.ssq[par][rank][t];
+                if (lane < ra.ns) *(ra.ns > 1 ? cluster.map_shared_rank(own, lane) : own) = s; /* lane r: block r's copy */
             }
-            cg::cluster_group cluster = cg::this_cluster();
             if (ra.ns > 1) cluster.sync(); else __syncthreads();
+            if (tid < nt) {
+                float ss = 0.f;
+                for (int r = 0; r < ra.ns; r++) ss += sm.ssq[par][r][tid];
+                sm.rs[tid] = 1.0f / sqrtf(ss / (float)dv + a.eps);
+            }
+            __syncthreads();
             for (int i = tid; i < nt * kRecCols; i += blockDim.x) {
                 const int t = i / kRecCols, cc = i % kRecCols;
                 if (c0 + cc >= dv) continue;
-                float ss = 0.f;
-                for (int r = 0; r < ra.ns; r++) ss += r == rank ? sm.ssq[t] : cluster.map_shared_rank(sm.ssq, r)[t];
-                const float rs = 1.0f / sqrtf(ss / (float)dv + a.eps);
                 const size_t row = (size_t)ln.first_row + t0 + t, idx = (size_t)h * dv + c0 + cc;
                 const float nw = EARLY ? e_nw : a.norm_w[c0 + cc];
-                a.y[row * a.ldy + idx] = __fmul_rn(__fmul_rn(nw, __fmul_rn(sm.o[t][cc], rs)), siluf_(sm.z[t][cc]));
+                a.y[row * a.ldy + idx] = __fmul_rn(__fmul_rn(nw, __fmul_rn(sm.o[t][cc], sm.rs[t])), siluf_(sm.z[t][cc]));
             }
-            if (ra.ns > 1) cluster.sync(); /* the peers are done reading ssq */
         }
         __syncthreads(); /* the chunk's buffers are rewritten by the next */
     }
 
+    /* the arrival above waited for where no norm did (a lane of no rows, or
+     * no norm); a block never exits before a peer's stores into it: those
+     * precede the peer's arrival at the barrier this block passed */
+    if (!cluster_up) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     if (col && ln.s_out) { /* NULL: a verify lane's state is not kept (gdn.h) */
         float *So = ln.s_out + (size_t)h * hs;
 #pragma unroll
