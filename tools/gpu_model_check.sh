@@ -12,6 +12,11 @@
 #       the same without bench_cpu (~1.4 MB less): what tools/gpu_tests.sh needs (it packs its
 #       fixtures with the binary), for a call that carries a test build beside it when both
 #       would pass the limit (session 38: 63.60 MiB with bench_cpu, 62.32 without)
+#   tools/gpu_model_check.sh --prepare --no-splash
+#       the same without the splash binary (~1.3 MB less): what the synthetic benches and the
+#       kernel profiles need (bench_cpu and the libraries), for an A/B call that carries a
+#       --prepare-bench tarball beside it (session 40: 62.3 MiB with one, where the full tarball
+#       and one would have been ~63.6, over the line)
 #   tools/gpu_model_check.sh --carry-size
 #       prints what a call carrying it (and a test build, tools/gpu_tests.sh --prepare, which
 #       calls this too) sends against the 64 MiB limit
@@ -58,17 +63,19 @@ if [ "${1:-}" = "--carry-size" ]; then
         x=0
         [ -n "$extra" ] && x=$(du -sb "$extra" | cut -f1)
         awk -v t="$tree" -v z="$(stat -c %s "$TXZ")" -v x="$x" -v e="${extra:+ + $extra}" 'BEGIN {
-            s = t + z + x; over = (s > 63.3 * 1048576) ? ": too near the limit, carry them in separate calls (or --prepare --no-bench)" : ""
+            s = t + z + x; over = (s > 63.3 * 1048576) ? ": too near the limit, carry them in separate calls (or --prepare --no-bench / --no-splash)" : ""
             printf "carry: working tree + splash-bin.txz%s = %.2f MiB (the line: 63.3)%s\n", e, s / 1048576, over }'
     done
     exit 0
 fi
 if [ "${1:-}" = "--prepare" ]; then
-    BENCH=1
+    BENCH=1 BIN=1
     [ "${2:-}" = "--no-bench" ] && BENCH=0
+    [ "${2:-}" = "--no-splash" ] && BIN=0
     make -s -j"$(nproc)" build/splash build/bench/bench_cpu || exit 1
     P=$(mktemp -d) || exit 1
-    mkdir -p "$P/bin/lib" .carry && strip -o "$P/bin/splash" build/splash || exit 1
+    mkdir -p "$P/bin/lib" .carry || exit 1
+    if [ "$BIN" = 1 ]; then strip -o "$P/bin/splash" build/splash || exit 1; fi
     if [ "$BENCH" = 1 ]; then strip -o "$P/bin/bench_cpu" build/bench/bench_cpu || exit 1; fi
     ldd build/splash | awk '$3 ~ /^\// {print $3}' |
         grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
@@ -88,7 +95,7 @@ while [ $# -gt 0 ]; do
     --bench-tokens) BENCH_TOKENS=$2; shift 2 ;;
     --blocks) BLOCKS=$2; shift 2 ;;
     --lanes) LANES=$2; shift 2 ;;
-    *) sed -n '2,29p' "$0"; exit 2 ;;
+    *) sed -n '2,40p' "$0"; exit 2 ;;
     esac
 done
 OUT=${OUT:-build-gpu-check}
