@@ -13,7 +13,17 @@ under programmatic dependent launch a kernel starts while its predecessor runs a
 so its own duration counts that wait, and the durations sum to more than the span (session 15);
 the costs sum to the span.  Rows are sorted by cost.  Kernels outside graphs are summed by name
 at the end.
+
+    python3 tools/trace_summary.py trace.csv --compare A,B [--min-replays 5] [--top 40]
+
+Instead: where graph B's span differs from graph A's (e.g. a verify's from the decode step's:
+their ids are the "## graph N" lines above).  Each graph's kernels in launch order, each with its
+median cost over the replays, are matched by kernel family (the name before its template
+arguments) in order (difflib: the longest common subsequence), so a product meets the same
+product at another M; the table sums, per A kernel (name, grid), B's matched costs against A's,
+then B's kernels that A lacks.  Session 40 did this by hand for the 27B's verify.
 """
+import difflib
 import csv
 import collections
 import statistics
@@ -44,6 +54,9 @@ def main():
         for r in csv.DictReader(f):
             rec = (int(r["start_ns"]), int(r["end_ns"]), int(r["graph_node"]), r["grid"], r["block"], short(r["name"]))
             (graphs[int(r["graph_id"])] if r["graph_id"] != "0" else eager[(rec[5], rec[3], rec[4])]).append(rec)
+    if "--compare" in args:
+        a, b = (int(g) for g in args[args.index("--compare") + 1].split(","))
+        return compare(graphs, a, b, top)
     for gid, recs in sorted(graphs.items()):
         recs.sort()
         nodes = len({r[2] for r in recs})
@@ -88,6 +101,68 @@ def main():
         for tot, (name, grid, block), v in rows:
             med = statistics.median(r[1] - r[0] for r in v) / 1e3
             print(f"| {name} | {grid} | {block} | {len(v)} | {med:.2f} | {tot / 1e6:.2f} |")
+    return 0
+
+
+def launch_costs(recs):
+    """A graph's kernels in launch order: (name, grid, median start offset, median cost) per node,
+    a kernel's cost as in main (its end minus the latest end before it in its replay)."""
+    recs = sorted(recs)
+    nodes = len({r[2] for r in recs})
+    replays = len(recs) // nodes
+    start, cost, ident = collections.defaultdict(list), collections.defaultdict(list), {}
+    for i in range(replays):
+        rep = recs[i * nodes:(i + 1) * nodes]
+        last = rep[0][0]
+        for r in rep:
+            start[r[2]].append(r[0] - rep[0][0])
+            cost[r[2]].append(max(0, r[1] - last))
+            last = max(last, r[1])
+            ident[r[2]] = (r[5], r[3])
+    out = [(statistics.median(start[n]), ident[n][0], ident[n][1], statistics.median(cost[n])) for n in ident]
+    return [(name, grid, c) for _, name, grid, c in sorted(out)], replays
+
+
+def i_had(name):  # a row of A's (not a kernel only B launched)
+    return not name.startswith("(only in B) ")
+
+
+def family(name):
+    return name.split("<")[0].split("(")[0]
+
+
+def compare(graphs, a, b, top):
+    if a not in graphs or b not in graphs:
+        print(f"no graph {a if a not in graphs else b} in the trace")
+        return 2
+    ka, ra = launch_costs(graphs[a])
+    kb, rb = launch_costs(graphs[b])
+    sa, sb = sum(k[2] for k in ka), sum(k[2] for k in kb)
+    print(f"\n## graph {b} against graph {a}: {len(kb)} / {len(ka)} kernels, {rb} / {ra} replays; "
+          f"span {sb / 1e3:.1f} / {sa / 1e3:.1f} us, {sb / sa:.2f}x, +{(sb - sa) / 1e3:.1f} us\n")
+    rows = collections.OrderedDict()  # A's (name, grid) -> [launches, A cost, B cost, B's (name, grid)s]
+    sm = difflib.SequenceMatcher(None, [family(k[0]) for k in ka], [family(k[0]) for k in kb], autojunk=False)
+    for op, i0, i1, j0, j1 in sm.get_opcodes():
+        pairs = list(zip(range(i0, i1), range(j0, j1))) if op in ("equal", "replace") else []
+        if op == "replace":  # unequal lengths: the rest unmatched
+            pairs += [(i, None) for i in range(i0 + len(pairs), i1)] + [(None, j) for j in range(j0 + len(pairs), j1)]
+        elif op == "delete":
+            pairs = [(i, None) for i in range(i0, i1)]
+        elif op == "insert":
+            pairs = [(None, j) for j in range(j0, j1)]
+        for i, j in pairs:
+            key = (ka[i][0], ka[i][1]) if i is not None else ("(only in B) " + kb[j][0], kb[j][1])
+            row = rows.setdefault(key, [0, 0.0, 0.0, set()])
+            row[0] += 1
+            row[1] += ka[i][2] if i is not None else 0
+            row[2] += kb[j][2] if j is not None else 0
+            if j is not None:
+                row[3].add(f"{kb[j][0]} {kb[j][1]}")
+    print("| kernel in A | grid | launches | A us | B us | B - A us | B's kernels |")
+    print("|---|---|---|---|---|---|---|")
+    for (name, grid), (n, ca, cb, bs) in sorted(rows.items(), key=lambda kv: -abs(kv[1][2] - kv[1][1]))[:top]:
+        other = "; ".join(sorted(bs)) if bs and bs != {f"{name} {grid}"} and i_had(name) else ""
+        print(f"| {name} | {grid} | {n} | {ca / 1e3:.1f} | {cb / 1e3:.1f} | {(cb - ca) / 1e3:+.1f} | {other} |")
     return 0
 
 
