@@ -70,12 +70,11 @@ def main():
             rep = recs[i * nodes:(i + 1) * nodes]
             spans.append(max(r[1] for r in rep) - rep[0][0])
             sums.append(sum(r[1] - r[0] for r in rep))
-            last, rc = rep[0][0], collections.defaultdict(int)
-            for r in rep:
+            rc = collections.defaultdict(int)
+            for r, c in replay_costs(rep):
                 key = (r[5], r[3], r[4])
                 per.setdefault(key, []).append(r[1] - r[0])
-                rc[key] += max(0, r[1] - last)
-                last = max(last, r[1])
+                rc[key] += c
             for key in per:
                 cost[key].append(rc.get(key, 0))
         span, ksum = statistics.median(spans), statistics.median(sums)
@@ -104,26 +103,32 @@ def main():
     return 0
 
 
+def replay_costs(rep):
+    """A replay's launches (by start) with their costs: a launch's end minus the latest end before it (0 if earlier)."""
+    last = rep[0][0]
+    for r in rep:
+        yield r, max(0, r[1] - last)
+        last = max(last, r[1])
+
+
 def launch_costs(recs):
-    """A graph's kernels in launch order: (name, grid, median start offset, median cost) per node,
-    a kernel's cost as in main (its end minus the latest end before it in its replay)."""
+    """A graph's kernels in launch order (by median start in its replays): (name, grid, median
+    cost) per node, a kernel's cost as in main (replay_costs); and the replays."""
     recs = sorted(recs)
     nodes = len({r[2] for r in recs})
     replays = len(recs) // nodes
     start, cost, ident = collections.defaultdict(list), collections.defaultdict(list), {}
     for i in range(replays):
         rep = recs[i * nodes:(i + 1) * nodes]
-        last = rep[0][0]
-        for r in rep:
+        for r, c in replay_costs(rep):
             start[r[2]].append(r[0] - rep[0][0])
-            cost[r[2]].append(max(0, r[1] - last))
-            last = max(last, r[1])
+            cost[r[2]].append(c)
             ident[r[2]] = (r[5], r[3])
     out = [(statistics.median(start[n]), ident[n][0], ident[n][1], statistics.median(cost[n])) for n in ident]
     return [(name, grid, c) for _, name, grid, c in sorted(out)], replays
 
 
-def i_had(name):  # a row of A's (not a kernel only B launched)
+def in_a(name):  # a row of A's (not a kernel only B launched)
     return not name.startswith("(only in B) ")
 
 
@@ -161,7 +166,7 @@ def compare(graphs, a, b, top):
     print("| kernel in A | grid | launches | A us | B us | B - A us | B's kernels |")
     print("|---|---|---|---|---|---|---|")
     for (name, grid), (n, ca, cb, bs) in sorted(rows.items(), key=lambda kv: -abs(kv[1][2] - kv[1][1]))[:top]:
-        other = "; ".join(sorted(bs)) if bs and bs != {f"{name} {grid}"} and i_had(name) else ""
+        other = "; ".join(sorted(bs)) if bs and bs != {f"{name} {grid}"} and in_a(name) else ""
         print(f"| {name} | {grid} | {n} | {ca / 1e3:.1f} | {cb / 1e3:.1f} | {(cb - ca) / 1e3:+.1f} | {other} |")
     return 0
 

@@ -85,7 +85,7 @@ struct Chain {
     float *y[2];     /* ping-pong outputs, [max rows] each; phase p reads y[(p + 1) & 1], writes y[p & 1] */
     float *x0;       /* phase 0's x [kCols] */
     unsigned *count, *gen; /* the grid barrier */
-    unsigned long long *probe; /* ring_kernel<..., PROBE>: [blocks][kProbes] ns */
+    unsigned long long *probe; /* ring_kernel<..., PROBE>: [blocks][kProbes], cycles (kTotalNs: ns) */
 };
 /* where a ring block's time goes (SM cycles, summed over the phases; the
  * total also in ns, which scales the rest): the producer's
