@@ -108,7 +108,7 @@ CUDA_CHECK_SRC := $(if $(CU_OBJ),,$(CU_SRC)) $(CU_PROGS) $(CU_HOST)
 cuda-check: $(CU_OBJ)
 	@if [ -z "$(CU_SRC)" ]; then echo "no CUDA sources"; \
 	elif [ -x "$(NVCC)" ]; then printf '%s\n' $(CUDA_CHECK_SRC) | xargs -P "$$(nproc)" -I{} \
-	  $(NVCC) -std=c++17 -arch=sm_90a -Isrc -Xcompiler -Wall,-Wextra -Werror all-warnings -c {} -o /dev/null \
+	  $(NVCC) -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc -Xcompiler -Wall,-Wextra -Werror all-warnings -c {} -o /dev/null \
 	  || exit 1; echo "CUDA sources compile for sm_90a"; \
 	else echo "nvcc not found: CUDA sources not checked"; fi
 

@@ -4,6 +4,7 @@
 # the CUDA model src/models/qwen35/cuda_*.cu; sm_90a, in parallel, -Wall
 # -Wextra; ptxas reports kept), the GPU tests and the q4 benchmark, then runs
 #   test_q4_matmul   the q4 product against an fp64 reference
+#   test_wgmma       the wgmma tile layouts (wgmma.cuh) against CPU products
 #   test_cuda_ops    every other op against the CPU backend (table at the end);
 #                    its attention section again with SPLASH_CUDA_ATTN_WIDE=0
 #                    (test_cuda_ops_wide0.log) and with each form of the wide
@@ -277,6 +278,8 @@ $NVCC $FLAGS tests/gpu/test_cuda_ops.cu $CU_OBJS "$REFLIB" $LIBS -o "$B/test_cud
 p1=$!
 $NVCC $FLAGS tests/gpu/test_q4_matmul.cu "$B/cuda/q4_matmul.o" "$B/cuda/q4_gemm.o" "$B/cuda/blas.o" -ldl -o "$B/test_q4_matmul" >>"$OUT/build.log" 2>&1 &
 p2=$!
+$NVCC $FLAGS tests/gpu/test_wgmma.cu -o "$B/test_wgmma" >>"$OUT/build.log" 2>&1 &
+p6=$!
 $NVCC $FLAGS bench/gpu/bench_q4_matmul.cu "$B/cuda/q4_matmul.o" "$B/cuda/q4_gemm.o" "$B/cuda/blas.o" -ldl -o "$B/bench_q4_matmul" >>"$OUT/build.log" 2>&1 &
 p3=$!
 p4=""
@@ -294,7 +297,7 @@ if [ -n "$MODEL_LIBS" ]; then
     p5=$!
 fi
 bad=0
-for p in $p1 $p2 $p3 $p4; do wait "$p" || bad=1; done
+for p in $p1 $p2 $p3 $p4 $p6; do wait "$p" || bad=1; done
 if [ $bad = 1 ]; then tail -n 40 "$OUT/build.log"; echo "test build failed"; exit 1; fi
 ENGINE_BUILT=0
 [ -n "${p5:-}" ] && wait "$p5" && ENGINE_BUILT=1
@@ -357,6 +360,9 @@ if [ $BENCH = 1 ]; then
     eval "\"\$B/bench_q4_matmul\" --csv \"\$OUT/bench.csv\" ${BENCH_ARGS:-}" >"$OUT/bench.log" 2>&1 || rc=1
     sed -n '/^| shape/,$p' "$OUT/bench.log"
 fi
+stamp "run: test_wgmma"
+step "$OUT/test_wgmma.log" "$B/test_wgmma" || rc=1
+grep -E '^(PASS|FAIL)' "$OUT/test_wgmma.log"
 ARGS="${OPS_ARGS:-}"
 [ $QUICK = 1 ] && ARGS="--quick $ARGS"
 stamp "run: test_cuda_ops $ARGS"

@@ -7,6 +7,6 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src="$here/../../src"
 nvcc="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
-"$nvcc" -std=c++17 -O3 -arch=sm_90a -I"$src" -o /tmp/bench_attention "$here/bench_attention.cu" \
+"$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I"$src" -o /tmp/bench_attention "$here/bench_attention.cu" \
     "$src"/backend/cuda/attention.cu "$src"/backend/cuda/attention_int8*.cu "$src"/backend/cuda/device.cu
 exec /tmp/bench_attention "$@"
