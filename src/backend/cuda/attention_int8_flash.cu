@@ -78,8 +78,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kSets = 3;                 /* row-address and scale sets: stage s uses set s % 3 */
 constexpr int kMagic = 0x4B400000;       /* the bits of 1.5 * 2^23 */
 constexpr float kMagicF = 12582912.0f;   /* 1.5 * 2^23 */
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 template <int HD>
 struct FlashGeo {
@@ -97,56 +95,17 @@ struct FlashGeo {
     static constexpr size_t bytes = red + kWarps * 4;
 };
 
-__device__ __forceinline__ float ex2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
-
 /* The warp's query vectors as two 8-bit digits into its shared area (hi at
- * qd, lo at qd + 16 KP; row v = the warp's vector v, zeros past nv), lane
- * (v = lane / 2, half lane & 1) converting half of vector v's dims.
+ * qd, lo at qd + 16 KP; row v = the warp's vector v, zeros past nv): q_digits.
  * Returns 2^-k of vector lane / 2. */
 template <int HD>
 __device__ __forceinline__ float load_q_digits(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int wq0,
                                                int nv, uint8_t *qd) {
     using F = FlashGeo<HD>;
-    const int lane = threadIdx.x & 31, v = lane >> 1, d0 = (lane & 1) * (HD / 2);
-    const float *src = nullptr;
-    if (v < nv) {
-        const int qv = wq0 + v, r = qv / a.group, h = kvh * a.group + qv % a.group;
-        src = a.q + (size_t)(ln.first_row + r) * a.ldq + (size_t)h * HD + d0;
-    }
-    const bool al = ((uintptr_t)src & 15) == 0;
-    float mx = 0.f;
-    if (src)
-#pragma unroll 4
-        for (int i = 0; i < HD / 2; i += 4) {
-            const float4 x = load4(src + i, al);
-            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
-        }
-    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-    float sc, inv;
-    row_pow2_scale(mx, sc, inv, 14, 126); /* |q 2^k| < 2^14: hi = (x + 128) >> 8 within [-64, 64] */
-    uint8_t *hi = qd + v * F::KP + d0, *lo = hi + 16 * F::KP;
-#pragma unroll 4
-    for (int i = 0; i < HD / 2; i += 4) {
-        uint32_t wh = 0, wl = 0;
-        if (src) {
-            const float4 x = load4(src + i, al);
-            const int x0 = __float2int_rn(x.x * sc), x1 = __float2int_rn(x.y * sc);
-            const int x2 = __float2int_rn(x.z * sc), x3 = __float2int_rn(x.w * sc);
-            wl = bytes_of(x0, x1, x2, x3, 0x40); /* lo: the low byte as signed */
-            wh = bytes_of((x0 + 128) >> 8, (x1 + 128) >> 8, (x2 + 128) >> 8, (x3 + 128) >> 8, 0x40);
-        }
-        *reinterpret_cast<uint32_t *>(hi + i) = wh;
-        *reinterpret_cast<uint32_t *>(lo + i) = wl;
-    }
+    const float inv = q_digits<HD>(a, ln, kvh, wq0, nv, [qd](int v, int d, uint32_t wh, uint32_t wl) {
+        *reinterpret_cast<uint32_t *>(qd + v * F::KP + d) = wh;
+        *reinterpret_cast<uint32_t *>(qd + (16 + v) * F::KP + d) = wl;
+    });
     __syncwarp();
     return inv;
 }
@@ -206,30 +165,8 @@ __device__ __forceinline__ void flash_half(FlashState<HD> &fs, uint32_t qaddr, u
         }
     }
     float al[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        c[r] = fmaxf(c[r], __shfl_xor_sync(kFull, c[r], 1));
-        c[r] = fmaxf(c[r], __shfl_xor_sync(kFull, c[r], 2));
-        const float mn = fmaxf(fs.m[r], c[r]), mx = mn == -INFINITY ? 0.f : mn; /* -inf - 0: every weight 0 */
-        al[r] = ex2(fs.m[r] - mx);
-        fs.m[r] = mn;
-        c[r] = mx;
-    }
-    float sum[2] = {0.f, 0.f};
     uint32_t pa[4][2]; /* P' of n-tile n: vector g's pair, vector g + 8's */
-#pragma unroll
-    for (int n = 0; n < 4; n++) {
-        const float2 v2 = *reinterpret_cast<const float2 *>(vs + 8 * n + 2 * t);
-        const float va = v2.x * psc, vb = v2.y * psc;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float p0 = ex2(s[n][2 * r] - c[r]), p1 = ex2(s[n][2 * r + 1] - c[r]);
-            sum[r] += p0 + p1;
-            pa[n][r] = half2_bits(p0 * va, p1 * vb);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) fs.l[r] = fmaf(fs.l[r], al[r], sum[r]);
+    online_softmax<4>(s, c, fs.m, fs.l, vs + 2 * t, psc, pa, al);
     if (__any_sync(kFull, al[0] != 1.f || al[1] != 1.f))
 #pragma unroll
         for (int n = 0; n < F::NT; n++) fs.O[n][0] *= al[0], fs.O[n][1] *= al[0], fs.O[n][2] *= al[1], fs.O[n][3] *= al[1];
@@ -283,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_kernel(const Attn
     float *ksc = reinterpret_cast<float *>(smf + F::ksc), *vsc = reinterpret_cast<float *>(smf + F::vsc);
     float *red = reinterpret_cast<float *>(smf + F::red);
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     BlockSpan b;
     if (!block_span(a, false, false, b)) return;
     const splash_cuda_attn_lane ln = b.ln;
@@ -300,12 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_kernel(const Attn
     const float qinv = load_q_digits<HD>(a, ln, kvh, wq0, nv, qd);
     float qf[2];
     int lim[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int v = g + 8 * r;
-        qf[r] = __shfl_sync(kFull, qinv, 2 * v) * a.scale * kLog2e;
-        lim[r] = v < nv ? min(ln.n_past + (wq0 + v) / G + 1, p1) : 0;
-    }
+    flash_vectors(a, ln, wq0, nv, p1, qinv, qf, lim);
     const int wlim = nv ? min(ln.n_past + (wq0 + nv - 1) / G + 1, p1) : 0; /* the warp's last position + 1 */
 
     FlashState<HD> fs;
@@ -325,12 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_kernel(const Attn
     cp_async_wait<0>();
     widen_own<HD>(Vl, V16);
     __syncthreads();
-    {
-        float vm = 0.f; /* red[] is written (the first barrier) */
-#pragma unroll
-        for (int w = 0; w < kWarps; w++) vm = fmaxf(vm, red[w]);
-        row_pow2_scale(vm, psc, pinv); /* P' = p vs psc <= 2^14 (p <= 1) */
-    }
+    split_p_scale(red, kWarps, psc, pinv); /* red[] is written (the first barrier) */
     if (nst > 1) stage_copy_async<HD, ST, F::KP, kThreads, 2, 3>(a, rowp + ST, Kb + ST * F::KP, Vl + ST * HD);
     if (nst > 2) stage_rows<HD, ST>(a, ln, kvh, p0 + 2 * ST, p1, rowp + 2 * ST, ksc + 2 * ST, vsc + 2 * ST);
     for (int st = 0; st < nst; st++) { /* uniform */
@@ -356,21 +283,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_kernel(const Attn
         }
     }
 
-    /* 3. the sums over the quad, then each vector's partial or output */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float l = fs.l[r];
-        l += __shfl_xor_sync(kFull, l, 1);
-        l += __shfl_xor_sync(kFull, l, 2);
-        const int v = g + 8 * r, t = lane & 3;
-        if (v >= nv) continue;
-        /* write_vector's view of vector v: O[n][0] and O[n][2] its dims 8 n + 2 t and + 1 */
-        float o[F::NT][4];
+    /* 3. each vector's partial or output: o[n][0] and [2] its dims 8 n + 2 t and + 1 */
+    flash_write<HD>(a, ln, kvh, wq0, nv, fs.m, fs.l, pinv, [&fs](int r, float (&o)[HD / 8][4]) {
 #pragma unroll
         for (int n = 0; n < F::NT; n++) o[n][0] = o[n][1] = fs.O[n][2 * r], o[n][2] = o[n][3] = fs.O[n][2 * r + 1];
-        write_vector<HD>(a, ln, kvh, wq0 + v, ln.n_past + (wq0 + v) / G + 1, blockIdx.z, o, 0, pinv, fs.m[r] * kLn2, l,
-                         t == 0, [t](int n, int h) { return 8 * n + 2 * t + h; });
-    }
+    });
 }
 
 template <int HD>
@@ -387,8 +304,14 @@ int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
 
 } /* namespace */
 
+/* head_dim 128 and 256 take the warpgroup form (attention_int8_flash_wg.cu)
+ * unless SPLASH_CUDA_ATTN_WGMMA=0 (read once): an A/B switch. */
+static int g_flash_wg = -1;
+
 int splash_cuda::attn_int8_flash_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
     if (a.qchunk != kFlashQ) return SPLASH_E_INVALID;
+    if (head_dim % 128 == 0 && env_switch(&g_flash_wg, "SPLASH_CUDA_ATTN_WGMMA", 1))
+        return attn_int8_flash_wg_launch(a, head_dim, grid, s);
     switch (head_dim) {
     case 64: return launch<64>(a, grid, s);
     case 128: return launch<128>(a, grid, s);

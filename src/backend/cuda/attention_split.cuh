@@ -60,6 +60,8 @@ int attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream
  * lane of the call, a.qchunk = kFlashQ. */
 constexpr int kFlashQ = 128;
 int attn_int8_flash_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
+/* Its warpgroup (wgmma) form, head_dim 128 or 256 (attention_int8_flash_wg.cu). */
+int attn_int8_flash_wg_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
 
 } /* namespace splash_cuda */
 

@@ -1,0 +1,310 @@
+/* attention_int8_flash_wg.cu - the flash kernel of attention_int8_flash.cu
+ * (bulk prefill rows over int8 pages, fp16 grade) on Hopper's warpgroup
+ * products (wgmma.cuh), for head_dim 128 and 256.
+ *
+ * Why.  The mma.sync form issues on about a third of its cycles at 243
+ * registers: every score tile passes q and K through ldmatrix, every output
+ * tile V, and a 27B 32K prefill spent ~0.9 s of its ~4 s there (docs/cuda.md,
+ * session 39).  Here a warpgroup (4 warps, 64 query vectors) reads its
+ * operands from shared memory itself:
+ *   scores   S (64 q x 64 pos) = Qd (s8, K-major) . K^T (s8, K-major, the
+ *            staged rows as they are, swizzled on the copy), one m64n64k32
+ *            per 32 dims and digit: q as the same two 8-bit digits
+ *            (q_digits), so S is the mma.sync form's, exactly
+ *   softmax  online over the stage's 64 positions (online_softmax)
+ *   output   O (64 q x HD, fp32) += P' (fp16, the scores' accumulator
+ *            fragments as A, in registers) . V (fp16, MN-major: V widened by
+ *            the threads that copied it into 128-byte rows of 64 dims), one
+ *            m64n64k16 per 16 positions and 64 dims.
+ * A block is the mma.sync form's (one lane, kv head, split and chunk of
+ * kFlashQ = 128 query vectors, 8 warps: two warpgroups), with the same
+ * stages (64 positions, cp.async two ahead, one barrier a stage) and the
+ * same partials or outputs (write_vector); a warpgroup skips a stage none
+ * of its vectors sees.  Each vector's result depends on its own inputs, the
+ * split and the block's V scales only.  Error against cpu_attention as the
+ * mma.sync form's (P' in fp16; the sums' order differs).
+ *
+ * Shared memory (head_dim 256): q digits 2 x 2 x 16 KB, K 2 x 16 KB, V
+ * landing 2 x 16 KB, V fp16 2 x 32 KB, all tiles 1,024-byte aligned;
+ * 254 registers, no spills.
+ *
+ * Measured (H200, bench/gpu/bench_attention.cu, one 27B lane, us and causal
+ * TFLOP/s, this form / the mma.sync form, SPLASH_CUDA_ATTN_WGMMA=0): 4,096
+ * rows from 0 970 (213) / 1,198 (172); 1,024 rows after 16,384 1,680 (253)
+ * / 2,156 (197); 1,024 after 31,744 2,989 (272) / 3,900 (208).  The full
+ * 27B's 32K prefill 8,640 against 8,120 tokens/s, the 35B-A3B's 15,761
+ * against 15,066 (docs/cuda.md, session 41).  Two forms measured slower or
+ * no faster: each stage's P' V waited for at once (3,066 us at the last
+ * shape; leaving it in flight lets it run under the next widening), and
+ * the groups taking turns at issuing (FlashAttention-3's ping-pong, named
+ * barriers: 3,287 us, 8,374 tokens/s).  O is not zeroed before the loop:
+ * with the P' V's wait in the next stage, ptxas then serialises every
+ * wgmma (its C7515 remark).
+ *
+ * C++ used: templates over head_dim, lambdas; no STL.
+ */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "backend/cuda/attention_int8.cuh"
+#include "backend/cuda/attention_split.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_util.cuh"
+#include "backend/cuda/q4_tile.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+using namespace splash_cuda;
+using namespace splash_cuda::int8_attn;
+
+namespace {
+
+constexpr int kWarps = kFlashQ / 16;
+constexpr int kThreads = kWarps * 32;
+constexpr int kSets = 3; /* row-address and scale sets: stage s uses set s % 3 */
+
+template <int HD>
+struct WgGeo {
+    static constexpr int ST = kStage;            /* positions a stage */
+    static constexpr int RP = HD / 16;           /* 16-byte pieces of an int8 row */
+    static constexpr size_t qtile = 64 * HD;     /* one warpgroup's digit: 64 vectors x HD s8 */
+    static constexpr size_t ktile = ST * HD;     /* a stage's K, s8 */
+    static constexpr size_t vtile = 2 * ST * HD; /* a stage's V, f16 */
+    /* bytes from the 1,024-aligned base: q [2 groups][hi, lo], K [2], V fp16 [2], V landing [2],
+     * row addresses [kSets][ST], K and V scales [kSets][ST] each, red[kWarps] */
+    static constexpr size_t qd = 0, kb = qd + 4 * qtile, v16 = kb + 2 * ktile, vl = v16 + 2 * vtile;
+    static constexpr size_t rows = vl + 2 * ktile, ksc = rows + kSets * ST * sizeof(void *);
+    static constexpr size_t vsc = ksc + kSets * ST * 4, red = vsc + kSets * ST * 4;
+    static constexpr size_t bytes = red + kWarps * 4 + 1024; /* + the base's alignment */
+};
+
+/* A stage's copy (after its rows and a barrier; every thread): K rows into
+ * the swizzled K-major tile (piece c of row r: column block c / 8, chunk c
+ * % 8), V rows into the landing area; piece i of each is thread i mod
+ * kThreads's (widen_own's); zeros past p1; one group. */
+template <int HD>
+__device__ __forceinline__ void copy_stage(const AttnArgs &a, const uint8_t *const *rowp, uint8_t *Kt, uint8_t *Vl) {
+    using F = WgGeo<HD>;
+    const size_t vdelta = a.v_off - a.k_off;
+#pragma unroll 2
+    for (int i = threadIdx.x; i < F::ST * F::RP; i += kThreads) {
+        const int r = i / F::RP, c = i % F::RP;
+        const uint8_t *row = rowp[r];
+        cp_async16(smem_addr(Kt + (c / 8) * F::ST * 128 + wg::sw128(r, c % 8)), row ? row + (size_t)c * 16 : a.pool,
+                   row ? 16 : 0);
+        cp_async16(smem_addr(Vl + r * HD + 16 * c), row ? row + vdelta + (size_t)c * 16 : a.pool, row ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
+/* The V pieces this thread copied widened to fp16 into the MN-major tile
+ * (dims 16 c .. 16 c + 15 of position r: column block c / 4, chunks 2 (c %
+ * 4) and + 1 of row r), then the proxy fence that lets wgmma read them and
+ * the thread's K pieces after the barrier. */
+template <int HD>
+__device__ __forceinline__ void widen_own(const uint8_t *Vl, uint8_t *V16) {
+    using F = WgGeo<HD>;
+    static_assert(F::ST * F::RP % kThreads == 0, "a thread's V pieces are tid + kThreads m in copy_stage");
+#pragma unroll
+    for (int i = threadIdx.x; i < F::ST * F::RP; i += kThreads) {
+        const int r = i / F::RP, c = i % F::RP;
+        const uint4 w = *reinterpret_cast<const uint4 *>(Vl + r * HD + 16 * c);
+        uint4 o0, o1;
+        word_pairs(w.x ^ 0x80808080u, o0.x, o0.y);
+        word_pairs(w.y ^ 0x80808080u, o0.z, o0.w);
+        word_pairs(w.z ^ 0x80808080u, o1.x, o1.y);
+        word_pairs(w.w ^ 0x80808080u, o1.z, o1.w);
+        uint8_t *blk = V16 + (c / 4) * F::ST * 128;
+        *reinterpret_cast<uint4 *>(blk + wg::sw128(r, 2 * (c % 4))) = o0;
+        *reinterpret_cast<uint4 *>(blk + wg::sw128(r, 2 * (c % 4) + 1)) = o1;
+    }
+    wg::fence_proxy_async();
+}
+
+/* The last stage's O += P' V done (before the group's V tile is written again, or O is read). */
+template <int HD>
+__device__ __forceinline__ void pv_done(float (&O)[HD / 64][32]) {
+    wg::wait<0>();
+#pragma unroll
+    for (int cb = 0; cb < HD / 64; cb++) wg::fence_regs(O[cb]);
+}
+
+/* A warpgroup's stage: positions s0 .. s0 + 63 against its 64 vectors (the
+ * lane's two: g and g + 8 of its warp's 16).  q0 / kt / vt: shared
+ * addresses of the group's hi digits (lo one qtile further), the stage's K
+ * and fp16 V; ks / vs the positions' scales; qf, lim as the mma.sync
+ * form's; O[c][4 n + i]: dims 64 c + 8 n + 2 t + i % 2 of vector i / 2,
+ * started: whether O holds a product yet (else the first P' V replaces it).
+ * The stage's P' V is left in flight: the next stage (or pv_done) waits. */
+template <int HD>
+__device__ __forceinline__ void wg_stage(float (&O)[HD / 64][32], int &started, float (&m)[2], float (&l)[2], uint32_t q0,
+                                         uint32_t kt, uint32_t vt, const float *ks, const float *vs, int s0,
+                                         const float (&qf)[2], const int (&lim)[2], float psc) {
+    using F = WgGeo<HD>;
+    const int t = threadIdx.x & 3;
+    int hi[32], lo[32];
+    pv_done<HD>(O);
+    wg::fence();
+#pragma unroll
+    for (int j = 0; j < HD / 32; j++) {
+        const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
+        wg::mma_s8_64x64x32(hi, wg::desc128(q0 + qoff), wg::desc128(kt + off), j > 0);
+        wg::mma_s8_64x64x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), wg::desc128(kt + off), j > 0);
+    }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_regs(hi);
+    wg::fence_regs(lo);
+    float s[8][4], c[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        const float2 k2 = *reinterpret_cast<const float2 *>(ks + 8 * n + 2 * t);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = i >> 1, pos = s0 + 8 * n + 2 * t + (i & 1);
+            /* 256 hi + lo is exact in int32 (|hi| < 2^22, |lo| < 2^22): one rounding, as fmaf's */
+            const float S = (float)(hi[4 * n + i] * 256 + lo[4 * n + i]);
+            const float x = pos < lim[r] ? S * (i & 1 ? k2.y : k2.x) * qf[r] : -INFINITY;
+            s[n][i] = x;
+            c[r] = fmaxf(c[r], x);
+        }
+    }
+    float al[2];
+    uint32_t pa[8][2];
+    online_softmax<8>(s, c, m, l, vs + 2 * t, psc, pa, al);
+    if (started && __any_sync(kFull, al[0] != 1.f || al[1] != 1.f))
+#pragma unroll
+        for (int cb = 0; cb < HD / 64; cb++)
+#pragma unroll
+            for (int i = 0; i < 32; i++) O[cb][i] *= al[(i >> 1) & 1];
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        const uint32_t a[4] = {pa[2 * kk][0], pa[2 * kk][1], pa[2 * kk + 1][0], pa[2 * kk + 1][1]};
+#pragma unroll
+        for (int cb = 0; cb < HD / 64; cb++)
+            wg::mma_f16_rs_64x64x16_mn(O[cb], a, wg::desc128(vt + cb * F::ST * 128 + kk * 16 * 128), started | kk);
+    }
+    started = 1;
+    wg::commit(); /* waited for by the next stage (pv_done): it overlaps the next widening */
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_wg_kernel(const AttnArgs a) {
+    pdl_begin();
+    using F = WgGeo<HD>;
+    constexpr int ST = F::ST;
+    extern __shared__ __align__(16) uint8_t smw[];
+    uint8_t *sm = smw + ((1024 - (smem_addr(smw) & 1023)) & 1023);
+    uint8_t *Kt = sm + F::kb, *Vl = sm + F::vl, *V16 = sm + F::v16;
+    const uint8_t **rowp = reinterpret_cast<const uint8_t **>(sm + F::rows);
+    float *ksc = reinterpret_cast<float *>(sm + F::ksc), *vsc = reinterpret_cast<float *>(sm + F::vsc);
+    float *red = reinterpret_cast<float *>(sm + F::red);
+
+    const int tid = threadIdx.x, warp = tid >> 5, grp = warp >> 2;
+    BlockSpan b;
+    if (!block_span(a, false, false, b)) return;
+    const splash_cuda_attn_lane ln = b.ln;
+    const int G = a.group, kvh = b.kvh, p0 = b.p0, p1 = b.p1, nst = b.nst;
+
+    /* 1. rows of the first two stages, the split's largest V scale, the
+     * first stage's copy in flight; meanwhile the warps' q digits */
+    split_start<HD, ST>(a, ln, kvh, p0, p1, nst, rowp, ksc, vsc, red);
+    __syncthreads();
+    copy_stage<HD>(a, rowp, Kt, Vl);
+
+    const int wq0 = b.qv0 + 16 * warp, nv = max(0, min(16, b.nqb - 16 * warp));
+    uint8_t *qg = sm + F::qd + (size_t)grp * 2 * F::qtile; /* the group's hi digits, then its lo */
+    const int wr = 16 * (warp & 3);                        /* the warp's first row in its group's tile */
+    const float qinv = q_digits<HD>(a, ln, kvh, wq0, nv, [qg, wr](int v, int d, uint32_t wh, uint32_t wl) {
+        const uint32_t at = (d / 128) * 64 * 128 + wg::sw128(wr + v, (d % 128) / 16) + d % 16;
+        *reinterpret_cast<uint32_t *>(qg + at) = wh;
+        *reinterpret_cast<uint32_t *>(qg + F::qtile + at) = wl;
+    });
+    float qf[2];
+    int lim[2];
+    flash_vectors(a, ln, wq0, nv, p1, qinv, qf, lim);
+    /* the group's last position + 1 (its last vector's context), 0 when it has none */
+    const int gq0 = b.qv0 + 64 * grp, gnv = max(0, min(64, b.nqb - 64 * grp));
+    const int glim = gnv ? min(ln.n_past + (gq0 + gnv - 1) / G + 1, p1) : 0;
+
+    /* O is first written by a product (started 0: scale-d 0), not zeroed:
+     * ptxas serialises every wgmma of a loop whose accumulators other
+     * instructions define before it (C7515), which the zeros did */
+    float O[HD / 64][32];
+    int started = 0;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    const uint32_t q0 = smem_addr(qg), kt0 = smem_addr(Kt), vt0 = smem_addr(V16);
+    float psc = 1.f, pinv = 1.f;
+
+    /* 2. one barrier a stage, as the mma.sync form: stage st computed by
+     * each group that sees it; stage st + 1's copy waited for and its V
+     * widened by the threads that copied it; the barrier; stage st + 2's
+     * copy and stage st + 3's rows.  The q digits' proxy fence is stage
+     * 0's widening's. */
+    cp_async_wait<0>();
+    widen_own<HD>(Vl, V16);
+    __syncthreads();
+    split_p_scale(red, kWarps, psc, pinv); /* red[] is written (the first barrier) */
+    if (nst > 1) copy_stage<HD>(a, rowp + ST, Kt + F::ktile, Vl + F::ktile);
+    if (nst > 2) stage_rows<HD, ST>(a, ln, kvh, p0 + 2 * ST, p1, rowp + 2 * ST, ksc + 2 * ST, vsc + 2 * ST);
+    for (int st = 0; st < nst; st++) { /* uniform */
+        const int buf = st & 1, set = st % kSets, s0 = p0 + st * ST;
+        if (s0 < glim) /* uniform in the group */
+            wg_stage<HD>(O, started, m, l, q0, kt0 + buf * (uint32_t)F::ktile, vt0 + buf * (uint32_t)F::vtile, ksc + set * ST,
+                         vsc + set * ST, s0, qf, lim, psc);
+        else
+            pv_done<HD>(O);
+        if (st + 1 < nst) {
+            cp_async_wait<0>();
+            widen_own<HD>(Vl + (buf ^ 1) * F::ktile, V16 + (buf ^ 1) * F::vtile);
+        }
+        __syncthreads();
+        if (st + 2 < nst)
+            copy_stage<HD>(a, rowp + ((st + 2) % kSets) * ST, Kt + buf * F::ktile, Vl + buf * F::ktile);
+        if (st + 3 < nst) {
+            const int s3 = (st + 3) % kSets;
+            stage_rows<HD, ST>(a, ln, kvh, p0 + (st + 3) * ST, p1, rowp + s3 * ST, ksc + s3 * ST, vsc + s3 * ST);
+        }
+    }
+
+    /* 3. each vector's partial or output: o[8 cb + n][0] and [2] its dims 64 cb + 8 n + 2 t and + 1 */
+    pv_done<HD>(O);
+    if (!started) /* the group saw none of the split: O is 0 */
+#pragma unroll
+        for (int cb = 0; cb < HD / 64; cb++)
+#pragma unroll
+            for (int i = 0; i < 32; i++) O[cb][i] = 0.f;
+    flash_write<HD>(a, ln, kvh, wq0, nv, m, l, pinv, [&O](int r, float (&o)[HD / 8][4]) {
+#pragma unroll
+        for (int cb = 0; cb < HD / 64; cb++)
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                o[8 * cb + n][0] = o[8 * cb + n][1] = O[cb][4 * n + 2 * r];
+                o[8 * cb + n][2] = o[8 * cb + n][3] = O[cb][4 * n + 2 * r + 1];
+            }
+    });
+}
+
+template <int HD>
+int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
+    static bool attr_set = false; /* once per instantiation; setting it again is harmless */
+    if (!attr_set) {
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_flash_wg_kernel<HD>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgGeo<HD>::bytes));
+        attr_set = true;
+    }
+    SPLASH_CUDA_TRY(launch_kernel(attn_int8_flash_wg_kernel<HD>, grid, kThreads, WgGeo<HD>::bytes, s, a));
+    return SPLASH_OK;
+}
+
+} /* namespace */
+
+int splash_cuda::attn_int8_flash_wg_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
+    if (a.qchunk != kFlashQ) return SPLASH_E_INVALID;
+    switch (head_dim) {
+    case 128: return launch<128>(a, grid, s);
+    case 256: return launch<256>(a, grid, s);
+    default: return SPLASH_E_UNSUPPORTED;
+    }
+}
