@@ -127,6 +127,50 @@ __device__ __forceinline__ void widen_own(const uint8_t *Vl, uint8_t *V16) {
     wg::fence_proxy_async();
 }
 
+/* A group's scores of N positions (64, or 32 from kt's row 32 on) against
+ * its 64 vectors into hi / lo, the digits' sums: issued and committed. */
+template <int HD, int N>
+__device__ __forceinline__ void issue_scores(int (&hi)[N / 2], int (&lo)[N / 2], uint32_t q0, uint32_t kt) {
+    using F = WgGeo<HD>;
+#pragma unroll
+    for (int j = 0; j < HD / 32; j++) {
+        const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
+        const uint64_t kd = wg::desc128(kt + off);
+        if constexpr (N == 64) {
+            wg::mma_s8_64x64x32(hi, wg::desc128(q0 + qoff), kd, j > 0);
+            wg::mma_s8_64x64x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), kd, j > 0);
+        } else {
+            wg::mma_s8_64x32x32(hi, wg::desc128(q0 + qoff), kd, j > 0);
+            wg::mma_s8_64x32x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), kd, j > 0);
+        }
+    }
+    wg::commit();
+}
+
+/* The lane's scores of NTL n-tiles (positions s0 + 8 n + 2 t, + 1) as
+ * online_softmax takes them: base 2, -inf past each vector's limit, and
+ * the lane's largest a vector in c. */
+template <int NTL>
+__device__ __forceinline__ void score_floats(const int (&hi)[4 * NTL], const int (&lo)[4 * NTL], const float *ks,
+                                             int s0, const float (&qf)[2], const int (&lim)[2], float (&s)[NTL][4],
+                                             float (&c)[2]) {
+    const int t = threadIdx.x & 3;
+    c[0] = c[1] = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < NTL; n++) {
+        const float2 k2 = *reinterpret_cast<const float2 *>(ks + 8 * n + 2 * t);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = i >> 1, pos = s0 + 8 * n + 2 * t + (i & 1);
+            /* 256 hi + lo is exact in int32 (|hi| < 2^22, |lo| < 2^22): one rounding, as fmaf's */
+            const float S = (float)(hi[4 * n + i] * 256 + lo[4 * n + i]);
+            const float x = pos < lim[r] ? S * (i & 1 ? k2.y : k2.x) * qf[r] : -INFINITY;
+            s[n][i] = x;
+            c[r] = fmaxf(c[r], x);
+        }
+    }
+}
+
 /* The last stage's O += P' V done (before the group's V tile is written again, or O is read). */
 template <int HD>
 __device__ __forceinline__ void pv_done(float (&O)[HD / 64][32]) {
@@ -151,30 +195,12 @@ __device__ __forceinline__ void wg_stage(float (&O)[HD / 64][32], int &started, 
     int hi[32], lo[32];
     pv_done<HD>(O);
     wg::fence();
-#pragma unroll
-    for (int j = 0; j < HD / 32; j++) {
-        const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
-        wg::mma_s8_64x64x32(hi, wg::desc128(q0 + qoff), wg::desc128(kt + off), j > 0);
-        wg::mma_s8_64x64x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), wg::desc128(kt + off), j > 0);
-    }
-    wg::commit();
+    issue_scores<HD, 64>(hi, lo, q0, kt);
     wg::wait<0>();
     wg::fence_regs(hi);
     wg::fence_regs(lo);
-    float s[8][4], c[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 8; n++) {
-        const float2 k2 = *reinterpret_cast<const float2 *>(ks + 8 * n + 2 * t);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = i >> 1, pos = s0 + 8 * n + 2 * t + (i & 1);
-            /* 256 hi + lo is exact in int32 (|hi| < 2^22, |lo| < 2^22): one rounding, as fmaf's */
-            const float S = (float)(hi[4 * n + i] * 256 + lo[4 * n + i]);
-            const float x = pos < lim[r] ? S * (i & 1 ? k2.y : k2.x) * qf[r] : -INFINITY;
-            s[n][i] = x;
-            c[r] = fmaxf(c[r], x);
-        }
-    }
+    float s[8][4], c[2];
+    score_floats<8>(hi, lo, ks, s0, qf, lim, s, c);
     float al[2];
     uint32_t pa[8][2];
     online_softmax<8>(s, c, m, l, vs + 2 * t, psc, pa, al);
@@ -254,34 +280,16 @@ template <int HD, int H>
 __device__ __forceinline__ void pipe_half(WgPipe<HD> &p, uint32_t q0, uint32_t kt, uint32_t vt, const float *ks,
                                           const float *vs, int s0, const float (&qf)[2], const int (&lim)[2],
                                           float psc) {
-    using F = WgGeo<HD>;
     const int t = threadIdx.x & 3;
     int hi[16], lo[16];
     wg::fence();
-#pragma unroll
-    for (int j = 0; j < HD / 32; j++) {
-        const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
-        wg::mma_s8_64x32x32(hi, wg::desc128(q0 + qoff), wg::desc128(kt + off), j > 0);
-        wg::mma_s8_64x32x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), wg::desc128(kt + off), j > 0);
-    }
-    wg::commit();
+    issue_scores<HD, 32>(hi, lo, q0, kt);
     pipe_pv<HD, 1 - H>(p); /* the half before's (zeros at the first: O = 0) */
     wg::wait<1>();         /* the scores; P' V may still run */
     wg::fence_regs(hi);
     wg::fence_regs(lo);
-    float sc[4][4], c[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 4; n++) {
-        const float2 k2 = *reinterpret_cast<const float2 *>(ks + 8 * n + 2 * t);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = i >> 1, pos = s0 + 8 * n + 2 * t + (i & 1);
-            const float S = (float)(hi[4 * n + i] * 256 + lo[4 * n + i]);
-            const float x = pos < lim[r] ? S * (i & 1 ? k2.y : k2.x) * qf[r] : -INFINITY;
-            sc[n][i] = x;
-            c[r] = fmaxf(c[r], x);
-        }
-    }
+    float sc[4][4], c[2];
+    score_floats<4>(hi, lo, ks, s0, qf, lim, sc, c);
     float al[2];
     online_softmax<4>(sc, c, p.m, p.l, vs + 2 * t, psc, p.pa[H], al);
     wg::wait<0>();
