@@ -1,6 +1,7 @@
 #!/bin/sh
-# Runs every test program in BUILD/tests (cmocka, TAP output) and the node
-# tests in tests/node, and ends with the line "N passed, N failed".
+# Runs every test program in BUILD/tests (cmocka, TAP output), the tools'
+# Python tests in tests/tools and the node tests in tests/node, and ends with
+# the line "N passed, N failed".
 BUILD=${1:-build}
 passed=0
 failed=0
@@ -31,6 +32,25 @@ for t in "$BUILD"/tests/test_*; do
         if [ "$skip" -gt 0 ]; then echo "ok   $name ($ok, $skip skipped)"; else echo "ok   $name ($ok)"; fi
     fi
 done
+# the measurement tools' own tests (tools/*.py, Python's unittest, standard library only)
+if ls tests/tools/test_*.py >/dev/null 2>&1; then
+    log=$logdir/tools.log
+    python3 -m unittest discover -s tests/tools -p 'test_*.py' -v >"$log" 2>&1
+    rc=$?
+    ok=$(grep -c '\.\.\. ok$' "$log")
+    bad=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$log")
+    sk=$(grep -c '\.\.\. skipped' "$log")
+    skipped=$((skipped + sk))
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok))
+    failed=$((failed + bad))
+    if [ "$bad" -ne 0 ]; then
+        echo "FAIL tools tests (exit $rc):"
+        tail -n 40 "$log" | sed 's/^/    /'
+    else
+        echo "ok   tools tests ($ok)"
+    fi
+fi
 if [ -d tests/node ] && ls tests/node/*.test.mjs >/dev/null 2>&1; then
     log=$logdir/node.log
     SPLASH_BIN=$(pwd)/$BUILD/splash node --test --test-reporter=tap tests/node/*.test.mjs >"$log" 2>&1
