@@ -45,7 +45,7 @@ __device__ __forceinline__ uint64_t desc128(uint32_t addr, uint32_t lbo = 16) {
            (uint64_t)1 << 62;
 }
 
-/* Before a warpgroup's first wgmma, and after other instructions touched its accumulators. */
+/* Before a warpgroup's first wgmma, and after other instructions touched its accumulators or A registers. */
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 /* Until at most N committed groups of this warpgroup are in flight. */
