@@ -179,19 +179,35 @@ __device__ __forceinline__ void pv_done(float (&O)[HD / 64][32]) {
     for (int cb = 0; cb < HD / 64; cb++) wg::fence_regs(O[cb]);
 }
 
+/* A group's running state: O, the max m (base 2, scaled) and this lane's
+ * share of the sum l of its two vectors, whether O holds a product yet; and
+ * for the pipelined form (PIPE: a group's work in halves of 32 positions,
+ * each half's P' V issued with the next half's scores, so the softmax of
+ * half j runs under P' V of half j - 1, FlashAttention-3's overlap inside a
+ * warpgroup) the P' of a half in pa[parity] until its product is issued. */
+template <int HD>
+struct WgPipe {
+    float O[HD / 64][32];
+    float m[2], l[2];
+    uint32_t pa[2][4][2]; /* P' of a half, by its parity */
+    uint32_t pend_vt;     /* the pending half's V rows (shared address) */
+    int pend_h;           /* the pending half's parity */
+    int started;          /* O holds a product */
+};
+
 /* A warpgroup's stage: positions s0 .. s0 + 63 against its 64 vectors (the
  * lane's two: g and g + 8 of its warp's 16).  q0 / kt / vt: shared
  * addresses of the group's hi digits (lo one qtile further), the stage's K
  * and fp16 V; ks / vs the positions' scales; qf, lim as the mma.sync
- * form's; O[c][4 n + i]: dims 64 c + 8 n + 2 t + i % 2 of vector i / 2,
- * started: whether O holds a product yet (else the first P' V replaces it).
+ * form's; p.O[c][4 n + i]: dims 64 c + 8 n + 2 t + i % 2 of vector i / 2
+ * (while p.started is 0 the first P' V replaces it).
  * The stage's P' V is left in flight: the next stage (or pv_done) waits. */
 template <int HD>
-__device__ __forceinline__ void wg_stage(float (&O)[HD / 64][32], int &started, float (&m)[2], float (&l)[2], uint32_t q0,
-                                         uint32_t kt, uint32_t vt, const float *ks, const float *vs, int s0,
-                                         const float (&qf)[2], const int (&lim)[2], float psc) {
+__device__ __forceinline__ void wg_stage(WgPipe<HD> &p, uint32_t q0, uint32_t kt, uint32_t vt, const float *ks,
+                                         const float *vs, int s0, const float (&qf)[2], const int (&lim)[2], float psc) {
     using F = WgGeo<HD>;
     const int t = threadIdx.x & 3;
+    float(&O)[HD / 64][32] = p.O;
     int hi[32], lo[32];
     pv_done<HD>(O);
     wg::fence();
@@ -203,8 +219,8 @@ __device__ __forceinline__ void wg_stage(float (&O)[HD / 64][32], int &started, 
     score_floats<8>(hi, lo, ks, s0, qf, lim, s, c);
     float al[2];
     uint32_t pa[8][2];
-    online_softmax<8>(s, c, m, l, vs + 2 * t, psc, pa, al);
-    if (started && __any_sync(kFull, al[0] != 1.f || al[1] != 1.f))
+    online_softmax<8>(s, c, p.m, p.l, vs + 2 * t, psc, pa, al);
+    if (p.started && __any_sync(kFull, al[0] != 1.f || al[1] != 1.f))
 #pragma unroll
         for (int cb = 0; cb < HD / 64; cb++)
 #pragma unroll
@@ -215,26 +231,11 @@ __device__ __forceinline__ void wg_stage(float (&O)[HD / 64][32], int &started, 
         const uint32_t a[4] = {pa[2 * kk][0], pa[2 * kk][1], pa[2 * kk + 1][0], pa[2 * kk + 1][1]};
 #pragma unroll
         for (int cb = 0; cb < HD / 64; cb++)
-            wg::mma_f16_rs_64x64x16_mn(O[cb], a, wg::desc128(vt + cb * F::ST * 128 + kk * 16 * 128), started | kk);
+            wg::mma_f16_rs_64x64x16_mn(O[cb], a, wg::desc128(vt + cb * F::ST * 128 + kk * 16 * 128), p.started | kk);
     }
-    started = 1;
+    p.started = 1;
     wg::commit(); /* waited for by the next stage (pv_done): it overlaps the next widening */
 }
-
-/* The pipelined form (PIPE): a group's work in halves of 32 positions, each
- * half's P' V issued with the next half's scores, so the softmax of half j
- * runs under P' V of half j - 1 (FlashAttention-3's overlap inside a
- * warpgroup).  A half's P' stays in registers pa[parity] until its product
- * is issued; O is rescaled once that product is done. */
-template <int HD>
-struct WgPipe {
-    float O[HD / 64][32];
-    float m[2], l[2];
-    uint32_t pa[2][4][2]; /* P' of a half, by its parity */
-    uint32_t pend_vt;     /* the pending half's V rows (shared address) */
-    int pend_h;           /* the pending half's parity */
-    int started;          /* O holds a product */
-};
 
 /* The pending half's O += P' V, issued (its P' in pa[PH]), not waited for. */
 template <int HD, int PH>
@@ -381,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_wg_kernel(const A
             else
                 pipe_flush<HD, 0>(pp);
         } else if (s0 < glim) { /* uniform in the group */
-            wg_stage<HD>(pp.O, pp.started, pp.m, pp.l, q0, kt, vt, ks, vs, s0, qf, lim, psc);
+            wg_stage<HD>(pp, q0, kt, vt, ks, vs, s0, qf, lim, psc);
         } else {
             pv_done<HD>(pp.O);
         }
