@@ -41,11 +41,10 @@
  * with the P' V's wait in the next stage, ptxas then serialises every
  * wgmma (its C7515 remark).
  *
- * The pipelined form (PIPE; off unless SPLASH_CUDA_ATTN_WG_PIPE=1: written
- * in session 41 after the device time was spent, not yet run on a GPU): a
- * group's stage in halves of 32 positions, half j's scores issued with
- * half j - 1's P' V, so the softmax of half j runs under that product; 223
- * registers.  To be measured, and made the default or removed.
+ * A third, a group's stage in halves of 32 positions with half j's scores
+ * issued beside half j - 1's P' V (FlashAttention-3's overlap inside a
+ * warpgroup, 223 registers), was slower (3,357 against 3,004 us) and wrong
+ * at some lane mixes; removed (session 42).
  *
  * C++ used: templates over head_dim, lambdas; no STL.
  */
@@ -127,37 +126,31 @@ __device__ __forceinline__ void widen_own(const uint8_t *Vl, uint8_t *V16) {
     wg::fence_proxy_async();
 }
 
-/* A group's scores of N positions (64, or 32 from kt's row 32 on) against
- * its 64 vectors into hi / lo, the digits' sums: issued and committed. */
-template <int HD, int N>
-__device__ __forceinline__ void issue_scores(int (&hi)[N / 2], int (&lo)[N / 2], uint32_t q0, uint32_t kt) {
+/* A group's scores of the stage's 64 positions against its 64 vectors
+ * into hi / lo, the digits' sums: issued and committed. */
+template <int HD>
+__device__ __forceinline__ void issue_scores(int (&hi)[32], int (&lo)[32], uint32_t q0, uint32_t kt) {
     using F = WgGeo<HD>;
 #pragma unroll
     for (int j = 0; j < HD / 32; j++) {
         const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
         const uint64_t kd = wg::desc128(kt + off);
-        if constexpr (N == 64) {
-            wg::mma_s8_64x64x32(hi, wg::desc128(q0 + qoff), kd, j > 0);
-            wg::mma_s8_64x64x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), kd, j > 0);
-        } else {
-            wg::mma_s8_64x32x32(hi, wg::desc128(q0 + qoff), kd, j > 0);
-            wg::mma_s8_64x32x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), kd, j > 0);
-        }
+        wg::mma_s8_64x64x32(hi, wg::desc128(q0 + qoff), kd, j > 0);
+        wg::mma_s8_64x64x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), kd, j > 0);
     }
     wg::commit();
 }
 
-/* The lane's scores of NTL n-tiles (positions s0 + 8 n + 2 t, + 1) as
- * online_softmax takes them: base 2, -inf past each vector's limit, and
- * the lane's largest a vector in c. */
-template <int NTL>
-__device__ __forceinline__ void score_floats(const int (&hi)[4 * NTL], const int (&lo)[4 * NTL], const float *ks,
-                                             int s0, const float (&qf)[2], const int (&lim)[2], float (&s)[NTL][4],
+/* The lane's scores of the stage's 8 n-tiles (positions s0 + 8 n + 2 t,
+ * + 1) as online_softmax takes them: base 2, -inf past each vector's
+ * limit, and the lane's largest a vector in c. */
+__device__ __forceinline__ void score_floats(const int (&hi)[32], const int (&lo)[32], const float *ks, int s0,
+                                             const float (&qf)[2], const int (&lim)[2], float (&s)[8][4],
                                              float (&c)[2]) {
     const int t = threadIdx.x & 3;
     c[0] = c[1] = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < NTL; n++) {
+    for (int n = 0; n < 8; n++) {
         const float2 k2 = *reinterpret_cast<const float2 *>(ks + 8 * n + 2 * t);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -180,19 +173,12 @@ __device__ __forceinline__ void pv_done(float (&O)[HD / 64][32]) {
 }
 
 /* A group's running state: O, the max m (base 2, scaled) and this lane's
- * share of the sum l of its two vectors, whether O holds a product yet; and
- * for the pipelined form (PIPE: a group's work in halves of 32 positions,
- * each half's P' V issued with the next half's scores, so the softmax of
- * half j runs under P' V of half j - 1, FlashAttention-3's overlap inside a
- * warpgroup) the P' of a half in pa[parity] until its product is issued. */
+ * share of the sum l of its two vectors, whether O holds a product yet. */
 template <int HD>
-struct WgPipe {
+struct WgState {
     float O[HD / 64][32];
     float m[2], l[2];
-    uint32_t pa[2][4][2]; /* P' of a half, by its parity */
-    uint32_t pend_vt;     /* the pending half's V rows (shared address) */
-    int pend_h;           /* the pending half's parity */
-    int started;          /* O holds a product */
+    int started; /* O holds a product */
 };
 
 /* A warpgroup's stage: positions s0 .. s0 + 63 against its 64 vectors (the
@@ -203,7 +189,7 @@ struct WgPipe {
  * (while p.started is 0 the first P' V replaces it).
  * The stage's P' V is left in flight: the next stage (or pv_done) waits. */
 template <int HD>
-__device__ __forceinline__ void wg_stage(WgPipe<HD> &p, uint32_t q0, uint32_t kt, uint32_t vt, const float *ks,
+__device__ __forceinline__ void wg_stage(WgState<HD> &p, uint32_t q0, uint32_t kt, uint32_t vt, const float *ks,
                                          const float *vs, int s0, const float (&qf)[2], const int (&lim)[2], float psc) {
     using F = WgGeo<HD>;
     const int t = threadIdx.x & 3;
@@ -211,12 +197,12 @@ __device__ __forceinline__ void wg_stage(WgPipe<HD> &p, uint32_t q0, uint32_t kt
     int hi[32], lo[32];
     pv_done<HD>(O);
     wg::fence();
-    issue_scores<HD, 64>(hi, lo, q0, kt);
+    issue_scores<HD>(hi, lo, q0, kt);
     wg::wait<0>();
     wg::fence_regs(hi);
     wg::fence_regs(lo);
     float s[8][4], c[2];
-    score_floats<8>(hi, lo, ks, s0, qf, lim, s, c);
+    score_floats(hi, lo, ks, s0, qf, lim, s, c);
     float al[2];
     uint32_t pa[8][2];
     online_softmax<8>(s, c, p.m, p.l, vs + 2 * t, psc, pa, al);
@@ -237,76 +223,7 @@ __device__ __forceinline__ void wg_stage(WgPipe<HD> &p, uint32_t q0, uint32_t kt
     wg::commit(); /* waited for by the next stage (pv_done): it overlaps the next widening */
 }
 
-/* The pending half's O += P' V, issued (its P' in pa[PH]), not waited for. */
-template <int HD, int PH>
-__device__ __forceinline__ void pipe_pv(WgPipe<HD> &p) {
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-        const uint32_t a[4] = {p.pa[PH][2 * kk][0], p.pa[PH][2 * kk][1], p.pa[PH][2 * kk + 1][0],
-                               p.pa[PH][2 * kk + 1][1]};
-#pragma unroll
-        for (int cb = 0; cb < HD / 64; cb++)
-            wg::mma_f16_rs_64x64x16_mn(p.O[cb], a, wg::desc128(p.pend_vt + cb * kStage * 128 + kk * 16 * 128),
-                                       p.started | kk);
-    }
-    wg::commit();
-    p.started = 1;
-}
-
-/* pa[PH] zeroed once its product is done: issued again it adds nothing. */
-template <int HD, int PH>
-__device__ __forceinline__ void pipe_clear(WgPipe<HD> &p) {
-#pragma unroll
-    for (int n = 0; n < 4; n++) p.pa[PH][n][0] = p.pa[PH][n][1] = 0u;
-}
-
-/* The pending half's product issued and done (a group past its last half, or
- * before the V rows it reads are written again).  Unconditional, as every
- * product here: a product under a branch ptxas cannot prove uniform makes it
- * serialise the kernel's wgmma (its C7520 remark); with nothing pending it
- * adds pa's zeros. */
-template <int HD, int PH>
-__device__ __forceinline__ void pipe_flush(WgPipe<HD> &p) {
-    wg::fence();
-    pipe_pv<HD, PH>(p);
-    wg::wait<0>();
-#pragma unroll
-    for (int cb = 0; cb < HD / 64; cb++) wg::fence_regs(p.O[cb]);
-    pipe_clear<HD, PH>(p);
-}
-
-/* Half H of a stage: positions s0 .. s0 + 31 (kt, vt: their K and fp16 V
- * rows), the rest as wg_stage's. */
-template <int HD, int H>
-__device__ __forceinline__ void pipe_half(WgPipe<HD> &p, uint32_t q0, uint32_t kt, uint32_t vt, const float *ks,
-                                          const float *vs, int s0, const float (&qf)[2], const int (&lim)[2],
-                                          float psc) {
-    const int t = threadIdx.x & 3;
-    int hi[16], lo[16];
-    wg::fence();
-    issue_scores<HD, 32>(hi, lo, q0, kt);
-    pipe_pv<HD, 1 - H>(p); /* the half before's (zeros at the first: O = 0) */
-    wg::wait<1>();         /* the scores; P' V may still run */
-    wg::fence_regs(hi);
-    wg::fence_regs(lo);
-    float sc[4][4], c[2];
-    score_floats<4>(hi, lo, ks, s0, qf, lim, sc, c);
-    float al[2];
-    online_softmax<4>(sc, c, p.m, p.l, vs + 2 * t, psc, p.pa[H], al);
-    wg::wait<0>();
-#pragma unroll
-    for (int cb = 0; cb < HD / 64; cb++) wg::fence_regs(p.O[cb]);
-    pipe_clear<HD, 1 - H>(p);
-    if (__any_sync(kFull, al[0] != 1.f || al[1] != 1.f))
-#pragma unroll
-        for (int cb = 0; cb < HD / 64; cb++)
-#pragma unroll
-            for (int i = 0; i < 32; i++) p.O[cb][i] *= al[(i >> 1) & 1];
-    p.pend_h = H;
-    p.pend_vt = vt;
-}
-
-template <int HD, bool PIPE>
+template <int HD>
 __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_wg_kernel(const AttnArgs a) {
     pdl_begin();
     using F = WgGeo<HD>;
@@ -348,12 +265,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_wg_kernel(const A
     /* O is first written by a product (started 0: scale-d 0), not zeroed:
      * ptxas serialises every wgmma of a loop whose accumulators other
      * instructions define before it (C7515), which the zeros did */
-    WgPipe<HD> pp;
+    WgState<HD> pp;
     pp.m[0] = pp.m[1] = -INFINITY, pp.l[0] = pp.l[1] = 0.f;
-    pp.started = pp.pend_h = 0;
-    pp.pend_vt = smem_addr(V16); /* the pipelined form: nothing pending, pa zero */
-    pipe_clear<HD, 0>(pp);
-    pipe_clear<HD, 1>(pp);
+    pp.started = 0;
     const uint32_t q0 = smem_addr(qg), kt0 = smem_addr(Kt), vt0 = smem_addr(V16);
     float psc = 1.f, pinv = 1.f;
 
@@ -372,20 +286,10 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_wg_kernel(const A
         const int buf = st & 1, set = st % kSets, s0 = p0 + st * ST;
         const uint32_t kt = kt0 + buf * (uint32_t)F::ktile, vt = vt0 + buf * (uint32_t)F::vtile;
         const float *ks = ksc + set * ST, *vs = vsc + set * ST;
-        if constexpr (PIPE) { /* each half: its scores, the half before's P' V (uniform in the group) */
-            if (s0 < glim)
-                pipe_half<HD, 0>(pp, q0, kt, vt, ks, vs, s0, qf, lim, psc);
-            else
-                pipe_flush<HD, 1>(pp);
-            if (s0 + 32 < glim)
-                pipe_half<HD, 1>(pp, q0, kt + 32 * 128, vt + 32 * 128, ks + 32, vs + 32, s0 + 32, qf, lim, psc);
-            else
-                pipe_flush<HD, 0>(pp);
-        } else if (s0 < glim) { /* uniform in the group */
+        if (s0 < glim) /* uniform in the group */
             wg_stage<HD>(pp, q0, kt, vt, ks, vs, s0, qf, lim, psc);
-        } else {
+        else
             pv_done<HD>(pp.O);
-        }
         if (st + 1 < nst) {
             cp_async_wait<0>();
             widen_own<HD>(Vl + (buf ^ 1) * F::ktile, V16 + (buf ^ 1) * F::vtile);
@@ -400,14 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_wg_kernel(const A
     }
 
     /* 3. each vector's partial or output: o[8 cb + n][0] and [2] its dims 64 cb + 8 n + 2 t and + 1 */
-    if constexpr (PIPE) {
-        if (pp.pend_h)
-            pipe_flush<HD, 1>(pp);
-        else
-            pipe_flush<HD, 0>(pp);
-    } else {
-        pv_done<HD>(pp.O);
-    }
+    pv_done<HD>(pp.O);
     float(&O)[HD / 64][32] = pp.O;
     if (!pp.started) /* the group saw none of the split: O is 0 */
 #pragma unroll
@@ -425,25 +322,16 @@ __global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_wg_kernel(const A
     });
 }
 
-template <int HD, bool PIPE>
+template <int HD>
 int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
     static bool attr_set = false; /* once per instantiation; setting it again is harmless */
     if (!attr_set) {
-        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_flash_wg_kernel<HD, PIPE>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WgGeo<HD>::bytes));
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_flash_wg_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)WgGeo<HD>::bytes));
         attr_set = true;
     }
-    SPLASH_CUDA_TRY(launch_kernel(attn_int8_flash_wg_kernel<HD, PIPE>, grid, kThreads, WgGeo<HD>::bytes, s, a));
+    SPLASH_CUDA_TRY(launch_kernel(attn_int8_flash_wg_kernel<HD>, grid, kThreads, WgGeo<HD>::bytes, s, a));
     return SPLASH_OK;
-}
-
-/* The pipelined form when SPLASH_CUDA_ATTN_WG_PIPE=1 (read once): an A/B switch, off until measured. */
-int g_pipe = -1;
-
-template <int HD>
-int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
-    return env_switch(&g_pipe, "SPLASH_CUDA_ATTN_WG_PIPE", 0) ? launch<HD, true>(a, grid, s)
-                                                                : launch<HD, false>(a, grid, s);
 }
 
 } /* namespace */

@@ -72,7 +72,6 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 #define SPLASH_WG_8(c, d, i)                                                                                          \
     SPLASH_WG_OP(c, d[i]), SPLASH_WG_OP(c, d[i + 1]), SPLASH_WG_OP(c, d[i + 2]), SPLASH_WG_OP(c, d[i + 3]),             \
         SPLASH_WG_OP(c, d[i + 4]), SPLASH_WG_OP(c, d[i + 5]), SPLASH_WG_OP(c, d[i + 6]), SPLASH_WG_OP(c, d[i + 7])
-#define SPLASH_WG_16(c, d) SPLASH_WG_8(c, d, 0), SPLASH_WG_8(c, d, 8)
 #define SPLASH_WG_32(c, d) SPLASH_WG_8(c, d, 0), SPLASH_WG_8(c, d, 8), SPLASH_WG_8(c, d, 16), SPLASH_WG_8(c, d, 24)
 #define SPLASH_WG_REGS32                                                                                              \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "  \
@@ -89,15 +88,6 @@ __device__ __forceinline__ void mma_s8_64x64x32(int (&d)[32], uint64_t a, uint64
                  : "l"(a), "l"(b), "r"(acc));
 }
 
-/* The same with 32 columns of B and D (D as above, n-tiles 0..3). */
-__device__ __forceinline__ void mma_s8_64x32x32(int (&d)[16], uint64_t a, uint64_t b, int acc) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p;\n}\n"
-                 : SPLASH_WG_16("+r", d)
-                 : "l"(a), "l"(b), "r"(acc));
-}
-
 /* D (64 x 64, f32) = (acc ? D : 0) + A B: A 64 x 16 f16 in registers (mma.sync
  * m16n8k16's A fragment of the lane's warp, rows 16 w ..), B 16 x 64 f16
  * MN-major from shared memory (a row of 128 bytes a K index).  D as above. */
@@ -111,7 +101,6 @@ __device__ __forceinline__ void mma_f16_rs_64x64x16_mn(float (&d)[32], const uin
 
 #undef SPLASH_WG_REGS32
 #undef SPLASH_WG_32
-#undef SPLASH_WG_16
 #undef SPLASH_WG_8
 #undef SPLASH_WG_OP
 
