@@ -75,17 +75,6 @@ __device__ __forceinline__ void imma_ss(int (&d)[4], const uint32_t (&a)[4], uin
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float ex2(float x) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t *>(&h);
-}
-
 /* Byte `sel` picks (0x40: byte 0, 0x51: byte 1, 0x62: byte 2) of x0..x3, as one word (x0's low). */
 __device__ __forceinline__ uint32_t bytes_of(int x0, int x1, int x2, int x3, uint32_t sel) {
     return prmt(prmt((uint32_t)x0, (uint32_t)x1, sel), prmt((uint32_t)x2, (uint32_t)x3, sel), 0x5410);
@@ -204,108 +193,6 @@ __device__ __forceinline__ void stage_copy_async(const AttnArgs &a, const uint8_
     cp_async_commit();
 }
 
-/* The flash layouts' query vectors wq0 .. wq0 + 15 as two 8-bit digits:
- * lane (v = lane / 2, half lane & 1) scales vector v's half of the dims by
- * a power of two (|q 2^k| < 2^14) and rounds it to x = 256 hi + lo, lo in
- * [-128, 127]; store(v, d, hi, lo) takes the digits of dims d .. d + 3 as
- * two words (zeros for v >= nv).  Returns 2^-k of vector lane / 2. */
-template <int HD, typename Store>
-__device__ __forceinline__ float q_digits(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int wq0, int nv,
-                                          Store store) {
-    const int lane = threadIdx.x & 31, v = lane >> 1, d0 = (lane & 1) * (HD / 2);
-    const float *src = nullptr;
-    if (v < nv) {
-        const int qv = wq0 + v, r = qv / a.group, h = kvh * a.group + qv % a.group;
-        src = a.q + (size_t)(ln.first_row + r) * a.ldq + (size_t)h * HD + d0;
-    }
-    const bool al = ((uintptr_t)src & 15) == 0;
-    float mx = 0.f;
-    if (src)
-#pragma unroll 4
-        for (int i = 0; i < HD / 2; i += 4) {
-            const float4 x = load4(src + i, al);
-            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
-        }
-    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-    float sc, inv;
-    row_pow2_scale(mx, sc, inv, 14, 126); /* |q 2^k| < 2^14: hi = (x + 128) >> 8 within [-64, 64] */
-#pragma unroll 4
-    for (int i = 0; i < HD / 2; i += 4) {
-        uint32_t wh = 0, wl = 0;
-        if (src) {
-            const float4 x = load4(src + i, al);
-            const int x0 = __float2int_rn(x.x * sc), x1 = __float2int_rn(x.y * sc);
-            const int x2 = __float2int_rn(x.z * sc), x3 = __float2int_rn(x.w * sc);
-            wl = bytes_of(x0, x1, x2, x3, 0x40); /* lo: the low byte as signed */
-            wh = bytes_of((x0 + 128) >> 8, (x1 + 128) >> 8, (x2 + 128) >> 8, (x3 + 128) >> 8, 0x40);
-        }
-        store(v, d0 + i, wh, wl);
-    }
-    return inv;
-}
-
-/* The flash layouts' online softmax over NTL n-tiles of 8 positions for a
- * lane's two vectors (r 0: g, 1: g + 8): s[n][i] the scores (base 2, masked
- * to -inf) of vector i / 2 at the tile's positions 2 t + i % 2, c[r] the
- * lane's largest of them; m, l the running max and this lane's share of
- * the sum.  Out: al[r] the factor the vector's O takes, pa[n][r] its P' =
- * p vs psc at the tile's two positions as f16x2 (vs: the V scales, at the
- * lane's first position). */
-template <int NTL>
-__device__ __forceinline__ void online_softmax(const float (&s)[NTL][4], float (&c)[2], float (&m)[2], float (&l)[2],
-                                               const float *vs, float psc, uint32_t (&pa)[NTL][2], float (&al)[2]) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        c[r] = fmaxf(c[r], __shfl_xor_sync(kFull, c[r], 1));
-        c[r] = fmaxf(c[r], __shfl_xor_sync(kFull, c[r], 2));
-        const float mn = fmaxf(m[r], c[r]), mx = mn == -INFINITY ? 0.f : mn; /* -inf - 0: every weight 0 */
-        al[r] = ex2(m[r] - mx);
-        m[r] = mn;
-        c[r] = mx;
-    }
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < NTL; n++) {
-        const float2 v2 = *reinterpret_cast<const float2 *>(vs + 8 * n);
-        const float va = v2.x * psc, vb = v2.y * psc;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float p0 = ex2(s[n][2 * r] - c[r]), p1 = ex2(s[n][2 * r + 1] - c[r]);
-            sum[r] += p0 + p1;
-            pa[n][r] = half2_bits(p0 * va, p1 * vb);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) l[r] = fmaf(l[r], al[r], sum[r]);
-}
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
-/* The flash layouts' lane's two vectors g = lane / 4 and g + 8 of the
- * warp's wq0 .. (nv of them; qinv from q_digits): qf[r] = 2^-k scale log2
- * e, lim[r] the first position the vector does not see (at most p1; 0 past
- * nv). */
-__device__ __forceinline__ void flash_vectors(const AttnArgs &a, const splash_cuda_attn_lane &ln, int wq0, int nv,
-                                              int p1, float qinv, float (&qf)[2], int (&lim)[2]) {
-    const int g = (threadIdx.x & 31) >> 2;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int v = g + 8 * r;
-        qf[r] = __shfl_sync(kFull, qinv, 2 * v) * a.scale * kLog2e;
-        lim[r] = v < nv ? min(ln.n_past + (wq0 + v) / a.group + 1, p1) : 0;
-    }
-}
-
-/* P's power of two psc (and its inverse) from the split's largest V scale,
- * the warps' shares in red[] (split_start's, after a barrier): P' = p vs psc
- * <= 2^14 (p <= 1). */
-__device__ __forceinline__ void split_p_scale(const float *red, int warps, float &psc, float &pinv) {
-    float vm = 0.f;
-    for (int w = 0; w < warps; w++) vm = fmaxf(vm, red[w]);
-    row_pow2_scale(vm, psc, pinv);
-}
-
 /* The end of query vector qv (the block's, its context lim) in split z: from its
  * state's O (as the V^T P^T product leaves it: O[d][c] and O[d][2 + c] are
  * this lane's dims dim(d, 0) and dim(d, 1) of the lane's vector c, times P's
@@ -342,28 +229,6 @@ __device__ __forceinline__ void write_vector(const AttnArgs &a, const splash_cud
         o[dim(d, 1)] = __fmul_rn(O[d][2 + c], pinv);
     }
     if (lead) a.part_ml[2 * idx] = m, a.part_ml[2 * idx + 1] = l;
-}
-
-/* The flash layouts' end for the lane's two vectors (flash_vectors'): the
- * sums l over the quad, then each vector's partial or output (write_vector),
- * its O as o_of(r, o) gives it: o[n][0] and o[n][2] dims 8 n + 2 t and + 1
- * of vector g + 8 r. */
-template <int HD, typename OOf>
-__device__ __forceinline__ void flash_write(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int wq0, int nv,
-                                            const float (&m)[2], const float (&l)[2], float pinv, OOf o_of) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float ls = l[r];
-        ls += __shfl_xor_sync(kFull, ls, 1);
-        ls += __shfl_xor_sync(kFull, ls, 2);
-        const int v = g + 8 * r;
-        if (v >= nv) continue;
-        float o[HD / 8][4];
-        o_of(r, o);
-        write_vector<HD>(a, ln, kvh, wq0 + v, ln.n_past + (wq0 + v) / a.group + 1, blockIdx.z, o, 0, pinv,
-                         m[r] * kLn2, ls, t == 0, [t](int n, int h) { return 8 * n + 2 * t + h; });
-    }
 }
 
 } /* namespace int8_attn */

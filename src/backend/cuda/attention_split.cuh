@@ -56,12 +56,10 @@ int attn_int8_split_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStrea
 int attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
 
 /* Query vectors a block of attention_int8_flash.cu takes (16 a warp, 8
- * warps): the long splits' calls over int8 pages (bulk prefill rows), every
- * lane of the call, a.qchunk = kFlashQ. */
+ * warps, two warpgroups): the long splits' calls over int8 pages (bulk
+ * prefill rows), every lane of the call, a.qchunk = kFlashQ. */
 constexpr int kFlashQ = 128;
 int attn_int8_flash_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
-/* Its warpgroup (wgmma) form, head_dim 128 or 256 (attention_int8_flash_wg.cu). */
-int attn_int8_flash_wg_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
 
 } /* namespace splash_cuda */
 
