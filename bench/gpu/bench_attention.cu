@@ -3,12 +3,13 @@
  * shapes' heads, timed with the lane's bulk split (splash_cuda_attn_bulk_split,
  * where longer than the long split), the long split (bulk prefill: the
  * flash kernel, or with SPLASH_CUDA_ATTN_FLASH=0 the wide split kernel) and
- * the default split (where its workspace fits 4 GB), with the causal FLOPs a second (2 x 2 x head_dim a (query vector,
+ * the default split (the lane's own: attention.h; where its workspace fits 4 GB), with the causal FLOPs a second (2 x 2 x head_dim a (query vector,
  * position it sees)).  No reference: test_cuda_ops checks the values.
  *
  * Usage: bench/gpu/bench_attention.sh (builds it) or bench_attention
  *        [27b|35b|hd128] [P:R ...]   (default 27b 0:4096
- *        16384:1024 31744:1024)
+ *        16384:1024 31744:1024); BENCH_SPLITS=512,1024 also times those
+ *        splits (the split kernels: verify rows take the wide layout)
  */
 #include <cuda_runtime.h>
 
@@ -72,6 +73,16 @@ int main(int argc, char **argv) {
     splash_cuda_kv_layout l;
     if (splash_cuda_kv_layout_init(&l, 2 /* SPLASH_KV_INT8 */, 1, s->kv_heads, s->head_dim, kPageTokens)) return 1;
     const std::vector<uint8_t> page = random_page(l);
+    /* BENCH_SPLITS=a,b,...: splits (multiples of 64 below the long split) timed after the default one */
+    std::vector<int> extra;
+    if (const char *e = getenv("BENCH_SPLITS"))
+        for (const char *c = e; *c;) {
+            const int v = atoi(c);
+            if (v >= 64 && v % 64 == 0 && v < SPLASH_CUDA_ATTN_SPLIT_LONG) extra.push_back(v);
+            c = strchr(c, ',');
+            if (!c) break;
+            c++;
+        }
     printf("| shape | n_past | rows | kernel | us | causal TFLOP/s |\n|---|---|---|---|---|---|\n");
     for (auto [P, R] : cases) {
         const int ctx = P + R, n_pages = (ctx + kPageTokens - 1) / kPageTokens, w = s->heads * s->head_dim;
@@ -102,24 +113,28 @@ int main(int argc, char **argv) {
         /* the lane's bulk split (one split: no workspace), the shortest long
          * split, the default split (where its workspace stays under 4 GB) */
         const int bulk = splash_cuda_attn_bulk_split(R, ctx, s->heads, s->kv_heads);
-        for (int mode = 2; mode >= 0; mode--) {
+        for (int mode = 2; mode >= -(int)extra.size(); mode--) {
             const int long_split = mode > 0;
             if (mode == 0 && splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, 0) > (4ull << 30)) continue;
             if (mode == 2 && bulk == SPLASH_CUDA_ATTN_SPLIT_LONG) continue; /* the same call as mode 1 */
+            const int split = mode == 2 ? bulk : long_split ? SPLASH_CUDA_ATTN_SPLIT_LONG : mode < 0 ? extra[-mode - 1] : 0;
             splash_cuda_attn_args a;
             memset(&a, 0, sizeof a);
             a.layout = &l, a.pool = pool, a.layer = 0, a.lanes = dln, a.n_lanes = 1, a.rows = R;
             a.max_lane_rows = a.min_lane_rows = R, a.max_ctx = ctx, a.n_heads = s->heads;
             a.q = dq, a.ldq = w, a.gate = dgate, a.ldg = w, a.out = dout, a.ldo = w;
             a.scale = 1.0f / sqrtf((float)s->head_dim);
-            a.split = mode == 2 ? bulk : long_split ? SPLASH_CUDA_ATTN_SPLIT_LONG : 0;
+            a.split = split;
             a.workspace_bytes = ctx <= a.split ? 0 : splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, a.split);
             SPLASH_CUDA_CHECK(cudaMalloc(&a.workspace, a.workspace_bytes ? a.workspace_bytes : 256));
             const double us =
                 bench::median_us([&] { return splash_cuda_attention(&a, NULL); }, 5, "splash_cuda_attention");
             char kern[48];
-            snprintf(kern, sizeof kern, "%s %d, %s", mode ? "long" : "split", mode ? a.split : SPLASH_CUDA_ATTN_SPLIT,
-                     !long_split ? "int8" : splash_cuda_attn_flash() ? "flash" : "wide");
+            if (a.split)
+                snprintf(kern, sizeof kern, "%s %d, %s", long_split ? "long" : "split", a.split,
+                         !long_split ? "int8" : splash_cuda_attn_flash() ? "flash" : "wide");
+            else /* the lane's own split from the default (SPLASH_CUDA_ATTN_LANE_SPLIT=0: 128 for every lane) */
+                snprintf(kern, sizeof kern, "split default, int8");
             printf("| %s | %d | %d | %s | %.1f | %.1f |\n", s->name, P, R, kern, us, flop / us * 1e-6);
             cudaFree(a.workspace);
         }

@@ -38,6 +38,7 @@ extern "C" {
 #include "backend/cuda/act.h"
 #include "backend/cuda/argmax.h"
 #include "backend/cuda/attention.h"
+#include "backend/cuda/attention_split.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/dense_matmul.h"
 #include "backend/cuda/dflash.h"
@@ -2221,6 +2222,19 @@ static void test_attention_all(void) {
         test_attention(&k27B, SPLASH_KV_INT8, dec32k, 1, 0, 1e-5, 1);
         test_attention(&k27B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
         test_attention(&k35B, SPLASH_KV_INT8, ver32k, 1, 1, 1e-5, 1);
+        /* lanes with splits of their own (the default split: lane_split_len):
+         * a 32K verify lane (512 positions), a 16K decode row (256) and a
+         * short verify lane (128) in one call, each alone the batch's bits */
+        const LaneSpec own[3] = {{32752, 8}, {16000, 1}, {300, 8}};
+        test_attention(&k27B, SPLASH_KV_INT8, own, 3, 1, 1e-5, 1);
+        test_attention(&k35B, SPLASH_KV_INT8, own, 3, 0, 1e-5, 0);
+        test_attention(&k27B, SPLASH_KV_BF16, own, 3, 0, 1e-5, 0);
+        using splash_cuda::lane_split_len;
+        const int ls_bad = lane_split_len(128, 1, 64) != 128 || lane_split_len(128, 8192, 64) != 128 ||
+                           lane_split_len(128, 8193, 64) != 256 || lane_split_len(128, 32768, 64) != 512 ||
+                           lane_split_len(128, 32769, 64) != 1024 || lane_split_len(128, 32768, 128) != 256 ||
+                           lane_split_len(64, 4097, 64) != 128;
+        report("attention: a lane's own split", "at most 64 / 128 splits", ls_bad ? INFINITY : 0.0, 0, -1, 0);
         /* the bulk lanes' split (attention.h): a prompt in one forward one
          * split; a 2,048-row chunk deep in its context a few; a short lane
          * far in the shortest long split */

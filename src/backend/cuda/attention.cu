@@ -149,10 +149,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) attn_split_kernel(const AttnAr
     const int nq = G * ln.n_rows - qv0; /* query vectors of this block */
     if (nq <= 0) return;
     const int nqb = nq < a.qchunk ? nq : a.qchunk;
-    const int p0 = blockIdx.z * a.split;
+    const int sp = split_len(a, ln);
+    const int p0 = blockIdx.z * sp;
     const int last_lim = ln.n_past + (qv0 + nqb - 1) / G + 1; /* the block's longest context */
     if (p0 >= last_lim) return;
-    const int p1 = min(p0 + a.split, last_lim);
+    const int p1 = min(p0 + sp, last_lim);
 
     float *qs = smem;                       /* [qchunk][HD] */
     float *ks = qs + (size_t)a.qchunk * HD; /* [kTile][HD + 1] */
@@ -292,9 +293,15 @@ struct CombineArgs {
     size_t ldg, ldo;
     int n_lanes, rows, n_heads, head_dim;
     int n_splits; /* the split kernel's grid.z: splits that exist in the workspace */
-    int split;    /* positions per split */
+    int split;       /* positions per split (lane_splits > 0: the lane's, lane_split_len) */
+    int lane_splits;
     int direct1;  /* the split kernel wrote the rows of one split (the int8 kernel does) */
 };
+
+/* The split of lane ln (the split kernels' split_len). */
+__device__ __forceinline__ int combine_split(const CombineArgs &a, const splash_cuda_attn_lane *ln) {
+    return lane_split_of(a.split, a.lane_splits, ln->n_past, ln->n_rows);
+}
 
 /* fac[] of the combine kernel, in floats: the splits rounded up to 4.  The
  * final loop reads fac[s] for s < ns in order; ptxas merges the reads of its
@@ -325,7 +332,7 @@ __global__ void __launch_bounds__(kCombineDims * kCombineGroups) attn_combine_ke
     /* ctx <= max_ctx is the caller's promise (attention.h); a lane that breaks
      * it gets a wrong result for its last positions, never a read outside
      * the workspace or fac. */
-    const int ns = min((ctx + a.split - 1) / a.split, a.n_splits);
+    const int sp = combine_split(a, ln), ns = min((ctx + sp - 1) / sp, a.n_splits);
     if (ns == 1 && a.direct1) return; /* done by the split kernel */
     const size_t stride = (size_t)a.rows * a.n_heads; /* between splits, in (row, head) units */
     const size_t base = (size_t)row * a.n_heads + h;
@@ -381,7 +388,7 @@ __global__ void attn_combine_small_kernel(const CombineArgs a) {
     const splash_cuda_attn_lane *ln = lane_of_row(a.lanes, a.n_lanes, row);
     if (!ln) return;
     const int ctx = ln->n_past + (row - ln->first_row) + 1;
-    const int ns = min((ctx + a.split - 1) / a.split, a.n_splits); /* <= kCombineSmallSplits */
+    const int sp = combine_split(a, ln), ns = min((ctx + sp - 1) / sp, a.n_splits); /* <= kCombineSmallSplits */
     if (ns == 1 && a.direct1) return; /* done by the split kernel */
     const size_t stride = (size_t)a.rows * a.n_heads, base = (size_t)row * a.n_heads + h;
     const float ms = lane < ns ? a.part_ml[2 * (lane * stride + base)] : -INFINITY;
@@ -526,6 +533,12 @@ static bool wide_kernel() { return env_switch(&g_attn_wide, "SPLASH_CUDA_ATTN_WI
 static int g_attn_flash = -1;
 extern "C" int splash_cuda_attn_flash(void) { return env_switch(&g_attn_flash, "SPLASH_CUDA_ATTN_FLASH", 1); }
 
+/* Whether a call that takes the default split gives each lane its own
+ * (lane_split_len; SPLASH_CUDA_ATTN_LANE_SPLIT=0: every lane the default, an
+ * A/B switch, read once). */
+static int g_lane_split = -1;
+static bool lane_split_on() { return env_switch(&g_lane_split, "SPLASH_CUDA_ATTN_LANE_SPLIT", 1); }
+
 static int split_of(int split) { return split ? split : default_split(); }
 static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }
 
@@ -549,7 +562,13 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     if (l->format != kFmtF32 && l->format != kFmtBf16 && l->format != kFmtInt8) return SPLASH_E_UNSUPPORTED;
     if (a->rows == 0 || a->n_lanes == 0 || a->max_lane_rows == 0 || a->max_ctx == 0) return SPLASH_OK;
     const cudaStream_t s = (cudaStream_t)stream;
-    const int G = a->n_heads / l->kv_heads, splits = n_splits(a->max_ctx, split);
+    const int G = a->n_heads / l->kv_heads;
+    /* the default split: a lane of 2+ rows takes its own (lane_split_of), so
+     * where every lane has 2+ rows the grid needs at most lane_splits splits */
+    const int lane_splits = a->split == 0 && lane_split_on() ? (kLaneBlocks + l->kv_heads - 1) / l->kv_heads : 0;
+    const int splits = lane_splits && a->min_lane_rows > 1 && n_splits(a->max_ctx, split) > lane_splits
+                           ? lane_splits
+                           : n_splits(a->max_ctx, split);
     /* int8 pages in one split: every vector's output written by its split
      * block (write_vector), no partials and no combine */
     const bool whole = l->format == kFmtInt8 && splits == 1;
@@ -589,6 +608,7 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
      * past max_ctx (the caller's promise broken) still gets outputs, never
      * a partial written into a workspace it was not given */
     k.split = whole ? kWholeSplit : split;
+    k.lane_splits = whole ? 0 : lane_splits, k.max_ctx = a->max_ctx;
     k.heavy_first = 0;
     k.out = a->out, k.gate = a->gate, k.ldo = a->ldo, k.ldg = a->ldg;
     const dim3 grid((unsigned)(l->kv_heads * qchunks), (unsigned)a->n_lanes, (unsigned)splits);
@@ -626,7 +646,7 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     c.lanes = a->lanes, c.part_o = k.part_o, c.part_ml = k.part_ml, c.gate = a->gate, c.out = a->out;
     c.ldg = a->ldg, c.ldo = a->ldo;
     c.n_lanes = a->n_lanes, c.rows = a->rows, c.n_heads = a->n_heads, c.head_dim = hd;
-    c.n_splits = splits, c.split = split, c.direct1 = int8;
+    c.n_splits = splits, c.split = split, c.lane_splits = k.lane_splits, c.direct1 = int8;
     if (splits <= kCombineSmallSplits) {
         SPLASH_CUDA_TRY(launch_kernel(attn_combine_small_kernel, dim3((unsigned)a->n_heads, (unsigned)a->rows),
                                       (unsigned)hd, 0, s, c));

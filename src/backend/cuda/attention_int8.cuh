@@ -107,10 +107,11 @@ __device__ __forceinline__ bool block_span(const AttnArgs &a, bool skip_wide, bo
     b.deep = G * b.ln.n_rows <= kInt8NTile;
     if (nq <= 0 || (b.deep ? skip_deep : skip_wide)) return false;
     b.qv0 = qc * a.qchunk, b.nqb = min(nq, a.qchunk), b.nqt = (b.nqb + 7) / 8;
-    b.p0 = blockIdx.z * a.split;
+    const int sp = split_len(a, b.ln);
+    b.p0 = blockIdx.z * sp;
     const int last_lim = b.ln.n_past + (b.qv0 + b.nqb - 1) / G + 1; /* the block's longest context */
     if (b.p0 >= last_lim) return false;
-    b.p1 = min(b.p0 + a.split, last_lim);
+    b.p1 = min(b.p0 + sp, last_lim);
     b.nst = (b.p1 - b.p0 + kStage - 1) / kStage;
     return true;
 }
@@ -207,7 +208,7 @@ __device__ __forceinline__ void write_vector(const AttnArgs &a, const splash_cud
                                              DimOf dim) {
     const int G = a.group, r = qv / G, h = kvh * G + qv % G;
     const size_t row = (size_t)(ln.first_row + r);
-    if (lim <= a.split) {
+    if (lim <= split_len(a, ln)) {
         if (z) return;
         float *o = a.out + row * a.ldo + (size_t)h * HD;
         const float *gt = a.gate ? a.gate + row * a.ldg + (size_t)h * HD : nullptr;

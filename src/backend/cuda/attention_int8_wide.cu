@@ -483,9 +483,8 @@ int launch_hd(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
     }
 }
 
-/* The form a launch takes, by the positions its grid covers (splits x
- * split: the lanes' longest context, or the graph's bound for it), from
- * what each form measured (H200, session 32, docs/cuda.md: test_cuda_ops'
+/* The form a launch takes, by the call's longest context (max_ctx, or the
+ * graph's bound for it) and split, from what each form measured (H200, session 32, docs/cuda.md: test_cuda_ops'
  * attention rows, full-depth 27B):
  *   >= 16K positions in splits of <= 128 at head_dim 256 (a long context's
  *     verify): stages of 32, cp.async -- 3 blocks an SM hide more of a
@@ -515,11 +514,15 @@ WideForm wide_form_env() {
     return f;
 }
 
-WideForm wide_form(const AttnArgs &a, int head_dim, dim3 grid) {
+WideForm wide_form(const AttnArgs &a, int head_dim) {
     static const WideForm forced = wide_form_env(); /* once (a thread-safe local static) */
     WideForm f = forced;
-    const bool lng = (long)grid.z * a.split >= kWideLong;
-    if (!f.stage) f.stage = lng && head_dim == 256 && a.split <= 128 ? 32 : 64;
+    const bool lng = a.max_ctx >= kWideLong;
+    /* lanes with splits of their own (lane_splits) keep stages of 64: the stage
+     * sets where the online softmax rescales, and a form chosen by the
+     * call's longest context would make a lane's bits depend on the batch
+     * (their splits at 16K+ are 256+ positions anyway) */
+    if (!f.stage) f.stage = lng && head_dim == 256 && a.split <= 128 && !a.lane_splits ? 32 : 64;
     if (f.bulk < 0) f.bulk = lng && f.stage == kStage;
     return f;
 }
@@ -528,7 +531,7 @@ WideForm wide_form(const AttnArgs &a, int head_dim, dim3 grid) {
 
 int splash_cuda::attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
     if (a.qchunk < 8 || a.qchunk > kInt8MaxQ || a.qchunk % 8) return SPLASH_E_INVALID;
-    const WideForm f = wide_form(a, head_dim, grid);
+    const WideForm f = wide_form(a, head_dim);
     if (f.stage == 32)
         return f.bulk ? launch_hd<32, true>(a, head_dim, grid, s) : launch_hd<32, false>(a, head_dim, grid, s);
     return f.bulk ? launch_hd<kStage, true>(a, head_dim, grid, s) : launch_hd<kStage, false>(a, head_dim, grid, s);

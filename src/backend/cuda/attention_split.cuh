@@ -29,7 +29,9 @@ struct AttnArgs {
     int format, page_tokens;
     int n_heads, group, rows;
     int qchunk, n_qchunks; /* query vectors per block, blocks per (lane, kv head) */
-    int split;             /* positions per split block (a multiple of 64) */
+    int split;             /* positions per split block (a multiple of 64); see lane_splits */
+    int lane_splits;       /* > 0: a lane's split is lane_split_len(split, its context, lane_splits) (split_len) */
+    int max_ctx;           /* the call's longest context (host choices only) */
     int stage_bufs;        /* the int8 kernel's stage buffers: 1 or 2 (attention.cu chooses) */
     int deep_only;         /* attention_int8.cu skips lanes of more than one n-tile (the wide kernel's) */
     int heavy_first;       /* block_span: grid.x's blocks from a lane's last query chunk down, kv heads inner */
@@ -40,6 +42,29 @@ struct AttnArgs {
     size_t ldo, ldg;
     float scale;
 };
+
+/* A lane's split where the call takes the default split (AttnArgs.lane_splits):
+ * the split doubled until the lane's context (n_past + n_rows) needs at most
+ * max_splits of them, kLaneBlocks / kv_heads (attention.cu): 64 for the 27B,
+ * 128 for the 35B-A3B.  Short splits spread a short context over enough
+ * blocks; at 32K the default 128 made 256 partials of every query vector to
+ * write and merge (50 MB for a 27B verify of 8 rows, about its K / V
+ * bytes).  A function of the lane and the model alone, so a lane's bits do
+ * not depend on the batch (docs/cuda.md, session 42). */
+constexpr int kLaneBlocks = 256; /* a lane's (kv head, split) pairs at most */
+__host__ __device__ inline int lane_split_len(int split, int ctx, int max_splits) {
+    while ((ctx + split - 1) / split > max_splits) split *= 2;
+    return split;
+}
+/* Only lanes of 2+ rows (verify) take it: a decode row at 32K measured
+ * slower in the model with it (27B 7.16 against 6.76 ms a token, session
+ * 42), though faster alone (bench_attention: 54.6 against 62.8 us). */
+__host__ __device__ inline int lane_split_of(int split, int max_splits, int n_past, int n_rows) {
+    return max_splits && n_rows > 1 ? lane_split_len(split, n_past + n_rows, max_splits) : split;
+}
+__device__ __forceinline__ int split_len(const AttnArgs &a, const splash_cuda_attn_lane &ln) {
+    return lane_split_of(a.split, a.lane_splits, ln.n_past, ln.n_rows);
+}
 
 /* Query vectors one block of the int8 kernel takes at most: an n-tile of
  * kInt8NTile per warp, 4 warps (a lane of one n-tile, "deep": its warps split
