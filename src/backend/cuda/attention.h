@@ -23,7 +23,12 @@
  *
  * Attention = two launches (flash-decoding):
  *  1. split: one block per (kv head, query chunk, lane, split of
- *     SPLASH_CUDA_ATTN_SPLIT positions, or the call's split).  The block loads its query vectors
+ *     SPLASH_CUDA_ATTN_SPLIT positions, or the call's split; a call that
+ *     takes the default gives a lane of 2+ rows a split of its own, the
+ *     default doubled until its context needs at most 256 / kv_heads of
+ *     them: 512 positions for a 27B verify at 32K, where 128 made 256
+ *     partials of every query vector; SPLASH_CUDA_ATTN_LANE_SPLIT=0 turns
+ *     it off).  The block loads its query vectors
  *     (the G = n_heads / kv_heads query heads of the kv head times the lane's
  *     rows: one K/V tile in shared memory serves all of them) and keeps an
  *     online softmax per query vector; it writes the unnormalised partial
@@ -38,8 +43,8 @@
  *     NULL.  Not launched for a call of one split over int8 pages: the
  *     split blocks write every output.
  * The arithmetic per (row, head) depends only on its own inputs and the
- * split length: results do not depend on the batch (other lanes, how
- * many rows, max_ctx).  They agree with cpu_attention to fp32 rounding (the
+ * split length (the call's, or one its lane's rows and context set):
+ * results do not depend on the batch (other lanes, how many rows, max_ctx).  They agree with cpu_attention to fp32 rounding (the
  * softmax is accumulated online and in a different order).
  *
  * Workspace: splash_cuda_attn_workspace_bytes(rows, n_heads, head_dim,

@@ -484,13 +484,15 @@ int launch_hd(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
 }
 
 /* The form a launch takes, by the call's longest context (max_ctx, or the
- * graph's bound for it) and split, from what each form measured (H200, session 32, docs/cuda.md: test_cuda_ops'
- * attention rows, full-depth 27B):
+ * graph's bound for it) and split, from what each form measured (H200,
+ * session 32, docs/cuda.md: test_cuda_ops' attention rows, full-depth 27B):
  *   >= 16K positions in splits of <= 128 at head_dim 256 (a long context's
- *     verify): stages of 32, cp.async -- 3 blocks an SM hide more of a
- *     short split's prologue (32K, 16 rows: 249 -> 237 us); the same form
- *     loses at 1K (35B-A3B 1,000 + 16: 40.2 -> 42.8 us) and in long splits
- *     (4,096 positions: 338 -> 404);
+ *     verify before its lanes had splits of their own, session 42; now only
+ *     with SPLASH_CUDA_ATTN_LANE_SPLIT=0 or a call's own split): stages of
+ *     32, cp.async -- 3 blocks an SM hide more of a short split's prologue
+ *     (32K, 16 rows: 249 -> 237 us); the same form loses at 1K (35B-A3B
+ *     1,000 + 16: 40.2 -> 42.8 us) and in long splits (4,096 positions: 338
+ *     -> 404);
  *   >= 16K positions in longer splits (a long prompt's prefill): stages of
  *     64, bulk copies (a 4,096 split at 32K: 338 -> 310 us; 27B 32K
  *     prefill 5,833 -> 6,045 tokens/s); bulk copies lose at head_dim 128
