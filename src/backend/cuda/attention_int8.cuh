@@ -5,10 +5,10 @@
  * addresses and scales, the split's largest V scale, the int8 -> fp16
  * conversion, the fp16 hi / lo split of P, and a query vector's partial (or
  * final output) at the end.  Both layouts write the partials attention.cu's
- * combine merges.  The bulk prefill's flash forms (attention_int8_flash.cu,
- * attention_int8_flash_wg.cu) share the stages and these, and their own
- * pieces: q as two 8-bit digits, the online softmax of a lane's two
- * vectors, their scales and limits, P's power of two, and their end.
+ * combine merges.  The flash kernel (attention_int8_flash.cu) shares the
+ * stages and these; its own pieces (q's digits, the online softmax of a
+ * lane's two vectors, their scales and limits, P's power of two, their end)
+ * are in its file.
  *
  * Device-only C++; every function is inline.
  */

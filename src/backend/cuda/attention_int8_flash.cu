@@ -307,18 +307,24 @@ __device__ __forceinline__ void widen_own(const uint8_t *Vl, uint8_t *V16) {
     wg::fence_proxy_async();
 }
 
+/* k-step j (dims 32 j ..) of a group's scores: d += the digit at q0 (its
+ * 64 vectors) . the stage's K (kt) over those dims. */
+template <int HD>
+__device__ __forceinline__ void score_step(int (&d)[32], uint32_t q0, uint32_t kt, int j) {
+    using F = WgTiles<HD>;
+    const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
+    wg::mma_s8_64x64x32(d, wg::desc128(q0 + qoff), wg::desc128(kt + off), j > 0);
+}
+
 /* A group's scores of the stage's 64 positions against its 64 vectors
  * into hi / lo, the sums of the digits at q0 and one qtile further:
  * issued and committed. */
 template <int HD>
 __device__ __forceinline__ void issue_scores(int (&hi)[32], int (&lo)[32], uint32_t q0, uint32_t kt) {
-    using F = WgTiles<HD>;
 #pragma unroll
     for (int j = 0; j < HD / 32; j++) {
-        const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
-        const uint64_t kd = wg::desc128(kt + off);
-        wg::mma_s8_64x64x32(hi, wg::desc128(q0 + qoff), kd, j > 0);
-        wg::mma_s8_64x64x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), kd, j > 0);
+        score_step<HD>(hi, q0, kt, j);
+        score_step<HD>(lo, q0 + (uint32_t)WgTiles<HD>::qtile, kt, j);
     }
     wg::commit();
 }
@@ -326,12 +332,8 @@ __device__ __forceinline__ void issue_scores(int (&hi)[32], int (&lo)[32], uint3
 /* The same for one digit (q0) into d: issued and committed. */
 template <int HD>
 __device__ __forceinline__ void issue_digit(int (&d)[32], uint32_t q0, uint32_t kt) {
-    using F = WgTiles<HD>;
 #pragma unroll
-    for (int j = 0; j < HD / 32; j++) {
-        const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
-        wg::mma_s8_64x64x32(d, wg::desc128(q0 + qoff), wg::desc128(kt + off), j > 0);
-    }
+    for (int j = 0; j < HD / 32; j++) score_step<HD>(d, q0, kt, j);
     wg::commit();
 }
 
@@ -490,7 +492,7 @@ __global__ void __launch_bounds__(WgGeo<HD, P>::THREADS, 1) attn_int8_flash_kern
     const uint32_t q0 = smem_addr(qg), kt0 = smem_addr(Kt), vt0 = smem_addr(V16);
     float psc = 1.f, pinv = 1.f;
 
-    /* 2. one barrier a stage, as the mma.sync form: stage st computed by
+    /* 2. one barrier a stage: stage st computed by
      * each group that sees it; stage st + 1's copy waited for and its V
      * widened by the threads that copied it; the barrier; stage st + 2's
      * copy and stage st + 3's rows.  The q digits' proxy fence is stage
