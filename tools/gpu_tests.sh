@@ -7,8 +7,7 @@
 #   test_wgmma       the wgmma tile layouts (wgmma.cuh) against CPU products
 #   test_cuda_ops    every other op against the CPU backend (table at the end);
 #                    its attention section again with SPLASH_CUDA_ATTN_WIDE=0
-#                    (test_cuda_ops_wide0.log), SPLASH_CUDA_ATTN_VFLASH=1
-#                    (_vflash1.log, timed) and with each form of the
+#                    (test_cuda_ops_wide0.log) and with each form of the
 #                    wide kernel forced (_async64, _bulk64, _async32,
 #                    _bulk32.log; timed)
 #   test_cuda_model  the CUDA model against the CPU model through
@@ -381,13 +380,6 @@ if [ -z "${OPS_ARGS:-}" ] || [ "${OPS_ARGS:-}" = "--attention" ]; then
         $([ $QUICK = 1 ] && echo --quick) || rc=1
     grep -E '^FAIL' "$OUT/test_cuda_ops_wide0.log" | head -n 30
     grep -E 'checks, ' "$OUT/test_cuda_ops_wide0.log" || tail -n 20 "$OUT/test_cuda_ops_wide0.log"
-    # the verify lanes on the flash kernel's fp32-grade form (SPLASH_CUDA_ATTN_VFLASH=1, off by
-    # default until measured), timed
-    stamp "run: test_cuda_ops --attention (SPLASH_CUDA_ATTN_VFLASH=1)"
-    SPLASH_CUDA_ATTN_VFLASH=1 step "$OUT/test_cuda_ops_vflash1.log" "$B/test_cuda_ops" --attention \
-        $([ $QUICK = 1 ] && echo --quick) || rc=1
-    grep -E '^FAIL' "$OUT/test_cuda_ops_vflash1.log" | head -n 30
-    grep -E 'checks, ' "$OUT/test_cuda_ops_vflash1.log" || tail -n 20 "$OUT/test_cuda_ops_vflash1.log"
     # and with each form of the wide kernel forced (attention_int8_wide.cu's wide_form: by
     # default stages of 64 by cp.async, for 16K+ positions stages of 32 by cp.async in short
     # splits at head_dim 256 or of 64 by bulk copies; SPLASH_CUDA_ATTN_WIDE_STAGE=32|64,

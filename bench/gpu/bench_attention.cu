@@ -73,9 +73,6 @@ int main(int argc, char **argv) {
     splash_cuda_kv_layout l;
     if (splash_cuda_kv_layout_init(&l, 2 /* SPLASH_KV_INT8 */, 1, s->kv_heads, s->head_dim, kPageTokens)) return 1;
     const std::vector<uint8_t> page = random_page(l);
-    /* SPLASH_CUDA_ATTN_VFLASH=1: verify lanes on the flash kernel's fp32-grade form (attention.cu) */
-    const char *vf = getenv("SPLASH_CUDA_ATTN_VFLASH");
-    const bool vflash = vf && atoi(vf) == 1;
     /* BENCH_SPLITS=a,b,...: splits (multiples of 64 below the long split) timed after the default one */
     std::vector<int> extra;
     if (const char *e = getenv("BENCH_SPLITS"))
@@ -137,7 +134,7 @@ int main(int argc, char **argv) {
                 snprintf(kern, sizeof kern, "%s %d, %s", long_split ? "long" : "split", a.split,
                          !long_split ? "int8" : splash_cuda_attn_flash() ? "flash" : "wide");
             else /* the lane's own split from the default (SPLASH_CUDA_ATTN_LANE_SPLIT=0: 128 for every lane) */
-                snprintf(kern, sizeof kern, "split default, int8%s", vflash ? " vflash" : "");
+                snprintf(kern, sizeof kern, "split default, int8");
             printf("| %s | %d | %d | %s | %.1f | %.1f |\n", s->name, P, R, kern, us, flop / us * 1e-6);
             cudaFree(a.workspace);
         }

@@ -558,13 +558,6 @@ static int lane_blocks() {
     return g_lane_blocks;
 }
 
-/* Whether verify lanes (2+ rows) over int8 pages take the flash kernel's
- * fp32-grade form (attention_int8_flash.cu, P) instead of
- * attention_int8_wide.cu: SPLASH_CUDA_ATTN_VFLASH=1, read once; off until
- * measured on a GPU (written in session 42 after the device time was spent). */
-static int g_attn_vflash = -1;
-static bool verify_flash() { return env_switch(&g_attn_vflash, "SPLASH_CUDA_ATTN_VFLASH", 0); }
-
 static int split_of(int split) { return split ? split : default_split(); }
 static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }
 
@@ -661,14 +654,7 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
         const bool any_deep = a->min_lane_rows < 1 || G * a->min_lane_rows <= kInt8NTile;
         k.deep_only = any_wide && wide_kernel();
         if (any_deep || !k.deep_only) rc = attn_int8_split_launch(k, hd, grid, s);
-        if (!rc && k.deep_only && verify_flash()) {
-            /* the wide lanes in blocks of one warpgroup's kFlashVQ query vectors */
-            AttnArgs v = k;
-            v.qchunk = kFlashVQ, v.n_qchunks = (nq + kFlashVQ - 1) / kFlashVQ;
-            rc = attn_int8_flash_verify_launch(v, hd, dim3((unsigned)(l->kv_heads * v.n_qchunks), grid.y, grid.z), s);
-        } else if (!rc && k.deep_only) {
-            rc = attn_int8_wide_launch(k, hd, grid, s);
-        }
+        if (!rc && k.deep_only) rc = attn_int8_wide_launch(k, hd, grid, s);
     } else if (hd == 64)
         rc = launch_split_hd<64>(k, grid, qpw, nwarps, s);
     else if (hd == 128)

@@ -58,19 +58,7 @@
  * is not zeroed before the loop: with the P' V's wait in the next stage,
  * ptxas then serialises every wgmma (its C7515 remark).
  *
- * The verify form (P; SPLASH_CUDA_ATTN_VFLASH=1, attention.cu; written in
- * session 42 after the device time was spent: not yet run on a GPU): the
- * same kernel, fp32 grade as attention_int8_wide.cu, for lanes of 2+ rows
- * at the default split (a 27B verify of 8 rows at 32K spends ~115 us an
- * attention layer there, ~57 causal TFLOP/s).  One warpgroup of 64 query
- * vectors a block (8 rows x 6 heads of a 27B kv head fit one), q as three
- * signed digits (x = 65536 hi + 256 mid + lo, |x| < 2^22: the wide
- * kernel's 22 bits), the third digit's product issued after the first two
- * are combined (255 registers at head_dim 256, 8 bytes spilled), P' V as
- * fp16 hi V + lo V (P' split as the wide kernel splits P).  ~180 KB of
- * shared memory: one block an SM.
- *
- * C++ used: templates over head_dim and the form, lambdas; no STL.
+ * C++ used: templates over head_dim, lambdas; no STL.
  */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -88,11 +76,12 @@ using namespace splash_cuda::int8_attn;
 
 namespace {
 
+constexpr int kWarps = kFlashQ / 16;
+constexpr int kThreads = kWarps * 32;
 constexpr int kSets = 3; /* row-address and scale sets: stage s uses set s % 3 */
 
-/* The tiles, by head_dim. */
 template <int HD>
-struct WgTiles {
+struct WgGeo {
     static constexpr int ST = kStage;            /* positions a stage */
     static constexpr int RP = HD / 16;           /* 16-byte pieces of an int8 row */
     static constexpr int KP = HD < 128 ? 128 : HD; /* bytes a K-major row takes: 128-byte rows, half used at HD 64 */
@@ -100,23 +89,12 @@ struct WgTiles {
     static constexpr size_t ktile = ST * KP;     /* a stage's K, s8 */
     static constexpr size_t vtile = 2 * ST * HD; /* a stage's V, f16 */
     static constexpr size_t ltile = ST * HD;     /* a stage's V as copied, s8 */
-};
-
-/* The block, by head_dim and grade: bulk prefill rows (P 0: two warpgroups,
- * 128 query vectors, q as two digits, P' in fp16) or verify rows (P 1: one
- * warpgroup of 64 vectors, q as three digits, P' as fp16 hi + lo). */
-template <int HD, bool P>
-struct WgGeo : WgTiles<HD> {
-    using T = WgTiles<HD>;
-    static constexpr int NG = P ? 1 : 2; /* warpgroups */
-    static constexpr int WARPS = 4 * NG, THREADS = 32 * WARPS;
-    static constexpr int ND = P ? 3 : 2; /* q's 8-bit digits */
-    /* bytes from the 1,024-aligned base: q [NG groups][ND digits], K [2], V fp16 [2], V landing [2],
-     * row addresses [kSets][ST], K and V scales [kSets][ST] each, red[WARPS] */
-    static constexpr size_t qd = 0, kb = qd + NG * ND * T::qtile, v16 = kb + 2 * T::ktile, vl = v16 + 2 * T::vtile;
-    static constexpr size_t rows = vl + 2 * T::ltile, ksc = rows + kSets * T::ST * sizeof(void *);
-    static constexpr size_t vsc = ksc + kSets * T::ST * 4, red = vsc + kSets * T::ST * 4;
-    static constexpr size_t bytes = red + WARPS * 4 + 1024; /* + the base's alignment */
+    /* bytes from the 1,024-aligned base: q [2 groups][hi, lo], K [2], V fp16 [2], V landing [2],
+     * row addresses [kSets][ST], K and V scales [kSets][ST] each, red[kWarps] */
+    static constexpr size_t qd = 0, kb = qd + 4 * qtile, v16 = kb + 2 * ktile, vl = v16 + 2 * vtile;
+    static constexpr size_t rows = vl + 2 * ltile, ksc = rows + kSets * ST * sizeof(void *);
+    static constexpr size_t vsc = ksc + kSets * ST * 4, red = vsc + kSets * ST * 4;
+    static constexpr size_t bytes = red + kWarps * 4 + 1024; /* + the base's alignment */
 };
 
 __device__ __forceinline__ float ex2(float x) {
@@ -130,14 +108,12 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-/* The warp's query vectors wq0 .. wq0 + 15 as ND signed 8-bit digits:
+/* The block's query vectors wq0 .. wq0 + 15 as two 8-bit digits:
  * lane (v = lane / 2, half lane & 1) scales vector v's half of the dims by
- * a power of two and rounds it to an integer x: ND 2, |x| < 2^14, x = 256
- * hi + lo; ND 3, |x| < 2^22, x = 65536 hi + 256 mid + lo (the wide
- * kernel's ~22 bits of q); each lower digit in [-128, 127], hi within [-64,
- * 64].  store(v, d, w) takes the digits of dims d .. d + 3 as ND words, the
- * highest first (zeros for v >= nv).  Returns 2^-k of vector lane / 2. */
-template <int HD, int ND, typename Store>
+ * a power of two (|q 2^k| < 2^14) and rounds it to x = 256 hi + lo, lo in
+ * [-128, 127]; store(v, d, hi, lo) takes the digits of dims d .. d + 3 as
+ * two words (zeros for v >= nv).  Returns 2^-k of vector lane / 2. */
+template <int HD, typename Store>
 __device__ __forceinline__ float q_digits(const AttnArgs &a, const splash_cuda_attn_lane &ln, int kvh, int wq0, int nv,
                                           Store store) {
     const int lane = threadIdx.x & 31, v = lane >> 1, d0 = (lane & 1) * (HD / 2);
@@ -156,22 +132,18 @@ __device__ __forceinline__ float q_digits(const AttnArgs &a, const splash_cuda_a
         }
     mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
     float sc, inv;
-    row_pow2_scale(mx, sc, inv, ND == 2 ? 14 : 22, 126);
+    row_pow2_scale(mx, sc, inv, 14, 126); /* |q 2^k| < 2^14: hi = (x + 128) >> 8 within [-64, 64] */
 #pragma unroll 4
     for (int i = 0; i < HD / 2; i += 4) {
-        uint32_t w[ND] = {};
+        uint32_t wh = 0, wl = 0;
         if (src) {
             const float4 x = load4(src + i, al);
-            int x0 = __float2int_rn(x.x * sc), x1 = __float2int_rn(x.y * sc);
-            int x2 = __float2int_rn(x.z * sc), x3 = __float2int_rn(x.w * sc);
-            /* from the lowest digit up: the low byte as signed, then (x + 128) >> 8 = (x - that) / 256 */
-#pragma unroll
-            for (int k = ND - 1; k >= 0; k--) {
-                w[k] = bytes_of(x0, x1, x2, x3, 0x40);
-                x0 = (x0 + 128) >> 8, x1 = (x1 + 128) >> 8, x2 = (x2 + 128) >> 8, x3 = (x3 + 128) >> 8;
-            }
+            const int x0 = __float2int_rn(x.x * sc), x1 = __float2int_rn(x.y * sc);
+            const int x2 = __float2int_rn(x.z * sc), x3 = __float2int_rn(x.w * sc);
+            wl = bytes_of(x0, x1, x2, x3, 0x40); /* lo: the low byte as signed */
+            wh = bytes_of((x0 + 128) >> 8, (x1 + 128) >> 8, (x2 + 128) >> 8, (x3 + 128) >> 8, 0x40);
         }
-        store(v, d0 + i, w);
+        store(v, d0 + i, wh, wl);
     }
     return inv;
 }
@@ -182,11 +154,9 @@ __device__ __forceinline__ float q_digits(const AttnArgs &a, const splash_cuda_a
  * lane's largest of them; m, l the running max and this lane's share of
  * the sum.  Out: al[r] the factor the vector's O takes, pa[n][r] its P' =
  * p vs psc at the tile's two positions as f16x2 (vs: the V scales, at the
- * lane's first position); P: pa the fp16 hi of P', pl the lo (P' - hi). */
-template <bool P>
+ * lane's first position). */
 __device__ __forceinline__ void online_softmax(const float (&s)[8][4], float (&c)[2], float (&m)[2], float (&l)[2],
-                                               const float *vs, float psc, uint32_t (&pa)[8][2], uint32_t (&pl)[8][2],
-                                               float (&al)[2]) {
+                                               const float *vs, float psc, uint32_t (&pa)[8][2], float (&al)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         c[r] = fmaxf(c[r], __shfl_xor_sync(kFull, c[r], 1));
@@ -205,10 +175,7 @@ __device__ __forceinline__ void online_softmax(const float (&s)[8][4], float (&c
         for (int r = 0; r < 2; r++) {
             const float p0 = ex2(s[n][2 * r] - c[r]), p1 = ex2(s[n][2 * r + 1] - c[r]);
             sum[r] += p0 + p1;
-            if constexpr (P)
-                split_pair(p0 * va, p1 * vb, pa[n][r], pl[n][r]);
-            else
-                pa[n][r] = half2_bits(p0 * va, p1 * vb);
+            pa[n][r] = half2_bits(p0 * va, p1 * vb);
         }
     }
 #pragma unroll
@@ -264,16 +231,16 @@ __device__ __forceinline__ void flash_write(const AttnArgs &a, const splash_cuda
     }
 }
 
-/* A stage's copy (after its rows and a barrier; every one of the block's
- * THREADS): K rows into the swizzled K-major tile (piece c of row r: column
- * block c / 8, chunk c % 8), V rows into the landing area; piece i of each
- * is thread i mod THREADS's (widen_own's); zeros past p1; one group. */
-template <int HD, int THREADS>
+/* A stage's copy (after its rows and a barrier; every thread): K rows into
+ * the swizzled K-major tile (piece c of row r: column block c / 8, chunk c
+ * % 8), V rows into the landing area; piece i of each is thread i mod
+ * kThreads's (widen_own's); zeros past p1; one group. */
+template <int HD>
 __device__ __forceinline__ void copy_stage(const AttnArgs &a, const uint8_t *const *rowp, uint8_t *Kt, uint8_t *Vl) {
-    using F = WgTiles<HD>;
+    using F = WgGeo<HD>;
     const size_t vdelta = a.v_off - a.k_off;
 #pragma unroll 2
-    for (int i = threadIdx.x; i < F::ST * F::RP; i += THREADS) {
+    for (int i = threadIdx.x; i < F::ST * F::RP; i += kThreads) {
         const int r = i / F::RP, c = i % F::RP;
         const uint8_t *row = rowp[r];
         cp_async16(smem_addr(Kt + (c / 8) * F::ST * 128 + wg::sw128(r, c % 8)), row ? row + (size_t)c * 16 : a.pool,
@@ -287,12 +254,12 @@ __device__ __forceinline__ void copy_stage(const AttnArgs &a, const uint8_t *con
  * (dims 16 c .. 16 c + 15 of position r: column block c / 4, chunks 2 (c %
  * 4) and + 1 of row r), then the proxy fence that lets wgmma read them and
  * the thread's K pieces after the barrier. */
-template <int HD, int THREADS>
+template <int HD>
 __device__ __forceinline__ void widen_own(const uint8_t *Vl, uint8_t *V16) {
-    using F = WgTiles<HD>;
-    static_assert(F::ST * F::RP % THREADS == 0, "a thread's V pieces are tid + THREADS m in copy_stage");
+    using F = WgGeo<HD>;
+    static_assert(F::ST * F::RP % kThreads == 0, "a thread's V pieces are tid + kThreads m in copy_stage");
 #pragma unroll
-    for (int i = threadIdx.x; i < F::ST * F::RP; i += THREADS) {
+    for (int i = threadIdx.x; i < F::ST * F::RP; i += kThreads) {
         const int r = i / F::RP, c = i % F::RP;
         const uint4 w = *reinterpret_cast<const uint4 *>(Vl + r * HD + 16 * c);
         uint4 o0, o1;
@@ -307,41 +274,27 @@ __device__ __forceinline__ void widen_own(const uint8_t *Vl, uint8_t *V16) {
     wg::fence_proxy_async();
 }
 
-/* k-step j (dims 32 j ..) of a group's scores: d += the digit at q0 (its
- * 64 vectors) . the stage's K (kt) over those dims. */
-template <int HD>
-__device__ __forceinline__ void score_step(int (&d)[32], uint32_t q0, uint32_t kt, int j) {
-    using F = WgTiles<HD>;
-    const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
-    wg::mma_s8_64x64x32(d, wg::desc128(q0 + qoff), wg::desc128(kt + off), j > 0);
-}
-
 /* A group's scores of the stage's 64 positions against its 64 vectors
- * into hi / lo, the sums of the digits at q0 and one qtile further:
- * issued and committed. */
+ * into hi / lo, the digits' sums: issued and committed. */
 template <int HD>
 __device__ __forceinline__ void issue_scores(int (&hi)[32], int (&lo)[32], uint32_t q0, uint32_t kt) {
+    using F = WgGeo<HD>;
 #pragma unroll
     for (int j = 0; j < HD / 32; j++) {
-        score_step<HD>(hi, q0, kt, j);
-        score_step<HD>(lo, q0 + (uint32_t)WgTiles<HD>::qtile, kt, j);
+        const uint32_t off = (j / 4) * F::ST * 128 + (j % 4) * 32, qoff = (j / 4) * 64 * 128 + (j % 4) * 32;
+        const uint64_t kd = wg::desc128(kt + off);
+        wg::mma_s8_64x64x32(hi, wg::desc128(q0 + qoff), kd, j > 0);
+        wg::mma_s8_64x64x32(lo, wg::desc128(q0 + (uint32_t)F::qtile + qoff), kd, j > 0);
     }
     wg::commit();
 }
 
-/* The same for one digit (q0) into d: issued and committed. */
-template <int HD>
-__device__ __forceinline__ void issue_digit(int (&d)[32], uint32_t q0, uint32_t kt) {
-#pragma unroll
-    for (int j = 0; j < HD / 32; j++) score_step<HD>(d, q0, kt, j);
-    wg::commit();
-}
-
 /* The lane's scores of the stage's 8 n-tiles (positions s0 + 8 n + 2 t,
- * + 1; S the digits' sums combined) as online_softmax takes them: base 2,
- * -inf past each vector's limit, and the lane's largest a vector in c. */
-__device__ __forceinline__ void score_floats(const float (&S)[32], const float *ks, int s0, const float (&qf)[2],
-                                             const int (&lim)[2], float (&s)[8][4], float (&c)[2]) {
+ * + 1) as online_softmax takes them: base 2, -inf past each vector's
+ * limit, and the lane's largest a vector in c. */
+__device__ __forceinline__ void score_floats(const int (&hi)[32], const int (&lo)[32], const float *ks, int s0,
+                                             const float (&qf)[2], const int (&lim)[2], float (&s)[8][4],
+                                             float (&c)[2]) {
     const int t = threadIdx.x & 3;
     c[0] = c[1] = -INFINITY;
 #pragma unroll
@@ -350,7 +303,9 @@ __device__ __forceinline__ void score_floats(const float (&S)[32], const float *
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int r = i >> 1, pos = s0 + 8 * n + 2 * t + (i & 1);
-            const float x = pos < lim[r] ? S[4 * n + i] * (i & 1 ? k2.y : k2.x) * qf[r] : -INFINITY;
+            /* 256 hi + lo is exact in int32 (|hi| < 2^22, |lo| < 2^22): one rounding, as fmaf's */
+            const float S = (float)(hi[4 * n + i] * 256 + lo[4 * n + i]);
+            const float x = pos < lim[r] ? S * (i & 1 ? k2.y : k2.x) * qf[r] : -INFINITY;
             s[n][i] = x;
             c[r] = fmaxf(c[r], x);
         }
@@ -376,51 +331,29 @@ struct WgState {
 
 /* A warpgroup's stage: positions s0 .. s0 + 63 against its 64 vectors (the
  * lane's two: g and g + 8 of its warp's 16).  q0 / kt / vt: shared
- * addresses of the group's highest digit (the next ones a qtile apart),
- * the stage's K and fp16 V; ks / vs the positions' scales; qf[r] 2^-k
- * scale log2 e of the lane's vector r, lim[r] its first position not seen;
- * p.O[c][4 n + i]: dims 64 c + 8 n + 2 t + i % 2 of vector i / 2 (while
- * p.started is 0 the first P' V replaces it).
- * The stage's P' V is left in flight: the next stage (or pv_done) waits.
- * P (verify rows): q's three digits, the third product after the first two
- * are combined (two waits, not 96 accumulator registers at once), and P' V
- * as hi V + lo V. */
-template <int HD, bool P>
+ * addresses of the group's hi digits (lo one qtile further), the stage's K
+ * and fp16 V; ks / vs the positions' scales; qf, lim as flash_vectors
+ * gives them; p.O[c][4 n + i]: dims 64 c + 8 n + 2 t + i % 2 of vector i / 2
+ * (while p.started is 0 the first P' V replaces it).
+ * The stage's P' V is left in flight: the next stage (or pv_done) waits. */
+template <int HD>
 __device__ __forceinline__ void wg_stage(WgState<HD> &p, uint32_t q0, uint32_t kt, uint32_t vt, const float *ks,
                                          const float *vs, int s0, const float (&qf)[2], const int (&lim)[2], float psc) {
-    using F = WgTiles<HD>;
+    using F = WgGeo<HD>;
     const int t = threadIdx.x & 3;
     float(&O)[HD / 64][32] = p.O;
     int hi[32], lo[32];
-    float S[32];
     pv_done<HD>(O);
     wg::fence();
     issue_scores<HD>(hi, lo, q0, kt);
     wg::wait<0>();
     wg::fence_regs(hi);
     wg::fence_regs(lo);
-    if constexpr (P) {
-        /* 65536 hi + 256 mid, then + lo: each digit's sum is exact in int32
-         * and as a float (|sum| < 2^23); two roundings */
-#pragma unroll
-        for (int i = 0; i < 32; i++) S[i] = fmaf((float)hi[i], 65536.f, (float)lo[i] * 256.f);
-        int l3[32];
-        wg::fence();
-        issue_digit<HD>(l3, q0 + 2 * (uint32_t)F::qtile, kt);
-        wg::wait<0>();
-        wg::fence_regs(l3);
-#pragma unroll
-        for (int i = 0; i < 32; i++) S[i] += (float)l3[i];
-    } else {
-        /* 256 hi + lo is exact in int32 (|hi| < 2^22, |lo| < 2^22): one rounding */
-#pragma unroll
-        for (int i = 0; i < 32; i++) S[i] = (float)(hi[i] * 256 + lo[i]);
-    }
     float s[8][4], c[2];
-    score_floats(S, ks, s0, qf, lim, s, c);
+    score_floats(hi, lo, ks, s0, qf, lim, s, c);
     float al[2];
-    uint32_t pa[8][2], pl[8][2];
-    online_softmax<P>(s, c, p.m, p.l, vs + 2 * t, psc, pa, pl, al);
+    uint32_t pa[8][2];
+    online_softmax(s, c, p.m, p.l, vs + 2 * t, psc, pa, al);
     if (p.started && __any_sync(kFull, al[0] != 1.f || al[1] != 1.f))
 #pragma unroll
         for (int cb = 0; cb < HD / 64; cb++)
@@ -431,23 +364,17 @@ __device__ __forceinline__ void wg_stage(WgState<HD> &p, uint32_t q0, uint32_t k
     for (int kk = 0; kk < 4; kk++) {
         const uint32_t a[4] = {pa[2 * kk][0], pa[2 * kk][1], pa[2 * kk + 1][0], pa[2 * kk + 1][1]};
 #pragma unroll
-        for (int cb = 0; cb < HD / 64; cb++) {
-            const uint64_t vd = wg::desc128(vt + cb * F::ST * 128 + kk * 16 * 128);
-            wg::mma_f16_rs_64x64x16_mn(O[cb], a, vd, p.started | kk);
-            if constexpr (P) { /* + lo V */
-                const uint32_t b[4] = {pl[2 * kk][0], pl[2 * kk][1], pl[2 * kk + 1][0], pl[2 * kk + 1][1]};
-                wg::mma_f16_rs_64x64x16_mn(O[cb], b, vd, 1);
-            }
-        }
+        for (int cb = 0; cb < HD / 64; cb++)
+            wg::mma_f16_rs_64x64x16_mn(O[cb], a, wg::desc128(vt + cb * F::ST * 128 + kk * 16 * 128), p.started | kk);
     }
     p.started = 1;
     wg::commit(); /* waited for by the next stage (pv_done): it overlaps the next widening */
 }
 
-template <int HD, bool P>
-__global__ void __launch_bounds__(WgGeo<HD, P>::THREADS, 1) attn_int8_flash_kernel(const AttnArgs a) {
+template <int HD>
+__global__ void __launch_bounds__(kThreads, 1) attn_int8_flash_kernel(const AttnArgs a) {
     pdl_begin();
-    using F = WgGeo<HD, P>;
+    using F = WgGeo<HD>;
     constexpr int ST = F::ST;
     extern __shared__ __align__(16) uint8_t smw[];
     uint8_t *sm = smw + ((1024 - (smem_addr(smw) & 1023)) & 1023);
@@ -458,7 +385,7 @@ __global__ void __launch_bounds__(WgGeo<HD, P>::THREADS, 1) attn_int8_flash_kern
 
     const int tid = threadIdx.x, warp = tid >> 5, grp = warp >> 2;
     BlockSpan b;
-    if (!block_span(a, false, P, b)) return; /* P: one-n-tile lanes are attention_int8.cu's */
+    if (!block_span(a, false, false, b)) return;
     const splash_cuda_attn_lane ln = b.ln;
     const int G = a.group, kvh = b.kvh, p0 = b.p0, p1 = b.p1, nst = b.nst;
 
@@ -466,15 +393,15 @@ __global__ void __launch_bounds__(WgGeo<HD, P>::THREADS, 1) attn_int8_flash_kern
      * first stage's copy in flight; meanwhile the warps' q digits */
     split_start<HD, ST>(a, ln, kvh, p0, p1, nst, rowp, ksc, vsc, red);
     __syncthreads();
-    copy_stage<HD, F::THREADS>(a, rowp, Kt, Vl);
+    copy_stage<HD>(a, rowp, Kt, Vl);
 
     const int wq0 = b.qv0 + 16 * warp, nv = max(0, min(16, b.nqb - 16 * warp));
-    uint8_t *qg = sm + F::qd + (size_t)grp * F::ND * F::qtile; /* the group's digits, the highest first */
-    const int wr = 16 * (warp & 3);                                /* the warp's first row in its group's tile */
-    const float qinv = q_digits<HD, F::ND>(a, ln, kvh, wq0, nv, [qg, wr](int v, int d, const uint32_t(&w)[F::ND]) {
+    uint8_t *qg = sm + F::qd + (size_t)grp * 2 * F::qtile; /* the group's hi digits, then its lo */
+    const int wr = 16 * (warp & 3);                        /* the warp's first row in its group's tile */
+    const float qinv = q_digits<HD>(a, ln, kvh, wq0, nv, [qg, wr](int v, int d, uint32_t wh, uint32_t wl) {
         const uint32_t at = (d / 128) * 64 * 128 + wg::sw128(wr + v, (d % 128) / 16) + d % 16;
-#pragma unroll
-        for (int k = 0; k < F::ND; k++) *reinterpret_cast<uint32_t *>(qg + k * F::qtile + at) = w[k];
+        *reinterpret_cast<uint32_t *>(qg + at) = wh;
+        *reinterpret_cast<uint32_t *>(qg + F::qtile + at) = wl;
     });
     float qf[2];
     int lim[2];
@@ -498,26 +425,26 @@ __global__ void __launch_bounds__(WgGeo<HD, P>::THREADS, 1) attn_int8_flash_kern
      * copy and stage st + 3's rows.  The q digits' proxy fence is stage
      * 0's widening's. */
     cp_async_wait<0>();
-    widen_own<HD, F::THREADS>(Vl, V16);
+    widen_own<HD>(Vl, V16);
     __syncthreads();
-    split_p_scale(red, F::WARPS, psc, pinv); /* red[] is written (the first barrier) */
-    if (nst > 1) copy_stage<HD, F::THREADS>(a, rowp + ST, Kt + F::ktile, Vl + F::ltile);
+    split_p_scale(red, kWarps, psc, pinv); /* red[] is written (the first barrier) */
+    if (nst > 1) copy_stage<HD>(a, rowp + ST, Kt + F::ktile, Vl + F::ltile);
     if (nst > 2) stage_rows<HD, ST>(a, ln, kvh, p0 + 2 * ST, p1, rowp + 2 * ST, ksc + 2 * ST, vsc + 2 * ST);
     for (int st = 0; st < nst; st++) { /* uniform */
         const int buf = st & 1, set = st % kSets, s0 = p0 + st * ST;
         const uint32_t kt = kt0 + buf * (uint32_t)F::ktile, vt = vt0 + buf * (uint32_t)F::vtile;
         const float *ks = ksc + set * ST, *vs = vsc + set * ST;
         if (s0 < glim) /* uniform in the group */
-            wg_stage<HD, P>(pp, q0, kt, vt, ks, vs, s0, qf, lim, psc);
+            wg_stage<HD>(pp, q0, kt, vt, ks, vs, s0, qf, lim, psc);
         else
             pv_done<HD>(pp.O);
         if (st + 1 < nst) {
             cp_async_wait<0>();
-            widen_own<HD, F::THREADS>(Vl + (buf ^ 1) * F::ltile, V16 + (buf ^ 1) * F::vtile);
+            widen_own<HD>(Vl + (buf ^ 1) * F::ltile, V16 + (buf ^ 1) * F::vtile);
         }
         __syncthreads();
         if (st + 2 < nst)
-            copy_stage<HD, F::THREADS>(a, rowp + ((st + 2) % kSets) * ST, Kt + buf * F::ktile, Vl + buf * F::ltile);
+            copy_stage<HD>(a, rowp + ((st + 2) % kSets) * ST, Kt + buf * F::ktile, Vl + buf * F::ltile);
         if (st + 3 < nst) {
             const int s3 = (st + 3) % kSets;
             stage_rows<HD, ST>(a, ln, kvh, p0 + (st + 3) * ST, p1, rowp + s3 * ST, ksc + s3 * ST, vsc + s3 * ST);
@@ -543,37 +470,26 @@ __global__ void __launch_bounds__(WgGeo<HD, P>::THREADS, 1) attn_int8_flash_kern
     });
 }
 
-template <int HD, bool P>
+template <int HD>
 int launch(const AttnArgs &a, dim3 grid, cudaStream_t s) {
-    using F = WgGeo<HD, P>;
     static bool attr_set = false; /* once per instantiation; setting it again is harmless */
     if (!attr_set) {
-        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_flash_kernel<HD, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)F::bytes));
+        SPLASH_CUDA_TRY(cudaFuncSetAttribute(attn_int8_flash_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)WgGeo<HD>::bytes));
         attr_set = true;
     }
-    SPLASH_CUDA_TRY(launch_kernel(attn_int8_flash_kernel<HD, P>, grid, F::THREADS, F::bytes, s, a));
+    SPLASH_CUDA_TRY(launch_kernel(attn_int8_flash_kernel<HD>, grid, kThreads, WgGeo<HD>::bytes, s, a));
     return SPLASH_OK;
-}
-
-template <bool P>
-int launch_hd(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
-    switch (head_dim) {
-    case 64: return launch<64, P>(a, grid, s);
-    case 128: return launch<128, P>(a, grid, s);
-    case 256: return launch<256, P>(a, grid, s);
-    default: return SPLASH_E_UNSUPPORTED;
-    }
 }
 
 } /* namespace */
 
 int splash_cuda::attn_int8_flash_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
     if (a.qchunk != kFlashQ) return SPLASH_E_INVALID;
-    return launch_hd<false>(a, head_dim, grid, s);
-}
-
-int splash_cuda::attn_int8_flash_verify_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s) {
-    if (a.qchunk != kFlashVQ) return SPLASH_E_INVALID;
-    return launch_hd<true>(a, head_dim, grid, s);
+    switch (head_dim) {
+    case 64: return launch<64>(a, grid, s);
+    case 128: return launch<128>(a, grid, s);
+    case 256: return launch<256>(a, grid, s);
+    default: return SPLASH_E_UNSUPPORTED;
+    }
 }

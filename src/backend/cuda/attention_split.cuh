@@ -88,11 +88,6 @@ int attn_int8_wide_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream
  * prefill rows), every lane of the call, a.qchunk = kFlashQ. */
 constexpr int kFlashQ = 128;
 int attn_int8_flash_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
-/* Its fp32-grade form for verify lanes (2+ rows: lanes of one n-tile are
- * attention_int8.cu's), one warpgroup of kFlashVQ query vectors a block:
- * SPLASH_CUDA_ATTN_VFLASH=1 (attention.cu; off by default until measured). */
-constexpr int kFlashVQ = 64;
-int attn_int8_flash_verify_launch(const AttnArgs &a, int head_dim, dim3 grid, cudaStream_t s);
 
 } /* namespace splash_cuda */
 
