@@ -293,14 +293,14 @@ struct CombineArgs {
     size_t ldg, ldo;
     int n_lanes, rows, n_heads, head_dim;
     int n_splits; /* the split kernel's grid.z: splits that exist in the workspace */
-    int split;       /* positions per split (lane_splits > 0: the lane's, lane_split_of) */
-    int lane_splits, lane_min_rows;
+    int split;       /* positions per split (lane_splits > 0: the lane's, lane_split_len) */
+    int lane_splits;
     int direct1;  /* the split kernel wrote the rows of one split (the int8 kernel does) */
 };
 
 /* The split of lane ln (the split kernels' split_len). */
 __device__ __forceinline__ int combine_split(const CombineArgs &a, const splash_cuda_attn_lane *ln) {
-    return lane_split_of(a.split, a.lane_splits, a.lane_min_rows, ln->n_past, ln->n_rows);
+    return lane_split_of(a.split, a.lane_splits, ln->n_past, ln->n_rows);
 }
 
 /* fac[] of the combine kernel, in floats: the splits rounded up to 4.  The
@@ -533,30 +533,11 @@ static bool wide_kernel() { return env_switch(&g_attn_wide, "SPLASH_CUDA_ATTN_WI
 static int g_attn_flash = -1;
 extern "C" int splash_cuda_attn_flash(void) { return env_switch(&g_attn_flash, "SPLASH_CUDA_ATTN_FLASH", 1); }
 
-/* Which lanes of a call that takes the default split get splits of their
- * own (lane_split_of), read once: SPLASH_CUDA_ATTN_LANE_SPLIT 1 (default)
- * lanes of 2+ rows, 2 every lane, 0 none (A/B switches); and at most how
- * many (kv head, split) pairs a lane's context makes:
- * SPLASH_CUDA_ATTN_LANE_BLOCKS (default kLaneBlocks; e.g. 362 for at most
- * 90 splits of a 27B lane: contexts just past a power of two keep the
- * shorter split). */
-static int g_lane_rows = -1, g_lane_blocks = -1;
-static int lane_min_rows() {
-    if (g_lane_rows < 0) {
-        const char *e = getenv("SPLASH_CUDA_ATTN_LANE_SPLIT");
-        const int v = e && *e ? atoi(e) : 1;
-        g_lane_rows = v == 0 ? 0 : v == 2 ? 1 : 2;
-    }
-    return g_lane_rows;
-}
-static int lane_blocks() {
-    if (g_lane_blocks < 0) {
-        const char *e = getenv("SPLASH_CUDA_ATTN_LANE_BLOCKS");
-        const int v = e && *e ? atoi(e) : 0;
-        g_lane_blocks = v >= 1 && v <= 65536 ? v : kLaneBlocks;
-    }
-    return g_lane_blocks;
-}
+/* Whether a call that takes the default split gives each lane its own
+ * (lane_split_len; SPLASH_CUDA_ATTN_LANE_SPLIT=0: every lane the default, an
+ * A/B switch, read once). */
+static int g_lane_split = -1;
+static bool lane_split_on() { return env_switch(&g_lane_split, "SPLASH_CUDA_ATTN_LANE_SPLIT", 1); }
 
 static int split_of(int split) { return split ? split : default_split(); }
 static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }
@@ -582,12 +563,10 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     if (a->rows == 0 || a->n_lanes == 0 || a->max_lane_rows == 0 || a->max_ctx == 0) return SPLASH_OK;
     const cudaStream_t s = (cudaStream_t)stream;
     const int G = a->n_heads / l->kv_heads;
-    /* the default split: a lane of lane_min_rows+ rows (2: verify) takes its
-     * own (lane_split_of), so where every lane has that many the grid needs
-     * at most lane_splits splits */
-    const int lane_rows = a->split == 0 ? lane_min_rows() : 0;
-    const int lane_splits = lane_rows ? (lane_blocks() + l->kv_heads - 1) / l->kv_heads : 0;
-    const int splits = lane_splits && a->min_lane_rows >= lane_rows && n_splits(a->max_ctx, split) > lane_splits
+    /* the default split: a lane of 2+ rows takes its own (lane_split_of), so
+     * where every lane has 2+ rows the grid needs at most lane_splits splits */
+    const int lane_splits = a->split == 0 && lane_split_on() ? (kLaneBlocks + l->kv_heads - 1) / l->kv_heads : 0;
+    const int splits = lane_splits && a->min_lane_rows > 1 && n_splits(a->max_ctx, split) > lane_splits
                            ? lane_splits
                            : n_splits(a->max_ctx, split);
     /* int8 pages in one split: every vector's output written by its split
@@ -629,7 +608,7 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
      * past max_ctx (the caller's promise broken) still gets outputs, never
      * a partial written into a workspace it was not given */
     k.split = whole ? kWholeSplit : split;
-    k.lane_splits = whole ? 0 : lane_splits, k.lane_min_rows = lane_rows, k.max_ctx = a->max_ctx;
+    k.lane_splits = whole ? 0 : lane_splits, k.max_ctx = a->max_ctx;
     k.heavy_first = 0;
     k.out = a->out, k.gate = a->gate, k.ldo = a->ldo, k.ldg = a->ldg;
     const dim3 grid((unsigned)(l->kv_heads * qchunks), (unsigned)a->n_lanes, (unsigned)splits);
@@ -667,7 +646,7 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     c.lanes = a->lanes, c.part_o = k.part_o, c.part_ml = k.part_ml, c.gate = a->gate, c.out = a->out;
     c.ldg = a->ldg, c.ldo = a->ldo;
     c.n_lanes = a->n_lanes, c.rows = a->rows, c.n_heads = a->n_heads, c.head_dim = hd;
-    c.n_splits = splits, c.split = split, c.lane_splits = k.lane_splits, c.lane_min_rows = lane_rows, c.direct1 = int8;
+    c.n_splits = splits, c.split = split, c.lane_splits = k.lane_splits, c.direct1 = int8;
     if (splits <= kCombineSmallSplits) {
         SPLASH_CUDA_TRY(launch_kernel(attn_combine_small_kernel, dim3((unsigned)a->n_heads, (unsigned)a->rows),
                                       (unsigned)hd, 0, s, c));

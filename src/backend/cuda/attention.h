@@ -28,8 +28,7 @@
  *     default doubled until its context needs at most 256 / kv_heads of
  *     them: 512 positions for a 27B verify at 32K, where 128 made 256
  *     partials of every query vector; SPLASH_CUDA_ATTN_LANE_SPLIT=0 turns
- *     it off, =2 gives decode rows theirs too, SPLASH_CUDA_ATTN_LANE_BLOCKS
- *     sets the 256).  The block loads its query vectors
+ *     it off).  The block loads its query vectors
  *     (the G = n_heads / kv_heads query heads of the kv head times the lane's
  *     rows: one K/V tile in shared memory serves all of them) and keeps an
  *     online softmax per query vector; it writes the unnormalised partial

@@ -30,8 +30,7 @@ struct AttnArgs {
     int n_heads, group, rows;
     int qchunk, n_qchunks; /* query vectors per block, blocks per (lane, kv head) */
     int split;             /* positions per split block (a multiple of 64); see lane_splits */
-    int lane_splits;       /* > 0: a lane of lane_min_rows+ rows takes lane_split_len(split, its context, lane_splits) */
-    int lane_min_rows;     /* (split_len) */
+    int lane_splits;       /* > 0: a lane's split is lane_split_len(split, its context, lane_splits) (split_len) */
     int max_ctx;           /* the call's longest context (host choices only) */
     int stage_bufs;        /* the int8 kernel's stage buffers: 1 or 2 (attention.cu chooses) */
     int deep_only;         /* attention_int8.cu skips lanes of more than one n-tile (the wide kernel's) */
@@ -57,16 +56,20 @@ __host__ __device__ inline int lane_split_len(int split, int ctx, int max_splits
     while ((ctx + split - 1) / split > max_splits) split *= 2;
     return split;
 }
-/* By default only lanes of 2+ rows (verify) take it (min_rows 2): a
- * decode row just past 32K measured slower in the model with it (27B 7.16
- * against 6.76 ms a token, session 42), though one at 32,768 positions was
- * faster alone (bench_attention: 54.6 against 62.8 us); past 32,768 its
- * split doubles to 1,024 (33 splits), which bench_attention put at 76.2 us. */
-__host__ __device__ inline int lane_split_of(int split, int max_splits, int min_rows, int n_past, int n_rows) {
-    return max_splits && n_rows >= min_rows ? lane_split_len(split, n_past + n_rows, max_splits) : split;
+/* Only lanes of 2+ rows (verify) take it.  Decode rows with it too
+ * measured slower in the model twice (27B at 32K 7.16 against 6.76 ms a
+ * token, session 42; 7.17 against 6.79 and the 35B-A3B 2.51 against 2.46,
+ * session 43): a row just past 32,768 positions doubles to splits of 1,024
+ * (33), which bench_attention put at 76.8 us against 53.6 at 512.  Nor did a
+ * larger cap help (256 -> 362 (kv head, split) pairs: the 27B's verify at
+ * 32K 8 rows 109 -> 118 us, 16 rows 210 -> 184, four lanes of 8 414 -> 433;
+ * mixed in the model), so neither is a switch any more (docs/cuda.md,
+ * session 43). */
+__host__ __device__ inline int lane_split_of(int split, int max_splits, int n_past, int n_rows) {
+    return max_splits && n_rows > 1 ? lane_split_len(split, n_past + n_rows, max_splits) : split;
 }
 __device__ __forceinline__ int split_len(const AttnArgs &a, const splash_cuda_attn_lane &ln) {
-    return lane_split_of(a.split, a.lane_splits, a.lane_min_rows, ln.n_past, ln.n_rows);
+    return lane_split_of(a.split, a.lane_splits, ln.n_past, ln.n_rows);
 }
 
 /* Query vectors one block of the int8 kernel takes at most: an n-tile of
