@@ -20,7 +20,10 @@
 # warp-state sections, the stall reasons per issued instruction, instructions, tensor pipe, shared
 # bank conflicts) for --count launches of the kernels whose names match REGEX after --skip of
 # them, one line each through tools/ncu_summary.py (raw CSV in $OUT/ncu_details.csv): what bounds
-# a kernel (e.g. --prompt 4096 --details 'gdn_chunk' for the chunked GDN's prep and state pass).
+# a kernel (e.g. --prompt 4096 --details 'gdn_chunk' for the chunked GDN's prep and state pass);
+# NCU_ARGS="--kernel-name-base demangled" matches REGEX against template arguments too (e.g.
+# 'q4_matmul_kernel<\(int\)1': the q4 products of 5-16 rows, verify's);
+# NCU_METRICS=a,b adds metrics.
 # --trace: instead of ncu, the kernel timeline as the program runs, CUDA graphs on (CUPTI through
 # tools/cupti_trace.cpp, built here): per graph (the decode step's, the verify blocks') the span of
 # a replay, its kernels' times, what each adds to the span and the gaps (tools/trace_summary.py; raw CSV in
@@ -64,11 +67,13 @@ if [ -n "$DETAILS" ]; then
         no_instruction dispatch_stall membar drain imc_miss branch_resolving sleeping tex_throttle; do
         STALLS="$STALLS,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
     done
+    # the tensor pipe as fp16 (hmma) and as int8 (imma: the q4 products and the int8 attention)
     M="smsp__inst_executed.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
-    M="$M,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum$STALLS"
+    M="$M,sm__pipe_tensor_op_imma_cycles_active.avg.pct_of_peak_sustained_active"
+    M="$M,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum$STALLS${NCU_METRICS:+,$NCU_METRICS}"
     SPLASH_CUDA_GRAPHS=0 "$NCU" --csv --page details --section SpeedOfLight --section Occupancy \
         --section SchedulerStats --section WarpStateStats --section LaunchStats --metrics "$M" \
-        -k "regex:$DETAILS" --launch-skip "$SKIP" -c "$COUNT" "${RUN[@]}" --verify-reps 1 \
+        ${NCU_ARGS:-} -k "regex:$DETAILS" --launch-skip "$SKIP" -c "$COUNT" "${RUN[@]}" --verify-reps 1 \
         > "$OUT/ncu_details.csv" 2> "$OUT/ncu_details.err" || { tail -20 "$OUT/ncu_details.err"; exit 1; }
     python3 tools/ncu_summary.py "$OUT/ncu_details.csv" --min-us 1 --stalls 7
     exit $?

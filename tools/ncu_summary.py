@@ -7,7 +7,8 @@
 Prints, per launch at least --min-us long: the kernel (short name), grid, duration, SM and
 DRAM throughput (% of peak), achieved occupancy, the cycles a scheduler issued (%: the
 SchedulerStats section's "One or More Eligible"), warp cycles per issued instruction,
-instructions executed (millions), the tensor pipe's active cycles (%), shared-memory bank
+instructions executed (millions), the tensor pipe's active cycles (%: the busiest of the
+sm__pipe_tensor* metrics collected, e.g. hmma's and imma's), shared-memory bank
 conflicts (millions), and the largest stall reasons (cycles per issued instruction, from the
 smsp__average_warps_issue_stalled_*_per_issue_active.ratio metrics when collected).
 Why: the details page has one row per (launch, metric); reading a kernel's limiter means
@@ -87,7 +88,9 @@ def main(argv):
         issue = get(m, "One or More Eligible")  # SchedulerStats: cycles a scheduler issued (one a cycle)
         cpi = get(m, "Warp Cycles Per Issued Instruction")
         inst = get(m, "smsp__inst_executed.sum")
-        tc = get(m, "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")
+        # the busiest tensor pipe collected: fp16 (hmma) or int8 (imma) products
+        tcs = [get(m, n) for n in m if n.startswith("sm__pipe_tensor") and n.endswith("pct_of_peak_sustained_active")]
+        tc = max((x for x in tcs if x is not None), default=None)
         bank = get(m, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum")
         stalls = []
         for name, (unit, v) in m.items():

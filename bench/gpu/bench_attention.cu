@@ -9,7 +9,8 @@
  * Usage: bench/gpu/bench_attention.sh (builds it) or bench_attention
  *        [27b|35b|hd128] [P:R ...]   (default 27b 0:4096
  *        16384:1024 31744:1024); BENCH_SPLITS=512,1024 also times those
- *        splits (the split kernels: verify rows take the wide layout)
+ *        splits (the split kernels: verify rows take the wide layout);
+ *        BENCH_LANES=4 makes every case 4 such lanes in one call
  */
 #include <cuda_runtime.h>
 
@@ -83,9 +84,14 @@ int main(int argc, char **argv) {
             if (!c) break;
             c++;
         }
+    /* BENCH_LANES=N: N lanes of the same P:R, each on pages of its own (a
+     * batch of verify lanes; the rows column is a lane's) */
+    const char *bl = getenv("BENCH_LANES");
+    const int NL = bl && atoi(bl) > 1 ? atoi(bl) : 1;
     printf("| shape | n_past | rows | kernel | us | causal TFLOP/s |\n|---|---|---|---|---|---|\n");
     for (auto [P, R] : cases) {
-        const int ctx = P + R, n_pages = (ctx + kPageTokens - 1) / kPageTokens, w = s->heads * s->head_dim;
+        const int ctx = P + R, lane_pages = (ctx + kPageTokens - 1) / kPageTokens, w = s->heads * s->head_dim;
+        const int n_pages = lane_pages * NL, RT = R * NL;
         uint8_t *pool;
         SPLASH_CUDA_CHECK(cudaMalloc(&pool, (size_t)n_pages * l.page_bytes));
         for (int i = 0; i < n_pages; i++)
@@ -95,10 +101,12 @@ int main(int argc, char **argv) {
         int32_t *dids;
         SPLASH_CUDA_CHECK(cudaMalloc(&dids, ids.size() * 4));
         SPLASH_CUDA_CHECK(cudaMemcpy(dids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
-        splash_cuda_attn_lane ln = {dids, P, 0, R, 0}, *dln;
-        SPLASH_CUDA_CHECK(cudaMalloc(&dln, sizeof ln));
-        SPLASH_CUDA_CHECK(cudaMemcpy(dln, &ln, sizeof ln, cudaMemcpyHostToDevice));
-        std::vector<float> q((size_t)R * w);
+        std::vector<splash_cuda_attn_lane> ln(NL);
+        for (int i = 0; i < NL; i++) ln[i] = {dids + (size_t)i * lane_pages, P, i * R, R, 0};
+        splash_cuda_attn_lane *dln;
+        SPLASH_CUDA_CHECK(cudaMalloc(&dln, ln.size() * sizeof ln[0]));
+        SPLASH_CUDA_CHECK(cudaMemcpy(dln, ln.data(), ln.size() * sizeof ln[0], cudaMemcpyHostToDevice));
+        std::vector<float> q((size_t)RT * w);
         uint32_t seed = 99;
         for (float &x : q) x = ((float)(bench::mix(seed++) % 2001) - 1000.f) / 500.f;
         float *dq, *dgate, *dout;
@@ -108,24 +116,24 @@ int main(int argc, char **argv) {
         SPLASH_CUDA_CHECK(cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
         SPLASH_CUDA_CHECK(cudaMemcpy(dgate, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
         /* vectors x positions seen: rows r sees P + r + 1 */
-        const double seen = (double)s->heads * ((double)R * P + (double)R * (R + 1) / 2);
+        const double seen = (double)NL * s->heads * ((double)R * P + (double)R * (R + 1) / 2);
         const double flop = 4.0 * s->head_dim * seen;
         /* the lane's bulk split (one split: no workspace), the shortest long
          * split, the default split (where its workspace stays under 4 GB) */
         const int bulk = splash_cuda_attn_bulk_split(R, ctx, s->heads, s->kv_heads);
         for (int mode = 2; mode >= -(int)extra.size(); mode--) {
             const int long_split = mode > 0;
-            if (mode == 0 && splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, 0) > (4ull << 30)) continue;
+            if (mode == 0 && splash_cuda_attn_workspace_bytes(RT, s->heads, s->head_dim, ctx, 0) > (4ull << 30)) continue;
             if (mode == 2 && bulk == SPLASH_CUDA_ATTN_SPLIT_LONG) continue; /* the same call as mode 1 */
             const int split = mode == 2 ? bulk : long_split ? SPLASH_CUDA_ATTN_SPLIT_LONG : mode < 0 ? extra[-mode - 1] : 0;
             splash_cuda_attn_args a;
             memset(&a, 0, sizeof a);
-            a.layout = &l, a.pool = pool, a.layer = 0, a.lanes = dln, a.n_lanes = 1, a.rows = R;
+            a.layout = &l, a.pool = pool, a.layer = 0, a.lanes = dln, a.n_lanes = NL, a.rows = RT;
             a.max_lane_rows = a.min_lane_rows = R, a.max_ctx = ctx, a.n_heads = s->heads;
             a.q = dq, a.ldq = w, a.gate = dgate, a.ldg = w, a.out = dout, a.ldo = w;
             a.scale = 1.0f / sqrtf((float)s->head_dim);
             a.split = split;
-            a.workspace_bytes = ctx <= a.split ? 0 : splash_cuda_attn_workspace_bytes(R, s->heads, s->head_dim, ctx, a.split);
+            a.workspace_bytes = ctx <= a.split ? 0 : splash_cuda_attn_workspace_bytes(RT, s->heads, s->head_dim, ctx, a.split);
             SPLASH_CUDA_CHECK(cudaMalloc(&a.workspace, a.workspace_bytes ? a.workspace_bytes : 256));
             const double us =
                 bench::median_us([&] { return splash_cuda_attention(&a, NULL); }, 5, "splash_cuda_attention");
