@@ -539,6 +539,11 @@ extern "C" int splash_cuda_attn_flash(void) { return env_switch(&g_attn_flash, "
 static int g_lane_split = -1;
 static bool lane_split_on() { return env_switch(&g_lane_split, "SPLASH_CUDA_ATTN_LANE_SPLIT", 1); }
 
+/* Whether int8 calls take the query-chunk rule of session 43 (one wave of
+ * blocks, equal chunks): on unless SPLASH_CUDA_ATTN_QCHUNK=0 (read once). */
+static int g_qchunk_rule = -1;
+static bool qchunk_rule() { return env_switch(&g_qchunk_rule, "SPLASH_CUDA_ATTN_QCHUNK", 1); }
+
 static int split_of(int split) { return split ? split : default_split(); }
 static int n_splits(int max_ctx, int split) { return (max_ctx + split - 1) / split; }
 
@@ -577,14 +582,22 @@ extern "C" int splash_cuda_attention(const splash_cuda_attn_args *a, struct CUst
     const int nq = G * a->max_lane_rows;
 
     /* Query vectors per block: all of them when the (lane, kv head, split)
-     * blocks already fill the chip twice, else spread over more blocks.  The
-     * int8 kernel takes them in n-tiles of 8, at most kInt8MaxQ a block. */
-    const bool int8 = l->format == kFmtInt8;
-    const long long base = (long long)a->n_lanes * l->kv_heads * splits, want = 2LL * sm_count();
+     * blocks already fill the chip (int8: once; the others: twice), else
+     * spread over more blocks.  The int8 kernel takes them in n-tiles of 8,
+     * at most kInt8MaxQ a block, in chunks of equal n-tiles: blocks of one
+     * or two n-tiles and unequal chunks (32 + 16 for 48 vectors) measured
+     * slower than fewer, fuller ones (docs/cuda.md, session 43;
+     * SPLASH_CUDA_ATTN_QCHUNK=0: the rule before, an A/B switch). */
+    const bool int8 = l->format == kFmtInt8, qrule = int8 && qchunk_rule();
+    const long long base = (long long)a->n_lanes * l->kv_heads * splits, want = (qrule ? 1LL : 2LL) * sm_count();
     int qchunks = 1;
     if (base < want) qchunks = (int)((want + base - 1) / base);
     if (qchunks > nq) qchunks = nq;
     int qchunk = (nq + qchunks - 1) / qchunks;
+    if (qrule && qchunk > kInt8MaxQ) {
+        qchunks = (nq + kInt8MaxQ - 1) / kInt8MaxQ;
+        qchunk = (nq + qchunks - 1) / qchunks;
+    }
     if (int8) qchunk = qchunk > kInt8MaxQ ? kInt8MaxQ : (qchunk + 7) / 8 * 8;
     if (qchunk > kMaxWarps * kMaxQpw) qchunk = kMaxWarps * kMaxQpw;
     qchunks = (nq + qchunk - 1) / qchunk;
